@@ -1,0 +1,64 @@
+# krypton - see README.md. Every target sets up what it needs.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TESTBIN_DIR = $(shell bash hack/testbin.sh 2>/dev/null | tail -n1)
+PIDFILE ?= /tmp/krypton-operator.pid
+RUN_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install testbin test unit integration e2e e2e-kind demo bench lint run run-pid stop clean
+
+install: $(STAMP) testbin
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+testbin:
+	bash hack/testbin.sh >/dev/null
+
+test: install
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+integration: install
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+e2e: install
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.e2e
+
+e2e-kind:
+	bash hack/e2e-kind.sh
+
+demo: install
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.demo
+
+bench: install
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check krypton tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+run: install
+	PATH=$(TESTBIN_DIR):$$PATH $(BIN)/krypton run $(RUN_ARGS)
+
+run-pid: install
+	@if [ -f $(PIDFILE) ] && kill -0 $$(cat $(PIDFILE)) 2>/dev/null; then \
+	  echo "krypton already running with PID $$(cat $(PIDFILE))"; exit 1; fi
+	PATH=$(TESTBIN_DIR):$$PATH nohup $(BIN)/krypton run $(RUN_ARGS) >/tmp/krypton-operator.log 2>&1 & echo $$! > $(PIDFILE)
+	@echo "krypton started with PID $$(cat $(PIDFILE)); log in /tmp/krypton-operator.log"
+
+stop:
+	@bash hack/stop.sh $(PIDFILE)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,77 @@
+"""krypton's exception tree. Callers branch on these types, never on message text.
+
+    KryptonError
+    ├── TemporaryError            retried with capped exponential backoff
+    │   ├── ClusterUnreachable    API server down, timeout, TLS handshake failed
+    │   ├── ChartNotLoaded        chart repository unreachable or chart unloadable
+    │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
+    │   │   └── ReleaseLocked     another helm operation holds the release
+    │   └── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
+    └── PermanentError            reported as a condition; not retried until the input changes
+        ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
+        ├── VersionInvalid        chart version is not a semver or a valid range
+        ├── VersionNotFound       no chart version matches
+        └── SettingsError         bad flag or environment value (exit status 2)
+
+Every error carries a short CamelCase ``reason`` (used in conditions and Events) and a
+message that never contains credential material.
+"""
+
+from __future__ import annotations
+
+
+class KryptonError(Exception):
+    reason = "Error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason:
+            self.reason = reason
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class TemporaryError(KryptonError):
+    """Worth retrying: the same input may succeed later."""
+
+
+class PermanentError(KryptonError):
+    """Retrying with the same input cannot succeed."""
+
+
+class ClusterUnreachable(TemporaryError):
+    reason = "ClusterUnreachable"
+
+
+class ChartNotLoaded(TemporaryError):
+    reason = "ChartNotLoaded"
+
+
+class HelmFailed(TemporaryError):
+    reason = "HelmFailed"
+
+
+class ReleaseLocked(HelmFailed):
+    reason = "ReleaseLocked"
+
+
+class CRDEnsureFailed(TemporaryError):
+    reason = "CRDEnsureFailed"
+
+
+class KubeconfigRejected(PermanentError):
+    reason = "KubeconfigRejected"
+
+
+class VersionInvalid(PermanentError):
+    reason = "VersionInvalid"
+
+
+class VersionNotFound(PermanentError):
+    reason = "VersionNotFound"
+
+
+class SettingsError(PermanentError):
+    reason = "SettingsError"

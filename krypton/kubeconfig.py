@@ -1,0 +1,210 @@
+"""Checking and reducing kubeconfigs that arrive from Secrets (SPEC D3-D5). No network.
+
+A kubeconfig written into a discovery Secret is untrusted input. By default it must be
+self-contained: ``exec`` and ``auth-provider`` users and file references
+(``certificate-authority``, ``client-certificate``, ``client-key``, ``tokenFile``) are
+rejected, because honouring them would let whoever writes a Secret run commands in the
+operator or send the operator's own files to a server of their choice.
+``--trust-kubeconfig-secrets`` lifts that rule. Embedded certificates are parsed with
+`cryptography`: malformed PEM, a key that does not match its certificate and an expired
+client certificate are rejected; one expiring within 14 days yields a warning.
+
+Messages name the field at fault and never contain credential material.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from .errors import KubeconfigRejected
+
+EXPIRY_WARNING = dt.timedelta(days=14)
+FILE_REFERENCES = {
+    "cluster": ("certificate-authority",),
+    "user": ("client-certificate", "client-key", "tokenFile"),
+}
+PLUGINS = ("exec", "auth-provider")
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """A validated kubeconfig reduced to one context."""
+
+    context: str
+    server: str
+    config: dict[str, Any]
+    ca_pem: bytes | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    insecure: bool = False
+    tls_server_name: str | None = None
+    uses_plugins_or_files: bool = False
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.config, sort_keys=False)
+
+
+def _reject(message: str) -> KubeconfigRejected:
+    return KubeconfigRejected(message)
+
+
+def _named(entries: Any, kind: str, name: str) -> dict[str, Any]:
+    if not isinstance(entries, list):
+        raise _reject(f"kubeconfig has no {kind}s list")
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(kind)
+            if body is None:
+                return {}
+            if not isinstance(body, dict):
+                raise _reject(f"{kind} {name!r} is not a mapping")
+            return body
+    raise _reject(f"{kind} {name!r} referenced by the context is not defined")
+
+
+def _b64(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise _reject(f"{what} is not a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _reject(f"{what} is not valid base64") from exc
+
+
+def _certs(pem: bytes, what: str) -> list[x509.Certificate]:
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        raise _reject(f"{what} is not a valid PEM certificate") from exc
+    return certs
+
+
+def _check_client_pair(cert_pem: bytes, key_pem: bytes, now: dt.datetime) -> list[str]:
+    cert = _certs(cert_pem, "client-certificate-data")[0]
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise _reject("client-key-data is not a valid unencrypted PEM private key") from exc
+    fmt = (serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if key.public_key().public_bytes(*fmt) != cert.public_key().public_bytes(*fmt):
+        raise _reject("client-key-data does not match client-certificate-data")
+    subject = cert.subject.rfc4514_string()
+    if cert.not_valid_after_utc <= now:
+        raise _reject(f"client certificate {subject!r} expired at "
+                      f"{cert.not_valid_after_utc.isoformat()}")
+    if cert.not_valid_before_utc > now:
+        raise _reject(f"client certificate {subject!r} is not valid before "
+                      f"{cert.not_valid_before_utc.isoformat()}")
+    if cert.not_valid_after_utc - now < EXPIRY_WARNING:
+        return [f"client certificate {subject!r} expires at "
+                f"{cert.not_valid_after_utc.isoformat()}"]
+    return []
+
+
+def parse(
+    data: bytes | str | None,
+    *,
+    context: str | None = None,
+    trust: bool = False,
+    now: dt.datetime | None = None,
+) -> Kubeconfig:
+    """Validate `data` and reduce it to `context` (default: its current-context).
+
+    Raises KubeconfigRejected with a precise, credential-free message.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    if data is None:
+        raise _reject("kubeconfig data key is missing")
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _reject("kubeconfig is not UTF-8 text") from exc
+    if not data.strip():
+        raise _reject("kubeconfig is empty")
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        raise _reject("kubeconfig is not valid YAML") from exc
+    if not isinstance(doc, dict):
+        raise _reject("kubeconfig is not a YAML mapping")
+
+    contexts = doc.get("contexts") or []
+    if not isinstance(contexts, list):
+        raise _reject("kubeconfig contexts is not a list")
+    names = [c.get("name") for c in contexts if isinstance(c, dict)]
+    chosen = context or doc.get("current-context") or (names[0] if len(names) == 1 else None)
+    if not chosen:
+        raise _reject("kubeconfig has no usable context (no current-context)")
+    ctx = _named(contexts, "context", chosen)
+    cluster_name, user_name = ctx.get("cluster"), ctx.get("user")
+    if not cluster_name:
+        raise _reject(f"context {chosen!r} names no cluster")
+    cluster = _named(doc.get("clusters"), "cluster", cluster_name)
+    user = _named(doc.get("users"), "user", user_name) if user_name else {}
+
+    server = cluster.get("server")
+    parsed = urlparse(server) if isinstance(server, str) else None
+    if not parsed or parsed.scheme not in ("https", "http") or not parsed.hostname:
+        raise _reject(f"cluster {cluster_name!r} has no valid https server URL")
+
+    risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
+    risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
+    risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
+    if risky and not trust:
+        raise _reject(
+            f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
+            "from Secrets (--trust-kubeconfig-secrets allows them)"
+        )
+
+    ca = cert = key = None
+    if cluster.get("certificate-authority-data"):
+        ca = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
+        _certs(ca, "certificate-authority-data")
+    warnings: list[str] = []
+    if user.get("client-certificate-data") or user.get("client-key-data"):
+        if not (user.get("client-certificate-data") and user.get("client-key-data")):
+            raise _reject("client-certificate-data and client-key-data must be given together")
+        cert = _b64(user["client-certificate-data"], "client-certificate-data")
+        key = _b64(user["client-key-data"], "client-key-data")
+        warnings += _check_client_pair(cert, key, now)
+    token = user.get("token")
+    if token is not None and not isinstance(token, str):
+        raise _reject("user token is not a string")
+
+    reduced = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": cluster}],
+        "users": [{"name": user_name, "user": user}] if user_name else [],
+        "contexts": [{"name": chosen, "context": ctx}],
+        "current-context": chosen,
+    }
+    return Kubeconfig(
+        context=chosen,
+        server=str(server).rstrip("/"),
+        config=reduced,
+        ca_pem=ca,
+        cert_pem=cert,
+        key_pem=key,
+        token=token,
+        username=user.get("username"),
+        password=user.get("password"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        tls_server_name=cluster.get("tls-server-name"),
+        uses_plugins_or_files=bool(risky),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,29 @@
+"""Prometheus metrics of the operator (SPEC O3), in one place so names stay consistent."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+RECONCILES = Counter("krypton_reconciles_total", "Tenant reconciles", ["cluster"])
+RECONCILE_ERRORS = Counter("krypton_reconcile_errors_total", "Tenant reconciles that failed",
+                           ["cluster", "reason"])
+RECONCILE_SECONDS = Histogram("krypton_reconcile_duration_seconds", "Duration of a reconcile",
+                              ["cluster"])
+QUEUE_DEPTH = Gauge("krypton_workqueue_depth", "Tenant keys waiting in a cluster's queue",
+                    ["cluster"])
+ENGAGED = Gauge("krypton_engaged_clusters", "Clusters with a running worker")
+CLUSTER_ENGAGED = Gauge("krypton_cluster_engaged", "1 when the cluster is engaged", ["cluster"])
+TENANTS_READY = Gauge("krypton_tenants_ready", "Tenants Ready on a cluster", ["cluster"])
+TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in Error on a cluster", ["cluster"])
+HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "helm operations",
+                         ["operation", "result"],
+                         buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
+HELM_RUNS = Counter("krypton_helm_processes_total", "helm processes started", ["operation"])
+API_WRITES = Counter("krypton_api_writes_total", "API writes made by reconciles",
+                     ["cluster", "kind"])
+TENANT_RELEASE = Gauge(
+    "krypton_tenant_release_info",
+    "1 per Tenant x cluster: its release, chart version and fingerprint",
+    ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint"],
+)
+BUILD = Info("krypton_build", "krypton version")

@@ -1,0 +1,117 @@
+"""What should happen next to one Tenant on one cluster. Pure: no I/O, no clock.
+
+`plan` maps an :class:`~krypton.model.Observation` to one :class:`Plan` through a single
+decision table, in order:
+
+1. deleting          -> Uninstall (if our finalizer is on it), else nothing
+2. paused            -> Pause
+3. targeted elsewhere -> NotTargeted
+4. invalid name      -> Blocked InvalidTenantName (permanent)
+5. chart problem     -> Blocked with the chart reason
+6. no finalizer      -> AddFinalizer (then plan again)
+7. in sync           -> Skip (fingerprint annotation matches, release deployed at the
+                        revision we recorded)
+8. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
+9. namespace owned by another Tenant -> Blocked NamespaceConflict (permanent)
+10. release pending or failed without a good revision -> Recover, then install/upgrade
+11. release absent   -> Install, else Upgrade
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .model import (
+    ChartProblem,
+    NamespaceState,
+    Observation,
+    ReleaseStatus,
+    is_valid_namespace_name,
+)
+
+
+class Action(enum.Enum):
+    SKIP = "skip"
+    INSTALL = "install"
+    UPGRADE = "upgrade"
+    UNINSTALL_THEN_INSTALL = "uninstall-then-install"
+    ROLLBACK_THEN_UPGRADE = "rollback-then-upgrade"
+    BLOCKED = "blocked"
+    PAUSE = "pause"
+    NOT_TARGETED = "not-targeted"
+    OBSERVE_NAMESPACE = "observe-namespace"
+    ADD_FINALIZER = "add-finalizer"
+    UNINSTALL = "uninstall"
+    NOTHING = "nothing"
+
+
+INSTALLING = {Action.INSTALL, Action.UNINSTALL_THEN_INSTALL}
+UPGRADING = {Action.UPGRADE, Action.ROLLBACK_THEN_UPGRADE}
+HELM_ACTIONS = INSTALLING | UPGRADING
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: Action
+    reason: str
+    message: str
+    permanent: bool = False  # a Blocked plan that retrying cannot fix
+
+    @property
+    def runs_helm(self) -> bool:
+        return self.action in HELM_ACTIONS or self.action is Action.UNINSTALL
+
+
+def plan(obs: Observation) -> Plan:
+    """The next step for `obs`; see the module docstring for the order of the rules."""
+    t = obs.tenant
+    if t.deleting:
+        if t.has_finalizer:
+            return Plan(Action.UNINSTALL, "Deleting", "Tenant is being deleted: uninstall release")
+        return Plan(Action.NOTHING, "Deleting", "Tenant is being deleted")
+    if t.paused:
+        return Plan(Action.PAUSE, "Paused", "reconciliation paused by annotation")
+    if t.target_cluster and t.target_cluster != obs.cluster:
+        return Plan(Action.NOT_TARGETED, "NotTargeted",
+                    f"spec.clusterRef.secretName targets cluster {t.target_cluster!r}")
+    if not is_valid_namespace_name(t.key.name):
+        return Plan(Action.BLOCKED, "InvalidTenantName",
+                    f"tenant name {t.key.name!r} is not a valid namespace name "
+                    "(lower-case alphanumerics and '-', at most 63 characters)",
+                    permanent=True)
+    if isinstance(obs.chart, ChartProblem):
+        return Plan(Action.BLOCKED, obs.chart.reason, obs.chart.message,
+                    permanent=obs.chart.reason in ("VersionInvalid",))
+    if not t.has_finalizer:
+        return Plan(Action.ADD_FINALIZER, "Finalizer", "add the release-cleanup finalizer")
+    rel = obs.release
+    in_sync = (
+        t.applied_fingerprint == obs.chart.fingerprint
+        and rel.status is ReleaseStatus.DEPLOYED
+        and (t.applied_revision is None or t.applied_revision == rel.revision)
+    )
+    if in_sync:
+        return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
+    if obs.namespace is NamespaceState.UNKNOWN:
+        return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
+    if obs.namespace is NamespaceState.CONFLICT:
+        return Plan(Action.BLOCKED, "NamespaceConflict",
+                    f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
+                    permanent=True)
+    version = obs.chart.version
+    if rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING) or (
+        rel.status in (ReleaseStatus.FAILED, ReleaseStatus.PENDING_UPGRADE,
+                       ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNKNOWN)
+        and not rel.has_good_revision
+    ):
+        return Plan(Action.UNINSTALL_THEN_INSTALL, "Installing",
+                    f"release left {rel.status.value}: uninstall and install chart {version}")
+    if rel.status in (ReleaseStatus.PENDING_UPGRADE, ReleaseStatus.PENDING_ROLLBACK):
+        return Plan(Action.ROLLBACK_THEN_UPGRADE, "Upgrading",
+                    f"release left {rel.status.value}: roll back, then upgrade to {version}")
+    if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+        return Plan(Action.INSTALL, "Installing", f"install chart {version}")
+    why = "release drifted" if t.applied_fingerprint == obs.chart.fingerprint else \
+        "fingerprint changed"
+    return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}")

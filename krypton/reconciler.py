@@ -1,0 +1,415 @@
+"""One reconcile pass for one Tenant on one cluster: observe -> plan -> act -> one status patch.
+
+Nothing is written unless something changed: the status is patched only when the computed
+status differs from the stored one, Events accompany condition changes and actions, and the
+fingerprint annotation is patched only after a successful helm run (SPEC R13).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from . import conditions as cond
+from . import metrics
+from .charts import ChartSource
+from .conditions import Change
+from .errors import (
+    ChartNotLoaded,
+    HelmFailed,
+    KryptonError,
+    TemporaryError,
+    VersionInvalid,
+    VersionNotFound,
+)
+from .events import EventRecorder, involved_tenant
+from .fingerprint import fingerprint
+from .helm import Helm
+from .kube import AlreadyExists, Conflict, Kube, NotFound, now_rfc3339
+from .model import (
+    FINALIZER,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OWNER_ANNOTATION,
+    OWNER_LABEL,
+    PAUSED_ANNOTATION,
+    ChartProblem,
+    ChartTarget,
+    NamespaceState,
+    Observation,
+    ReleaseStatus,
+    TenantKey,
+    TenantView,
+    fingerprint_annotation,
+    release_name,
+)
+from .planner import INSTALLING, Action, Plan, plan
+from .releases import ReleaseIndex
+from .settings import Settings
+from .slots import FairSlots
+
+CHART_SKIP_REQUEUE = 120.0
+CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
+                "VersionInvalid": "ChartVersionInvalid"}
+
+
+@dataclass
+class ClusterRuntime:
+    """What a reconcile needs to know about its cluster."""
+
+    name: str
+    kube: Kube
+    helm: Helm
+    recorder: EventRecorder
+    chart: ChartSource
+    settings: Settings
+    slots: FairSlots
+    releases: ReleaseIndex
+    tenants: dict[tuple[str, str], dict[str, Any]]
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the worker should treat the key after a pass."""
+
+    requeue_after: float | None = None  # fixed delay (no backoff growth)
+    retry: bool = False  # exponential backoff
+    reason: str = ""
+
+
+def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
+    meta = obj["metadata"]
+    annotations = meta.get("annotations") or {}
+    status = obj.get("status") or {}
+    applied = (status.get("clusters") or {}).get(cluster) or {}
+    ref = (obj.get("spec") or {}).get("clusterRef") or {}
+    revision = applied.get("revision")
+    return TenantView(
+        key=TenantKey(meta["namespace"], meta["name"]),
+        generation=int(meta.get("generation") or 1),
+        uid=meta.get("uid", ""),
+        paused=str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true",
+        deleting=bool(meta.get("deletionTimestamp")),
+        has_finalizer=FINALIZER in (meta.get("finalizers") or []),
+        target_cluster=ref.get("secretName") or None,
+        applied_fingerprint=annotations.get(fingerprint_annotation(cluster)),
+        applied_revision=int(revision) if isinstance(revision, int) else None,
+        annotations=dict(annotations),
+    )
+
+
+def namespace_state(ns: dict[str, Any] | None, key: TenantKey) -> tuple[NamespaceState, str | None]:
+    if ns is None:
+        return NamespaceState.ABSENT, None
+    meta = ns.get("metadata") or {}
+    owner = (meta.get("annotations") or {}).get(OWNER_ANNOTATION)
+    if owner is None:
+        return NamespaceState.UNMANAGED, None
+    if owner == str(key):
+        return NamespaceState.OWNED, owner
+    return NamespaceState.CONFLICT, owner
+
+
+class Reconciler:
+    def __init__(self, rt: ClusterRuntime) -> None:
+        self.rt = rt
+        self.log = structlog.get_logger("krypton.reconciler").bind(cluster=rt.name)
+
+    # -- observe ---------------------------------------------------------------------------
+
+    async def desired_chart(self) -> ChartTarget | ChartProblem:
+        try:
+            chart = await self.rt.chart.get()
+        except (VersionInvalid, VersionNotFound, ChartNotLoaded) as exc:
+            return ChartProblem(exc.reason, str(exc))
+        fp = fingerprint(chart.repo, chart.name, chart.version, self.rt.values)
+        return ChartTarget(chart.repo, chart.name, chart.version, self.rt.values, fp, chart.path)
+
+    async def observe(self, obj: dict[str, Any]) -> Observation:
+        view = tenant_view(obj, self.rt.name)
+        release = release_name(view.key.name, self.rt.name)
+        return Observation(
+            cluster=self.rt.name,
+            tenant=view,
+            chart=await self.desired_chart(),
+            release=self.rt.releases.observe(view.key.name, release),
+        )
+
+    # -- one pass --------------------------------------------------------------------------
+
+    async def reconcile(self, key: TenantKey) -> Outcome:
+        obj = self.rt.tenants.get((key.namespace, key.name))
+        if obj is None:
+            return Outcome()
+        obs = await self.observe(obj)
+        release = release_name(key.name, self.rt.name)
+        log = self.log.bind(tenant=str(key), release=release)
+        decided = plan(obs)
+        if decided.action is Action.ADD_FINALIZER:
+            obj = await self._add_finalizer(obj)
+            obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.rt.name))
+            decided = plan(obs)
+        if decided.action is Action.OBSERVE_NAMESPACE:
+            state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
+            obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            decided = plan(obs)
+        log.debug("planned", action=decided.action.value, reason=decided.reason)
+        return await self._act(obj, obs, decided, release, log)
+
+    async def _act(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
+                   log: Any) -> Outcome:
+        c = self.rt.name
+        a = p.action
+        if a is Action.NOTHING:
+            return Outcome()
+        if a is Action.UNINSTALL:
+            return await self._uninstall(obj, release, log)
+        if a is Action.PAUSE:
+            await self._commit(obj, [Change(cond.PAUSED, True, "Paused", p.message)], log)
+            return Outcome()
+        changes = [Change(cond.PAUSED, False, "Resumed", "reconciliation active")] \
+            if _has_condition(obj, cond.PAUSED) else []
+        if a is Action.NOT_TARGETED:
+            changes.append(Change(cond.cluster_type(cond.PROGRESS, c), False, "NotTargeted",
+                                  p.message))
+            await self._commit(obj, changes, log, event=("Normal", "NotTargeted", p.message))
+            return Outcome()
+        if a is Action.BLOCKED:
+            return await self._blocked(obj, p, changes, log)
+        assert isinstance(obs.chart, ChartTarget)
+        if a is Action.SKIP:
+            changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
+            await self._commit(obj, changes, log, event=("Normal", "HelmSkip", p.message))
+            return Outcome()
+        return await self._helm(obj, obs, p, release, changes, log)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def _blocked(self, obj: dict[str, Any], p: Plan, changes: list[Change],
+                       log: Any) -> Outcome:
+        c = self.rt.name
+        changes.append(Change(cond.cluster_type(cond.ERROR, c), True, p.reason, p.message))
+        changes.append(Change(cond.cluster_type(cond.PROGRESS, c), False, p.reason, p.message))
+        event = CHART_EVENTS.get(p.reason, p.reason)
+        await self._commit(obj, changes, log, event=("Warning", event, p.message))
+        metrics.RECONCILE_ERRORS.labels(c, p.reason).inc()
+        if p.permanent:
+            log.warning("tenant blocked", reason=p.reason, detail=p.message)
+            return Outcome(reason=p.reason)
+        log.warning("chart not available", reason=p.reason, detail=p.message)
+        if p.reason in CHART_EVENTS and self.rt.settings.allow_chart_skip:
+            return Outcome(requeue_after=CHART_SKIP_REQUEUE, reason=p.reason)
+        return Outcome(retry=True, reason=p.reason)
+
+    def _success_changes(self, obj: dict[str, Any], reason: str, message: str,
+                         *, keep_ready: bool = False) -> list[Change]:
+        c = self.rt.name
+        out = []
+        ready_type = cond.cluster_type(cond.READY, c)
+        if not (keep_ready and _condition_true(obj, ready_type)):
+            out.append(Change(ready_type, True, reason, message))
+        if _condition_true(obj, cond.cluster_type(cond.ERROR, c)) or not keep_ready:
+            out.append(Change(cond.cluster_type(cond.ERROR, c), False, reason, "no error"))
+        if _condition_true(obj, cond.cluster_type(cond.PROGRESS, c)):
+            out.append(Change(cond.cluster_type(cond.PROGRESS, c), False, reason, message))
+        return out
+
+    async def _helm(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
+                    changes: list[Change], log: Any) -> Outcome:
+        c, key = self.rt.name, obs.tenant.key
+        chart = obs.chart
+        assert isinstance(chart, ChartTarget)
+        installing = p.action in INSTALLING
+        verb = "Install" if installing else "Upgrade"
+        await self._ensure_namespace(key, obs.namespace)
+        start = Change(cond.cluster_type(cond.PROGRESS, c), True,
+                       "Installing" if installing else "Upgrading", p.message)
+        obj = await self._commit(obj, changes + [start], log,
+                                 event=("Normal", f"Helm{verb}Start", p.message))
+        log.info(f"helm {verb.lower()} start", chart_version=chart.version, action=p.action.value)
+        try:
+            async with self.rt.slots.slot(c):
+                if p.action is Action.UNINSTALL_THEN_INSTALL and \
+                        obs.release.status is not ReleaseStatus.ABSENT:
+                    await self.rt.helm.uninstall(release, key.name)
+                elif p.action is Action.ROLLBACK_THEN_UPGRADE:
+                    await self.rt.helm.rollback(release, key.name)
+                result = await self.rt.helm.install_or_upgrade(
+                    release, chart.path, key.name, chart.values, operation=verb.lower())
+        except HelmFailed as exc:
+            reason = f"{verb}Failed"
+            log.error(f"helm {verb.lower()} failed", error=str(exc))
+            await self._commit(obj, [
+                Change(cond.cluster_type(cond.ERROR, c), True, reason, str(exc)),
+                Change(cond.cluster_type(cond.READY, c), False, reason, str(exc)),
+                Change(cond.cluster_type(cond.PROGRESS, c), False, reason, str(exc)),
+            ], log, event=("Warning", f"Helm{verb}Failed", str(exc)))
+            metrics.RECONCILE_ERRORS.labels(c, reason).inc()
+            return Outcome(retry=True, reason=reason)
+        revision = int(result.get("version") or 0)
+        self.rt.releases.note(key.name, release, revision,
+                              ReleaseStatus.parse((result.get("info") or {}).get("status")))
+        done = "Installed" if installing else "Upgraded"
+        message = f"chart {chart.name} {chart.version} {done.lower()} as {release} revision {revision}"
+        log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
+        obj = await self._set_fingerprint(obj, chart.fingerprint, log)
+        success = [
+            Change(cond.cluster_type(cond.READY, c), True, done, message),
+            Change(cond.cluster_type(cond.ERROR, c), False, done, "no error"),
+            Change(cond.cluster_type(cond.PROGRESS, c), False, f"{verb}Complete", message),
+        ]
+        applied = {"release": release, "chartVersion": chart.version,
+                   "fingerprint": chart.fingerprint, "revision": revision,
+                   "lastAppliedTime": now_rfc3339()}
+        await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
+                           applied=applied, last_chart=chart.ref)
+        return Outcome()
+
+    async def _uninstall(self, obj: dict[str, Any], release: str, log: Any) -> Outcome:
+        key = tenant_view(obj, self.rt.name).key
+        involved = involved_tenant(obj)
+        try:
+            async with self.rt.slots.slot(self.rt.name):
+                await self.rt.helm.uninstall(release, key.name)
+            if self.rt.settings.delete_namespace_on_uninstall:
+                ns = await self.rt.kube.get_namespace(key.name)
+                if namespace_state(ns, key)[0] is NamespaceState.OWNED:
+                    await self.rt.kube.delete_namespace(key.name)
+        except (HelmFailed, TemporaryError) as exc:
+            log.error("helm uninstall failed", error=str(exc))
+            await self.rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
+            return Outcome(retry=True, reason="UninstallFailed")
+        self.rt.releases.forget(key.name, release)
+        log.info("helm uninstall success")
+        await self.rt.recorder.emit(involved, "Normal", "HelmUninstalled",
+                                    f"release {release} uninstalled")
+        finalizers = [f for f in obj["metadata"].get("finalizers") or [] if f != FINALIZER]
+        try:
+            await self._patch_meta(key, {"metadata": {
+                "finalizers": finalizers, "resourceVersion": obj["metadata"]["resourceVersion"]}})
+        except NotFound:
+            pass
+        except Conflict:
+            return Outcome(retry=True, reason="Conflict")
+        return Outcome()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def _patch_meta(self, key: TenantKey, patch: dict[str, Any]) -> dict[str, Any]:
+        metrics.API_WRITES.labels(self.rt.name, "tenant").inc()
+        return await self.rt.kube.patch_tenant(key, patch)
+
+    async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or []) + [FINALIZER]
+        key = TenantKey(meta["namespace"], meta["name"])
+        return await self._patch_meta(key, {"metadata": {
+            "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+
+    async def _ensure_namespace(self, key: TenantKey, state: NamespaceState) -> None:
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: f"{key.namespace}.{key.name}"[:63]}
+        annotations = {OWNER_ANNOTATION: str(key)}
+        if state is NamespaceState.ABSENT:
+            try:
+                await self.rt.kube.create_namespace(key.name, labels, annotations)
+                metrics.API_WRITES.labels(self.rt.name, "namespace").inc()
+                self.log.info("workspace namespace created", tenant=str(key), namespace=key.name)
+                return
+            except AlreadyExists:
+                state = NamespaceState.UNMANAGED
+        if state is NamespaceState.UNMANAGED:
+            await self.rt.kube.patch_namespace(
+                key.name, {"metadata": {"labels": labels, "annotations": annotations}})
+            metrics.API_WRITES.labels(self.rt.name, "namespace").inc()
+
+    async def _set_fingerprint(self, obj: dict[str, Any], fp: str, log: Any) -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = TenantKey(meta["namespace"], meta["name"])
+        annotation = fingerprint_annotation(self.rt.name)
+        if (meta.get("annotations") or {}).get(annotation) == fp:
+            return obj
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(TemporaryError), stop=stop_after_attempt(5),
+                wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+            ):
+                with attempt:
+                    obj = await self._patch_meta(key, {"metadata": {"annotations": {annotation: fp}}})
+        except KryptonError as exc:
+            log.error("fingerprint update failed", error=str(exc))
+            await self.rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
+                                        f"{annotation}: {exc}")
+            return obj
+        await self.rt.recorder.emit(involved_tenant(obj), "Normal", "FingerprintUpdated",
+                                    f"{annotation}={fp}")
+        return obj
+
+    async def _commit(self, obj: dict[str, Any], changes: list[Change], log: Any, *,
+                      event: tuple[str, str, str] | None = None,
+                      applied: dict[str, Any] | None = None,
+                      last_chart: str | None = None) -> dict[str, Any]:
+        """Patch the status if it changed (retrying on conflicts), then emit `event` if so."""
+        key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        settings = self.rt.settings
+        for attempt in range(5):
+            status = dict(obj.get("status") or {})
+            generation = int(obj["metadata"].get("generation") or 1)
+            now = now_rfc3339()
+            conditions = cond.apply(status.get("conditions") or [], changes,
+                                    generation=generation, now=now)
+            phase, conditions = cond.summarize(conditions, allow_chart_skip=settings.allow_chart_skip,
+                                               generation=generation, now=now)
+            new = dict(status, phase=phase, conditions=conditions, observedGeneration=generation)
+            if applied is not None:
+                new["clusters"] = dict(status.get("clusters") or {}, **{self.rt.name: applied})
+            if last_chart is not None:
+                new["lastAppliedChart"] = last_chart
+            if _same_status(status, new):
+                return obj
+            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                     "status": new}
+            try:
+                metrics.API_WRITES.labels(self.rt.name, "status").inc()
+                updated = await self.rt.kube.patch_tenant_status(key, patch)
+            except Conflict:
+                fresh = await self.rt.kube.get_tenant(key)
+                if fresh is None:
+                    return obj
+                obj = fresh
+                await asyncio.sleep(0.05 * (attempt + 1))
+                continue
+            if status.get("phase") != phase:
+                log.info("phase set", phase=phase)
+                await self.rt.recorder.emit(involved_tenant(updated), "Normal", "PhaseSet",
+                                            f"phase {status.get('phase') or 'None'} -> {phase}")
+                if phase == "Ready":
+                    log.info("tenant phase is Ready", cluster=self.rt.name)
+            if event is not None:
+                await self.rt.recorder.emit(involved_tenant(updated), *event)
+            return updated
+        raise Conflict(f"status of {key} kept conflicting")
+
+
+def _has_condition(obj: dict[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _condition_true(obj: dict[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _same_status(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def strip(s: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in s.items() if k not in ("conditions", "clusters")}
+        out["conditions"] = cond.without_times(s.get("conditions") or [])
+        out["clusters"] = {k: {f: x for f, x in v.items() if f != "lastAppliedTime"}
+                           for k, v in (s.get("clusters") or {}).items()}
+        return out
+    return strip(old) == strip(new)

@@ -1,0 +1,63 @@
+"""Helm release state read from the cluster's release records, without running helm (R8).
+
+Helm 3 stores one Secret per release revision (label ``owner=helm``) whose labels carry
+``name``, ``version`` (the revision) and ``status``. A watch on those Secrets keeps this
+index current, so deciding "deployed and unchanged?" costs no process and no API call.
+Right after krypton's own helm run the watch may lag; `note` records what helm reported
+so that a stale view never triggers a second operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import ReleaseObservation, ReleaseStatus
+
+GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
+Key = tuple[str, str]
+
+
+class ReleaseIndex:
+    def __init__(self) -> None:
+        self._records: dict[Key, dict[int, ReleaseStatus]] = {}
+        self._noted: dict[Key, tuple[int, ReleaseStatus]] = {}
+
+    def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
+        """Apply one watch event; returns the (namespace, release) it concerns."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        name, version = labels.get("name"), labels.get("version")
+        if not name or not str(version).isdigit():
+            return None
+        key = (str(meta.get("namespace", "")), str(name))
+        revisions = self._records.setdefault(key, {})
+        if type_ == "DELETED":
+            revisions.pop(int(version), None)
+            if not revisions:
+                del self._records[key]
+        else:
+            revisions[int(version)] = ReleaseStatus.parse(labels.get("status"))
+        return key
+
+    def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus) -> None:
+        """Record the outcome of our own helm run until the watch catches up."""
+        self._noted[(namespace, release)] = (revision, status)
+
+    def forget(self, namespace: str, release: str) -> None:
+        self._noted.pop((namespace, release), None)
+
+    def observe(self, namespace: str, release: str) -> ReleaseObservation:
+        key = (namespace, release)
+        revisions = self._records.get(key, {})
+        latest = max(revisions, default=0)
+        noted = self._noted.get(key)
+        if noted is not None:
+            if latest >= noted[0]:
+                del self._noted[key]  # the watch has caught up
+            else:
+                good = noted[0] > 1 or any(s in GOOD for s in revisions.values())
+                return ReleaseObservation(noted[1], noted[0], good)
+        if not revisions:
+            return ReleaseObservation()
+        good = any(s in GOOD for r, s in revisions.items() if r < latest)
+        return ReleaseObservation(revisions[latest], latest, good)

@@ -1,0 +1,320 @@
+"""Operator settings: one table of flags with their environment variables and defaults.
+
+Precedence is flag > environment > default (SPEC O1). Values are parsed and checked here,
+before any cluster is touched; a bad value raises SettingsError, which the entry point
+turns into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SettingsError
+from .fingerprint import deep_merge
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``1.5m``, ``2h`` or ``500ms``; must be positive."""
+    m = _DURATION.match(text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a positive duration (e.g. 30s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{text!r} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{text!r} must not be negative")
+    return value
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"{text!r} is not one of {', '.join(options)}")
+        return text
+    return parse
+
+
+def bind_address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. :8080), or 0 to disable")
+    return text
+
+
+def text_value(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One setting: flag, environment variables (first wins), default, parser and help."""
+
+    name: str
+    help: str
+    default: Any
+    parse: Callable[[str], Any] = text_value
+    env: tuple[str, ...] = ()
+    repeatable: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return self.env or ("KRYPTON_" + self.name.upper(),)
+
+
+OPTIONS: tuple[Opt, ...] = (
+    # chart (R6)
+    Opt("chart_repo", "Chart repository URL, or an oci:// registry reference", "https://charts.jetstack.io"),
+    Opt("chart_name", "Chart name in the repository", "cert-manager"),
+    Opt("chart_version", "Exact chart version or semver range (newest match wins)", "1.19.1"),
+    Opt("chart_values_file", "Values file deep-merged over the previous ones (repeatable)", (),
+        repeatable=True, metavar="FILE"),
+    Opt("allow_chart_skip", "Chart load errors do not block phase Ready (re-queue after 120s)",
+        False, boolean, env=("ALLOW_CHART_SKIP",)),
+    # discovery (D1-D4)
+    Opt("namespace", "Namespace of the kubeconfig Secrets on the watch cluster", "default"),
+    Opt("kubeconfig_label", "Label key (value \"true\") selecting kubeconfig Secrets",
+        "sigs.k8s.io/multicluster-runtime-kubeconfig"),
+    Opt("kubeconfig_key", "Data key holding the kubeconfig in those Secrets", "kubeconfig"),
+    Opt("trust_kubeconfig_secrets",
+        "Allow exec/auth-provider users and file references in Secret kubeconfigs (unsafe)",
+        False, boolean),
+    Opt("no_self_cluster", "Do not create the self-cluster Secret at startup", False, boolean),
+    # watch cluster (D7)
+    Opt("watch_kubeconfig", "Kubeconfig file of the watch (home) cluster", "",
+        env=("WATCH_KUBECONFIG", "WATCH_CLUSTER_KUBECONFIG")),
+    Opt("watch_context", "Context in --watch-kubeconfig (default: its current-context)", "",
+        env=("WATCH_CONTEXT",)),
+    Opt("watch_kubeconfig_secret", "Secret holding the watch cluster's kubeconfig (preferred)",
+        "", env=("WATCH_KUBECONFIG_SECRET",)),
+    Opt("watch_kubeconfig_secret_namespace", "Namespace of that Secret (default: --namespace)",
+        "", env=("WATCH_KUBECONFIG_SECRET_NAMESPACE",)),
+    Opt("watch_kubeconfig_secret_key", "Data key in that Secret", "kubeconfig",
+        env=("WATCH_KUBECONFIG_SECRET_KEY",)),
+    Opt("ensure_watch_crds", "Create the Tenant CRD on the watch cluster at startup", False,
+        boolean, env=("ENSURE_WATCH_CRDS",)),
+    # reconcile (R2, R3, R9, R14)
+    Opt("watch_namespace", "Only reconcile Tenants in this namespace (namespaced mode)", "",
+        env=("WATCH_NAMESPACE",)),
+    Opt("crd_policy", "create: only create a missing CRD; upgrade: also replace an older one",
+        "create", choice("create", "upgrade")),
+    Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
+    Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
+    Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
+    Opt("api_timeout", "Timeout of one Kubernetes API call", 30.0, duration),
+    Opt("helm_wait", "Run helm with --wait", True, boolean),
+    Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
+    Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
+    Opt("delete_namespace_on_uninstall", "Delete the Tenant namespace after uninstalling", False,
+        boolean),
+    # operating (O2-O4, O9)
+    Opt("log_format", "json or console (default: console on a TTY, else json)", "",
+        choice("", "json", "console")),
+    Opt("log_level", "debug, info, warning or error", "info",
+        choice("debug", "info", "warning", "error")),
+    Opt("health_probe_bind_address", "Address of /healthz and /readyz (0 disables)", ":8081",
+        bind_address),
+    Opt("metrics_bind_address", "Address of the Prometheus metrics (0 disables)", ":8080",
+        bind_address),
+    Opt("leader_elect", "Use a coordination.k8s.io Lease so that only one replica works", False,
+        boolean),
+    Opt("leader_election_namespace", "Namespace of the Lease (WATCH_NAMESPACE wins when set)",
+        "default"),
+    Opt("leader_election_id", "Name of the Lease", "krypton-leader"),
+    Opt("lease_duration", "Lease duration", 15.0, duration),
+    Opt("renew_deadline", "Leader gives up when it could not renew for this long", 10.0, duration),
+    Opt("retry_period", "How often candidates try to acquire or renew the Lease", 2.0, duration),
+    Opt("shutdown_timeout", "Time running helm operations get to finish on SIGTERM", 30.0,
+        duration),
+)
+
+_ZERO_OK = {"health_probe_bind_address", "metrics_bind_address"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Parsed operator settings; see OPTIONS for the meaning and default of each field."""
+
+    chart_repo: str = "https://charts.jetstack.io"
+    chart_name: str = "cert-manager"
+    chart_version: str = "1.19.1"
+    chart_values_file: tuple[str, ...] = ()
+    allow_chart_skip: bool = False
+    namespace: str = "default"
+    kubeconfig_label: str = "sigs.k8s.io/multicluster-runtime-kubeconfig"
+    kubeconfig_key: str = "kubeconfig"
+    trust_kubeconfig_secrets: bool = False
+    no_self_cluster: bool = False
+    watch_kubeconfig: str = ""
+    watch_context: str = ""
+    watch_kubeconfig_secret: str = ""
+    watch_kubeconfig_secret_namespace: str = ""
+    watch_kubeconfig_secret_key: str = "kubeconfig"
+    ensure_watch_crds: bool = False
+    watch_namespace: str = ""
+    crd_policy: str = "create"
+    max_concurrent_reconciles: int = 4
+    max_concurrent_helm: int = 8
+    resync_period: float = 600.0
+    api_timeout: float = 30.0
+    helm_wait: bool = True
+    helm_timeout: float = 180.0
+    helm_executable: str = "helm"
+    delete_namespace_on_uninstall: bool = False
+    log_format: str = ""
+    log_level: str = "info"
+    health_probe_bind_address: str = ":8081"
+    metrics_bind_address: str = ":8080"
+    leader_elect: bool = False
+    leader_election_namespace: str = "default"
+    leader_election_id: str = "krypton-leader"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    shutdown_timeout: float = 30.0
+    # derived at load time
+    chart_values: dict[str, Any] = field(default_factory=dict)
+    helm_path: str = ""
+
+    @property
+    def lease_namespace(self) -> str:
+        return self.watch_namespace or self.leader_election_namespace
+
+
+assert {o.name for o in OPTIONS} | {"chart_values", "helm_path"} == {f.name for f in fields(Settings)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every option as a flag; defaults stay None so that env can fill the gaps."""
+    for opt in OPTIONS:
+        envs = " or ".join(f"${e}" for e in opt.envs)
+        default = ", ".join(opt.default) if isinstance(opt.default, tuple) else opt.default
+        help_text = f"{opt.help} [env {envs}; default {default!r}]"
+        if opt.repeatable:
+            parser.add_argument(opt.flag, action="append", default=None, help=help_text,
+                                metavar=opt.metavar)
+        elif opt.parse is boolean:
+            parser.add_argument(opt.flag, nargs="?", const="true", default=None, help=help_text,
+                                metavar="BOOL")
+        else:
+            parser.add_argument(opt.flag, default=None, help=help_text, metavar=opt.metavar)
+
+
+def _raw(opt: Opt, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, str] | None:
+    value = getattr(args, opt.name, None)
+    if value is not None:
+        return value, opt.flag
+    for name in opt.envs:
+        if env.get(name, "") != "":
+            raw = env[name]
+            return ([p for p in raw.split(",") if p] if opt.repeatable else raw), f"${name}"
+    return None
+
+
+def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
+         *, check_helm: bool = True) -> Settings:
+    """Build Settings from parsed flags and the environment; raises SettingsError."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        got = _raw(opt, args, env)
+        if got is None:
+            values[opt.name] = opt.default
+            continue
+        raw, source = got
+        try:
+            if opt.repeatable:
+                values[opt.name] = tuple(opt.parse(v) for v in raw)
+            elif opt.name in _ZERO_OK and raw == "0":
+                values[opt.name] = "0"
+            else:
+                values[opt.name] = opt.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"invalid {source}: {exc}") from exc
+    settings = Settings(**values)
+    _check(settings)
+    merged: dict[str, Any] = {}
+    for path in settings.chart_values_file:
+        merged = deep_merge(merged, read_values_file(path))
+    helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
+    return _replace(settings, chart_values=merged, helm_path=helm_path)
+
+
+def _replace(settings: Settings, **changes: Any) -> Settings:
+    from dataclasses import replace
+    return replace(settings, **changes)
+
+
+def _check(s: Settings) -> None:
+    for name in ("chart_repo", "chart_name", "chart_version", "namespace", "kubeconfig_label",
+                 "kubeconfig_key"):
+        if not getattr(s, name).strip():
+            raise SettingsError(f"invalid --{name.replace('_', '-')}: must not be empty")
+    if not re.match(r"^(https?|oci)://\S+$", s.chart_repo):
+        raise SettingsError(f"invalid --chart-repo: {s.chart_repo!r} is not an http(s):// or "
+                            "oci:// URL")
+    if s.renew_deadline >= s.lease_duration:
+        raise SettingsError("invalid --renew-deadline: must be shorter than --lease-duration")
+
+
+def read_values_file(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SettingsError(f"invalid --chart-values-file: cannot read {path}: "
+                            f"{exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"invalid --chart-values-file: {path} is not valid YAML") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"invalid --chart-values-file: {path} is not a YAML mapping")
+    return data
+
+
+def resolve_helm(executable: str) -> str:
+    found = shutil.which(executable)
+    if not found:
+        raise SettingsError(f"helm executable {executable!r} not found "
+                            "(set --helm-executable or put helm on PATH)")
+    return found
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="krypton run")
+    add_arguments(parser)
+    return parser.parse_args(list(argv))

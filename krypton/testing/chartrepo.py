@@ -1,0 +1,83 @@
+"""A real Helm chart repository on loopback (SPEC T3).
+
+Chart directories are packaged with ``helm package`` (optionally under several versions),
+indexed with ``helm repo index`` and served over HTTP by a small threaded server. Stopping
+and starting the server again on the same port simulates a repository outage.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from .controlplane import free_port
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+class ChartRepository:
+    """Packages charts with a real helm and serves them as a chart repository."""
+
+    def __init__(self, helm: str | Path, directory: str | Path | None = None) -> None:
+        self.helm = str(helm)
+        self._own_dir = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="krypton-charts-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def publish(self, chart_dir: str | Path, version: str | None = None) -> Path:
+        """Package `chart_dir` (as `version` when given) and refresh the index."""
+        argv = [self.helm, "package", str(chart_dir), "--destination", str(self.directory)]
+        if version:
+            argv += ["--version", version, "--app-version", version]
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        self._index()
+        return Path(out.strip().rsplit(":", 1)[-1].strip())
+
+    def _index(self) -> None:
+        subprocess.run([self.helm, "repo", "index", str(self.directory), "--url", self.url],
+                       check=True, capture_output=True)
+
+    def start(self) -> ChartRepository:
+        """Serve the directory on 127.0.0.1 (the same port across restarts)."""
+        if self._server is not None:
+            return self
+        handler = functools.partial(_QuietHandler, directory=str(self.directory))
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name=f"chart-repo-{self.port}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (the packaged charts stay, so start() brings the repo back)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop and remove the packaged charts."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> ChartRepository:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,96 @@
+"""A de-duplicating asyncio work queue with per-key exponential backoff (SPEC R3).
+
+A key is never handed out twice at once: a key added while it is being processed is
+queued again when `done` is called. `retry` schedules the key after a capped exponential
+delay; `forget` resets that delay after a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, *, base_delay: float = 1.0, max_delay: float = 300.0) -> None:
+        self._queue: deque[K] = deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._timers: dict[K, asyncio.TimerHandle] = {}
+        self._failures: dict[K, int] = {}
+        self._ready = asyncio.Condition()
+        self._closed = False
+        self.base_delay, self.max_delay = base_delay, max_delay
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, key: K) -> None:
+        if self._closed or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._ready:
+            self._ready.notify()
+
+    def add_after(self, key: K, delay: float) -> None:
+        if self._closed:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        timer = self._timers.get(key)
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: K) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def retry(self, key: K) -> float:
+        """Schedule `key` after its next backoff delay; returns the delay."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        delay = min(self.base_delay * (2**n), self.max_delay)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: K) -> None:
+        self._failures.pop(key, None)
+
+    async def get(self) -> K:
+        async with self._ready:
+            await self._ready.wait_for(lambda: bool(self._queue) or self._closed)
+            if not self._queue:
+                raise asyncio.CancelledError("queue closed")
+            key = self._queue.popleft()
+            self._dirty.discard(key)
+            self._processing.add(key)
+            return key
+
+    def done(self, key: K) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def close(self) -> None:
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        async with self._ready:
+            self._ready.notify_all()
