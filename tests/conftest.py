@@ -1,0 +1,106 @@
+"""Shared fixtures: the real test bed (SPEC T1-T3).
+
+Session-scoped ``home`` (client-certificate auth, with kube-controller-manager) and
+``remote`` (token auth) control planes, the local chart repository with three versions of
+the ``sample`` chart, and the helm binary. Tests marked ``unit`` touch none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHARTS = Path(__file__).parent / "charts"
+SAMPLE_VERSIONS = ("0.1.0", "0.2.0", "0.3.0")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for marker in ("unit", "integration", "e2e"):
+            if marker in parts:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(scope="session")
+def testbin() -> Path:
+    from krypton.testing import testbin as find
+
+    return find()
+
+
+@pytest.fixture(scope="session")
+def helm_bin(testbin: Path) -> str:
+    return str(testbin / "helm")
+
+
+@pytest.fixture(scope="session")
+def kubectl_bin(testbin: Path) -> str:
+    return str(testbin / "kubectl")
+
+
+@pytest.fixture(scope="session")
+def home(testbin: Path) -> Iterator[object]:
+    from krypton.testing import ControlPlane
+
+    cp = ControlPlane("home", testbin, auth="cert", controller_manager=True).start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def remote(testbin: Path) -> Iterator[object]:
+    from krypton.testing import ControlPlane
+
+    cp = ControlPlane("remote", testbin, auth="token").start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def chart_repo(helm_bin: str) -> Iterator[object]:
+    from krypton.testing import ChartRepository
+
+    repo = ChartRepository(helm_bin)
+    for version in SAMPLE_VERSIONS:
+        repo.publish(CHARTS / "sample", version)
+    repo.start()
+    try:
+        yield repo
+    finally:
+        repo.close()
+
+
+def _our_control_plane_pids() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if re.search(r"(etcd|kube-apiserver|kube-controller-manager) .*krypton-cp-", cmdline):
+            pids.append(int(entry))
+    return pids
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config._krypton_preexisting = set(_our_control_plane_pids())  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a control-plane process started by this session outlived it."""
+    before = getattr(session.config, "_krypton_preexisting", set())
+    leaked = sorted(set(_our_control_plane_pids()) - before)
+    if leaked:
+        print(f"\nLEAK: control-plane processes still running after the session: {leaked}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,79 @@
+"""The test bed itself: real control planes, real helm, a real chart repository."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+from pyhelm3.command import Command
+
+from krypton.testing import ControlPlane
+
+
+def api_for(cp: ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(cp.kubeconfig))
+
+
+def test_control_planes_use_both_credential_kinds(home: ControlPlane, remote: ControlPlane) -> None:
+    home_user = home.kubeconfig_dict()["users"][0]["user"]
+    remote_user = remote.kubeconfig_dict()["users"][0]["user"]
+    assert set(home_user) == {"client-certificate-data", "client-key-data"}
+    assert set(remote_user) == {"token"}
+    for cp in (home, remote):
+        version = client.VersionApi(api_for(cp)).get_code()
+        assert version.git_version == "v1.34.4"
+
+
+def test_chart_repository_serves_an_index(chart_repo: object) -> None:
+    with urllib.request.urlopen(f"{chart_repo.url}/index.yaml") as resp:  # type: ignore[attr-defined]
+        index = yaml.safe_load(resp.read())
+    versions = sorted(e["version"] for e in index["entries"]["sample"])
+    assert versions == ["0.1.0", "0.2.0", "0.3.0"]
+
+
+def test_helm_installs_the_test_chart_on_remote(remote: ControlPlane, chart_repo: object,
+                                                helm_bin: str, tmp_path: Path) -> None:
+    api = api_for(remote)
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "smoke"}})
+    kubeconfig = tmp_path / "remote.kubeconfig"
+    kubeconfig.write_text(remote.kubeconfig.read_text())
+    kubeconfig.chmod(0o600)
+    helm = Command(executable=helm_bin, kubeconfig=kubeconfig)
+    result = asyncio.run(helm.install_or_upgrade(
+        "smoke", "sample", {"data": {"hello": "world"}}, repo=chart_repo.url,  # type: ignore[attr-defined]
+        version="0.2.0", namespace="smoke", wait=True, timeout="60s"))
+    assert result["info"]["status"] == "deployed"
+
+    cm = core.read_namespaced_config_map("smoke", "smoke")
+    assert cm.data == {"chartVersion": "0.2.0", "hello": "world"}
+    records = core.list_namespaced_secret("smoke", label_selector="owner=helm,name=smoke").items
+    assert [(s.metadata.labels["status"], s.metadata.labels["version"]) for s in records] == \
+        [("deployed", "1")]
+
+
+def test_stop_leaves_no_process(testbin: Path) -> None:
+    cp = ControlPlane("leakcheck", testbin).start()
+    pids = cp.pids
+    workdir = cp.workdir
+    assert len(pids) == 2
+    cp.stop()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not workdir.exists()
+
+
+def test_apiserver_restart_keeps_data(testbin: Path) -> None:
+    with ControlPlane("restart", testbin, auth="token").start() as cp:
+        core = client.CoreV1Api(api_for(cp))
+        core.create_namespace({"metadata": {"name": "kept"}})
+        cp.stop_apiserver()
+        cp.restart_apiserver()
+        core = client.CoreV1Api(api_for(cp))
+        assert core.read_namespace("kept").metadata.name == "kept"
