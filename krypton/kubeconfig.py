@@ -208,3 +208,39 @@ def parse(
         uses_plugins_or_files=bool(risky),
         warnings=tuple(warnings),
     )
+
+
+def inline_files(data: str, base_dir: str) -> str:
+    """Replace file references of a trusted kubeconfig by their content (SPEC D6, O7).
+
+    Certificate and key paths become ``*-data`` fields, ``tokenFile`` becomes ``token``;
+    relative paths are taken from `base_dir`. The result is self-contained.
+    """
+    import os
+
+    doc = yaml.safe_load(data)
+    if not isinstance(doc, dict):
+        raise _reject("kubeconfig is not a YAML mapping")
+
+    def read(path: str) -> bytes:
+        full = path if os.path.isabs(path) else os.path.join(base_dir, path)
+        try:
+            with open(os.path.expanduser(full), "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise _reject(f"cannot read {path}: {exc.strerror}") from exc
+
+    for entry in doc.get("clusters") or []:
+        cluster = entry.get("cluster") or {}
+        if cluster.get("certificate-authority"):
+            ca = read(cluster.pop("certificate-authority"))
+            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+    for entry in doc.get("users") or []:
+        user = entry.get("user") or {}
+        for ref, inline in (("client-certificate", "client-certificate-data"),
+                            ("client-key", "client-key-data")):
+            if user.get(ref):
+                user[inline] = base64.b64encode(read(user.pop(ref))).decode()
+        if user.get("tokenFile"):
+            user["token"] = read(user.pop("tokenFile")).decode().strip()
+    return str(yaml.safe_dump(doc, sort_keys=False))

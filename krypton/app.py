@@ -1,0 +1,265 @@
+"""The operator process: watch cluster (D7), self cluster (D6), discovery + fleet, health
+and metrics (O3), graceful shutdown (O9)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from . import kubeconfig as kubeconfigs
+from . import metrics
+from .charts import ChartSource
+from .crd import crd_manifest
+from .errors import KryptonError, KubeconfigRejected, TemporaryError
+from .events import EventRecorder
+from .fleet import Fleet
+from .health import HealthServer
+from .helm import Helm
+from .kube import (
+    Informer,
+    Kube,
+    configuration_for,
+    configuration_from_file,
+    configuration_in_cluster,
+)
+from .settings import Settings
+from .slots import FairSlots
+from .worker import Shared
+
+log = structlog.get_logger("krypton")
+
+SELF_CLUSTER = "self-cluster"
+
+
+def user_kubeconfig_path() -> str:
+    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    return first or os.path.expanduser("~/.kube/config")
+
+
+async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
+    """The home cluster, in the order of SPEC D7."""
+    timeout = settings.api_timeout
+    if settings.watch_kubeconfig_secret:
+        local_cfg = configuration_in_cluster()
+        if local_cfg is None:
+            local_cfg = configuration_from_file(user_kubeconfig_path())
+        local = Kube(local_cfg, name="local", timeout=timeout)
+        namespace = settings.watch_kubeconfig_secret_namespace or settings.namespace
+        secret = await local.get_secret(namespace, settings.watch_kubeconfig_secret)
+        local.close()
+        if secret is None:
+            raise KubeconfigRejected(
+                f"watch kubeconfig Secret {namespace}/{settings.watch_kubeconfig_secret} not found")
+        from .discovery import decode_data
+
+        raw = decode_data((secret.get("data") or {}).get(settings.watch_kubeconfig_secret_key))
+        kc = kubeconfigs.parse(raw, context=settings.watch_context or None, trust=True)
+        return Kube(configuration_for(kc, workdir / "watch", trust=True), name="home",
+                    timeout=timeout)
+    if settings.watch_kubeconfig:
+        return Kube(configuration_from_file(settings.watch_kubeconfig, settings.watch_context),
+                    name="home", timeout=timeout)
+    in_cluster = configuration_in_cluster()
+    if in_cluster is not None:
+        return Kube(in_cluster, name="home", timeout=timeout)
+    return Kube(configuration_from_file(user_kubeconfig_path(), settings.watch_context),
+                name="home", timeout=timeout)
+
+
+class Operator:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.stopping = asyncio.Event()
+        self.workdir = Path(tempfile.mkdtemp(prefix="krypton-run-"))
+        os.chmod(self.workdir, 0o700)
+        self.home: Kube | None = None
+        self.fleet: Fleet | None = None
+        self.discovery: Informer | None = None
+        self.health = HealthServer(settings.health_probe_bind_address, self.ready)
+
+    def ready(self) -> bool:
+        return self.discovery is not None and self.discovery.synced.is_set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        self.health.start()
+        if self.settings.metrics_bind_address != "0":
+            from prometheus_client import start_http_server
+
+            host, _, port = self.settings.metrics_bind_address.rpartition(":")
+            start_http_server(int(port), addr=host or "0.0.0.0")
+        metrics.BUILD.info({"version": "0.1.0"})
+        try:
+            await self._run()
+        finally:
+            await self._shutdown()
+        return 0
+
+    async def _connect_home(self) -> Kube:
+        delay = 1.0
+        while not self.stopping.is_set():
+            try:
+                home = await watch_cluster(self.settings, self.workdir)
+                version = await home.server_version()
+                log.info("watch cluster connected", server=home.config.host, version=version)
+                return home
+            except TemporaryError as exc:
+                log.warning("watch cluster unreachable", error=str(exc), retry_in=delay)
+                await self._sleep(delay)
+                delay = min(delay * 2, 60.0)
+        raise asyncio.CancelledError()
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _run(self) -> None:
+        s = self.settings
+        try:
+            self.home = await self._connect_home()
+        except asyncio.CancelledError:
+            return
+        if s.ensure_watch_crds:
+            result = await self.home.ensure_crd(crd_manifest(), upgrade=s.crd_policy == "upgrade")
+            log.info("watch cluster CRD ensured", result=result)
+        if not s.no_self_cluster:
+            await ensure_self_cluster(self.home, s)
+        chart = ChartSource(s.chart_repo, s.chart_name, s.chart_version,
+                            helm=Helm(s.helm_path or s.helm_executable, timeout=s.helm_timeout),
+                            cache_dir=self.workdir / "charts")
+        home_events = EventRecorder(self.home)
+        fleet: Fleet
+        shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
+                        lambda *a: fleet.report(*a), self.workdir / "clusters")
+        fleet = Fleet(s, shared, home_events)
+        self.fleet = fleet
+        loop = asyncio.get_running_loop()
+        dirty = asyncio.Event()
+        self.discovery = Informer(
+            self.home, "kubeconfig-secrets", self.home.secret_lister(s.namespace),
+            lambda _t, _o: loop.call_soon_threadsafe(dirty.set),
+            label_selector=f"{s.kubeconfig_label}=true",
+            on_error=lambda exc: log.warning("discovery watch failed", error=str(exc)),
+        ).start()
+        log.info("krypton started", namespace=s.namespace, chart=f"{s.chart_name} {s.chart_version}")
+        while not self.stopping.is_set():
+            waiter = asyncio.create_task(dirty.wait())
+            stopper = asyncio.create_task(self.stopping.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if self.stopping.is_set():
+                break
+            dirty.clear()
+            await fleet.sync(list(self.discovery.store.values()))
+
+    async def _shutdown(self) -> None:
+        log.info("shutting down", grace=self.settings.shutdown_timeout)
+        if self.discovery is not None:
+            self.discovery.stop()
+        if self.fleet is not None:
+            await self.fleet.shutdown(self.settings.shutdown_timeout)
+        if self.home is not None:
+            self.home.close()
+        self.health.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        log.info("stopped")
+
+
+async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
+    """Create the labelled ``self-cluster`` Secret unless a valid one exists (SPEC D6)."""
+    ns = settings.namespace
+    existing = await home.get_secret(ns, SELF_CLUSTER)
+    if existing is not None:
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        from .discovery import decode_data
+
+        raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
+        try:
+            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets)
+            if labels.get(settings.kubeconfig_label) == "true":
+                log.info("self-cluster secret present", namespace=ns)
+                return
+        except KubeconfigRejected:
+            pass
+    try:
+        content = await _self_kubeconfig(home)
+    except KryptonError as exc:
+        log.warning("self-cluster secret not created", error=str(exc))
+        return
+    import base64
+
+    body: dict[str, Any] = {
+        "metadata": {"name": SELF_CLUSTER, "namespace": ns,
+                     "labels": {settings.kubeconfig_label: "true",
+                                "app.kubernetes.io/managed-by": "krypton"}},
+        "type": "Opaque",
+        "data": {settings.kubeconfig_key: base64.b64encode(content.encode()).decode()},
+    }
+    if existing is None:
+        await home.create_secret(ns, body)
+    else:
+        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        await home.replace_secret(ns, SELF_CLUSTER, body)
+    log.info("self-cluster secret written", namespace=ns)
+
+
+async def _self_kubeconfig(home: Kube) -> str:
+    """Strategy C: inline and reduce the user kubeconfig, validate, else fall back."""
+    path = user_kubeconfig_path()
+    if not os.path.exists(path):
+        return synthesize_kubeconfig(home)
+    text = Path(path).read_text()
+    inlined = kubeconfigs.inline_files(text, os.path.dirname(path))
+    try:
+        reduced = kubeconfigs.parse(inlined, trust=True)
+        probe = Kube(configuration_for(reduced, Path(tempfile.mkdtemp(prefix="krypton-probe-")),
+                                       trust=True), name="self-probe", timeout=10)
+        try:
+            await probe.server_version()
+        finally:
+            probe.close()
+        return reduced.to_yaml()
+    except KryptonError as exc:
+        log.warning("reduced self kubeconfig failed validation; using the full file",
+                    error=str(exc))
+        return inlined
+
+
+def synthesize_kubeconfig(home: Kube) -> str:
+    """A minimal kubeconfig from the process's own client configuration."""
+    import base64
+
+    import yaml
+
+    cfg = home.config
+    cluster: dict[str, Any] = {"server": cfg.host}
+    if cfg.ssl_ca_cert:
+        cluster["certificate-authority-data"] = base64.b64encode(
+            Path(cfg.ssl_ca_cert).read_bytes()).decode()
+    user: dict[str, Any] = {}
+    token = (cfg.api_key or {}).get("authorization", "")
+    if token.startswith("Bearer "):
+        user["token"] = token.removeprefix("Bearer ")
+    if cfg.cert_file and cfg.key_file:
+        user["client-certificate-data"] = base64.b64encode(Path(cfg.cert_file).read_bytes()).decode()
+        user["client-key-data"] = base64.b64encode(Path(cfg.key_file).read_bytes()).decode()
+    return str(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": SELF_CLUSTER, "cluster": cluster}],
+        "users": [{"name": SELF_CLUSTER, "user": user}],
+        "contexts": [{"name": SELF_CLUSTER, "context": {"cluster": SELF_CLUSTER,
+                                                         "user": SELF_CLUSTER}}],
+        "current-context": SELF_CLUSTER,
+    }, sort_keys=False))

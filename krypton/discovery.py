@@ -1,0 +1,51 @@
+"""Labelled kubeconfig Secrets -> the desired set of clusters (SPEC D1, D2, F3). Pure.
+
+Each cluster is identified by its Secret's name and carries a hash of everything that
+defines it (kubeconfig bytes and per-cluster values); the fleet re-engages a cluster only
+when that hash changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+VALUES_KEY = "values.yaml"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    namespace: str
+    uid: str
+    kubeconfig: bytes | None  # None: the data key is missing or not base64
+    values: bytes | None
+    digest: str
+
+
+def decode_data(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def desired_clusters(secrets: list[dict[str, Any]], key: str) -> dict[str, ClusterSpec]:
+    """Cluster specs from Secret objects (plain dicts as the API returns them)."""
+    out: dict[str, ClusterSpec] = {}
+    for secret in secrets:
+        meta = secret.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        data = secret.get("data") or {}
+        kubeconfig, values = decode_data(data.get(key)), decode_data(data.get(VALUES_KEY))
+        digest = hashlib.sha256(
+            (kubeconfig or b"<missing>") + b"\0" + (values or b"")).hexdigest()
+        out[meta["name"]] = ClusterSpec(meta["name"], meta.get("namespace", ""),
+                                        meta.get("uid", ""), kubeconfig, values, digest)
+    return out

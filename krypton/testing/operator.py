@@ -1,0 +1,157 @@
+"""Running the real operator as a background process in tests, the e2e, the demo and the
+benchmarks, and small helpers around it.
+
+`OperatorProcess` starts ``python -m krypton run`` with the given flags, writes its PID to a
+file, captures its log, scrapes its Prometheus metrics and stops it like ``make stop``
+(SIGTERM, about 5 s, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .controlplane import free_port
+
+LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.25,
+             what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy; raise TimeoutError otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:  # noqa: BLE001 - keep polling through transient errors
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last  # type: ignore[no-any-return]
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def kubeconfig_secret(name: str, kubeconfig: str | bytes, *, namespace: str = "default",
+                      label: str = LABEL, values: str | None = None) -> dict[str, Any]:
+    """A labelled kubeconfig Secret body as the operator discovers it."""
+    raw = kubeconfig.encode() if isinstance(kubeconfig, str) else kubeconfig
+    data = {"kubeconfig": base64.b64encode(raw).decode()}
+    if values is not None:
+        data["values.yaml"] = base64.b64encode(values.encode()).decode()
+    return {"metadata": {"name": name, "namespace": namespace, "labels": {label: "true"}},
+            "type": "Opaque", "data": data}
+
+
+class OperatorProcess:
+    """``python -m krypton run`` in the background."""
+
+    def __init__(self, args: Sequence[str], *, helm_dir: str | Path,
+                 env: dict[str, str] | None = None, log_path: Path | None = None,
+                 pid_file: Path | None = None) -> None:
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.args = [
+            "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+            "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
+            "--log-format", "json",
+            *args,
+        ]
+        self.env = dict(os.environ)
+        self.env["PATH"] = f"{helm_dir}{os.pathsep}{self.env.get('PATH', '')}"
+        self.env.update(env or {})
+        tmp = Path(tempfile.mkdtemp(prefix="krypton-op-"))
+        self.log_path = log_path or tmp / "operator.log"
+        self.pid_file = pid_file or tmp / "operator.pid"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        with self.log_path.open("ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "krypton", "run", *self.args], env=self.env,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        self.pid_file.write_text(str(self.popen.pid))
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"operator exited:\n{self.log_tail()}")
+            return self._get(f"http://127.0.0.1:{self.health_port}/readyz") == "ok"
+        wait_for(ready, timeout, what="operator /readyz")
+
+    def _get(self, url: str) -> str:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def metrics_text(self) -> str:
+        return self._get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        total = 0.0
+        for line in self.metrics_text().splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric, _, label_text = head.partition("{")
+            if metric != name:
+                continue
+            if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit status."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        code = self.popen.returncode
+        self.pid_file.unlink(missing_ok=True)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL (crash tests)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(5)
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,214 @@
+"""One worker per engaged cluster (SPEC R2, R3): engage, watch Tenants and release records,
+feed a de-duplicating queue, reconcile with bounded concurrency, resync periodically.
+
+Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches. A failure is
+reported (Warning Event on the cluster's Secret, log line) and retried with capped
+exponential backoff; the worker never takes the process down. Cancelling the worker's task
+disengages it; its private directory (kubeconfig and certificates) is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from . import metrics
+from .charts import ChartSource
+from .crd import crd_manifest
+from .errors import KryptonError, TemporaryError
+from .events import EventRecorder
+from .helm import Helm
+from .kube import HELM_RELEASE_SELECTOR, Informer, Kube, configuration_for
+from .kubeconfig import Kubeconfig
+from .model import TenantKey
+from .reconciler import ClusterRuntime, Reconciler
+from .releases import ReleaseIndex
+from .settings import Settings
+from .slots import FairSlots
+from .workqueue import WorkQueue
+
+Reporter = Callable[[str, str, str, str], Awaitable[None]]
+
+
+@dataclass
+class Shared:
+    """What all workers share: settings, the chart, the helm cap, a reporter, a workdir."""
+
+    settings: Settings
+    chart: ChartSource
+    slots: FairSlots
+    report: Reporter  # (cluster, event type, reason, message) -> Event on its Secret
+    workdir: Path
+
+
+class Worker:
+    def __init__(self, name: str, kc: Kubeconfig, values: dict[str, Any], shared: Shared) -> None:
+        self.name, self.kc, self.values, self.shared = name, kc, values, shared
+        self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
+        self.engaged = False
+        self.queue: WorkQueue[TenantKey] = WorkQueue()
+        self.kube: Kube | None = None
+        self.runtime: ClusterRuntime | None = None
+        self._informers: list[Informer] = []
+        self._consumers: list[asyncio.Task[None]] = []
+        self._busy = 0
+        self._dir = shared.workdir / name
+        self.reconciles = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await self._engage_with_backoff()
+            await self._serve()
+        finally:
+            await self._teardown()
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop taking work; give running reconciles up to `grace` seconds to finish."""
+        await self.queue.close()
+        if grace > 0 and self._busy:
+            deadline = time.monotonic() + grace
+            while self._busy and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+
+    async def _engage_with_backoff(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                await self._engage()
+                return
+            except KryptonError as exc:
+                self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
+                                 retry_in=delay)
+                await self.shared.report(self.name, "Warning", exc.reason, str(exc))
+                self._close_kube()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 300.0)
+
+    async def _engage(self) -> None:
+        settings = self.shared.settings
+        self._close_kube()
+        cfg = configuration_for(self.kc, self._dir / "tls", trust=settings.trust_kubeconfig_secrets)
+        self.kube = Kube(cfg, name=self.name, timeout=settings.api_timeout)
+        try:
+            version = await self.kube.server_version()
+        except TemporaryError as exc:
+            raise TemporaryError(f"cluster {self.name} unreachable: {exc}",
+                                 reason="ClusterUnreachable") from exc
+        result = await self.kube.ensure_crd(crd_manifest(), upgrade=settings.crd_policy == "upgrade")
+        kubeconfig = self._dir / "kubeconfig"
+        kubeconfig.touch(mode=0o600)
+        kubeconfig.write_text(self.kc.to_yaml())
+        helm = Helm(settings.helm_path or settings.helm_executable, kubeconfig=kubeconfig,
+                    timeout=settings.helm_timeout, wait=settings.helm_wait)
+        self.runtime = ClusterRuntime(
+            name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
+            chart=self.shared.chart, settings=settings, slots=self.shared.slots,
+            releases=ReleaseIndex(), tenants={}, values=self.values)
+        self.log.info("cluster engaged", server_version=version, crd=result)
+
+    async def _serve(self) -> None:
+        assert self.kube is not None and self.runtime is not None
+        loop = asyncio.get_running_loop()
+        settings = self.shared.settings
+        rt = self.runtime
+
+        def on_tenant(type_: str, obj: dict[str, Any]) -> None:
+            meta = obj["metadata"]
+            loop.call_soon_threadsafe(self.queue.add, TenantKey(meta["namespace"], meta["name"]))
+
+        def on_release(type_: str, obj: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self._release_changed, type_, obj)
+
+        def on_error(exc: Exception) -> None:
+            self.log.warning("watch failed, retrying", error=str(exc))
+
+        tenants = Informer(self.kube, "tenants", self.kube.tenant_lister(settings.watch_namespace),
+                           on_tenant, on_error=on_error)
+        rt.tenants = tenants.store
+        releases = Informer(self.kube, "helm-releases", self.kube.secret_lister(None), on_release,
+                            label_selector=HELM_RELEASE_SELECTOR, on_error=on_error)
+        self._informers = [releases.start()]
+        # Release records first, so the first Tenant passes see real release state.
+        await asyncio.to_thread(releases.synced.wait, settings.api_timeout)
+        self._informers.append(tenants.start())
+        self.engaged = True
+        metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
+        reconciler = Reconciler(rt)
+        self._consumers = [asyncio.create_task(self._consume(reconciler))
+                           for _ in range(settings.max_concurrent_reconciles)]
+        try:
+            while True:
+                await asyncio.sleep(settings.resync_period)
+                for ns, name in list(tenants.store):
+                    self.queue.add(TenantKey(ns, name))
+        finally:
+            for task in self._consumers:
+                task.cancel()
+            await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
+        assert self.runtime is not None
+        key = self.runtime.releases.on_event(type_, obj)
+        if key is None:
+            return
+        namespace = key[0]
+        for ns, name in list(self.runtime.tenants):
+            if name == namespace:
+                self.queue.add(TenantKey(ns, name))
+
+    async def _consume(self, reconciler: Reconciler) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except asyncio.CancelledError:
+                return
+            self._busy += 1
+            metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
+            start = time.monotonic()
+            try:
+                outcome = await reconciler.reconcile(key)
+                if outcome.retry:
+                    self.queue.retry(key)
+                else:
+                    self.queue.forget(key)
+                    if outcome.requeue_after:
+                        self.queue.add_after(key, outcome.requeue_after)
+            except KryptonError as exc:
+                delay = self.queue.retry(key)
+                metrics.RECONCILE_ERRORS.labels(self.name, exc.reason).inc()
+                self.log.warning("reconcile failed", tenant=str(key), reason=exc.reason,
+                                 error=str(exc), retry_in=delay)
+            except Exception:  # noqa: BLE001 - a defect must not kill the worker
+                delay = self.queue.retry(key)
+                metrics.RECONCILE_ERRORS.labels(self.name, "Internal").inc()
+                self.log.exception("reconcile crashed", tenant=str(key), retry_in=delay)
+            finally:
+                self.reconciles += 1
+                metrics.RECONCILES.labels(self.name).inc()
+                metrics.RECONCILE_SECONDS.labels(self.name).observe(time.monotonic() - start)
+                self._busy -= 1
+                self.queue.done(key)
+
+    def _close_kube(self) -> None:
+        if self.kube is not None:
+            self.kube.close()
+            self.kube = None
+
+    async def _teardown(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+        self._informers = []
+        self.engaged = False
+        metrics.CLUSTER_ENGAGED.labels(self.name).set(0)
+        self._close_kube()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self.log.info("cluster disengaged")

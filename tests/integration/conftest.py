@@ -1,0 +1,192 @@
+"""Helpers for integration tests: API clients per control plane, an isolated fleet per test.
+
+Every test gets its own discovery namespace on home and its own Tenant namespace
+(``--watch-namespace``) on each cluster, so operators of different tests never see each
+other's objects although the control planes are shared by the session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from krypton.testing import ControlPlane
+from krypton.testing.operator import OperatorProcess, kubeconfig_secret, wait_for
+
+GROUP, VERSION, PLURAL = "mesh.openkcm.io", "v1alpha1", "tenants"
+
+
+@dataclass
+class Cluster:
+    """A control plane with API clients."""
+
+    name: str
+    cp: ControlPlane
+    api: client.ApiClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.api = config.new_client_from_config(config_file=str(self.cp.kubeconfig))
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def ensure_namespace(self, name: str) -> None:
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def create_tenant(self, namespace: str, name: str, spec: dict[str, Any] | None = None,
+                      annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Tenant",
+                "metadata": {"name": name, "namespace": namespace,
+                             "annotations": annotations or {}},
+                "spec": spec or {}}
+        return self.custom.create_namespaced_custom_object(  # type: ignore[no-any-return]
+            GROUP, VERSION, namespace, PLURAL, body)
+
+    def tenant(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
+            GROUP, VERSION, namespace, PLURAL, name)
+
+    def patch_tenant(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in (self.tenant(namespace, name).get("status") or {}).get("conditions") or []:
+            if c["type"] == type_:
+                return c  # type: ignore[no-any-return]
+        return None
+
+    def phase(self, namespace: str, name: str) -> str | None:
+        return (self.tenant(namespace, name).get("status") or {}).get("phase")
+
+    def wait_phase(self, namespace: str, name: str, phase: str, timeout: float = 90) -> None:
+        wait_for(lambda: self.phase(namespace, name) == phase, timeout,
+                 what=f"{self.name} tenant {namespace}/{name} phase {phase}")
+
+    def wait_condition(self, namespace: str, name: str, type_: str, status: str,
+                       reason: str | None = None, timeout: float = 90) -> dict[str, Any]:
+        def match() -> dict[str, Any] | None:
+            c = self.condition(namespace, name, type_)
+            if c and c["status"] == status and (reason is None or c["reason"] == reason):
+                return c
+            return None
+        return wait_for(match, timeout, what=f"{self.name} {namespace}/{name} {type_}={status}"
+                        f" {reason or ''}")
+
+    def release_records(self, namespace: str, release: str) -> list[tuple[int, str]]:
+        items = self.core.list_namespaced_secret(
+            namespace, label_selector=f"owner=helm,name={release}").items
+        return sorted((int(s.metadata.labels["version"]), s.metadata.labels["status"])
+                      for s in items)
+
+    def events(self, namespace: str, name: str | None = None) -> list[Any]:
+        items = self.core.list_namespaced_event(namespace).items
+        return [e for e in items if name is None or e.involved_object.name == name]
+
+
+@pytest.fixture(scope="session")
+def home_cluster(home: ControlPlane) -> Cluster:
+    return Cluster("home", home)
+
+
+@pytest.fixture(scope="session")
+def remote_cluster(remote: ControlPlane) -> Cluster:
+    return Cluster("remote", remote)
+
+
+@dataclass
+class Fleet:
+    """One test's slice of the test bed: discovery namespace, Tenant namespace, operators."""
+
+    home: Cluster
+    remote: Cluster
+    chart_repo: Any
+    testbin: Path
+    discovery_ns: str
+    tenant_ns: str
+    operators: list[OperatorProcess] = field(default_factory=list)
+
+    def register(self, name: str, cluster: Cluster | None = None, *,
+                 kubeconfig: str | None = None, values: str | None = None) -> None:
+        text = kubeconfig if kubeconfig is not None else cluster.cp.kubeconfig.read_text()  # type: ignore[union-attr]
+        self.home.core.create_namespaced_secret(
+            self.discovery_ns, kubeconfig_secret(name, text, namespace=self.discovery_ns,
+                                                 values=values))
+
+    def unregister(self, name: str) -> None:
+        self.home.core.delete_namespaced_secret(name, self.discovery_ns)
+
+    def args(self, *extra: str, version: str = "0.2.0") -> list[str]:
+        return [
+            "--watch-kubeconfig", str(self.home.cp.kubeconfig),
+            "--namespace", self.discovery_ns,
+            "--watch-namespace", self.tenant_ns,
+            "--chart-repo", self.chart_repo.url,
+            "--chart-name", "sample",
+            "--chart-version", version,
+            "--no-self-cluster",
+            "--helm-timeout", "60s",
+            "--resync-period", "600s",
+            *extra,
+        ]
+
+    def start(self, *extra: str, version: str = "0.2.0", env: dict[str, str] | None = None,
+              wait: bool = True) -> OperatorProcess:
+        op = OperatorProcess(self.args(*extra, version=version), helm_dir=self.testbin,
+                             env=env)
+        self.operators.append(op)
+        op.start()
+        if wait:
+            op.wait_ready()
+        return op
+
+    def tenant(self, cluster: Cluster, name: str, **kw: Any) -> str:
+        """Create a Tenant, waiting for the CRD that the operator ensures on engagement."""
+        wait_for(lambda: cluster.create_tenant(self.tenant_ns, name, **kw), 60,
+                 what=f"Tenant CRD on {cluster.name}")
+        return name
+
+
+@pytest.fixture
+def fleet(home_cluster: Cluster, remote_cluster: Cluster, chart_repo: Any,
+          testbin: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    suffix = uuid.uuid4().hex[:6]
+    f = Fleet(home_cluster, remote_cluster, chart_repo, testbin, f"disc-{suffix}", f"t-{suffix}")
+    home_cluster.ensure_namespace(f.discovery_ns)
+    for c in (home_cluster, remote_cluster):
+        c.ensure_namespace(f.tenant_ns)
+    yield f
+    failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+    for op in f.operators:
+        op.stop()
+        if failed:
+            print(f"--- operator log ({op.log_path}) ---\n{op.log_tail(80)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:5]}"
+
+
+Waiter = Callable[..., Any]
