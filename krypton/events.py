@@ -13,8 +13,9 @@ from typing import Any
 
 import structlog
 
-from .kube import Kube, now_micro, now_rfc3339
+from . import metrics
 from .errors import KryptonError
+from .kube import Kube, now_micro, now_rfc3339
 from .model import REPORTING_CONTROLLER
 
 log = structlog.get_logger("krypton.events")
@@ -69,6 +70,7 @@ class EventRecorder:
                 if len(self._seen) > self._max:
                     self._seen.popitem(last=False)
             self.written += 1
+            metrics.API_WRITES.labels(self.kube.name, "event").inc()
         except KryptonError as exc:
             self._seen.pop(key, None)
             log.warning("event write failed", cluster=self.kube.name, reason=reason,

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 import yaml
 
-from . import kubeconfig, metrics
+from . import kubeconfig
 from .discovery import ClusterSpec, desired_clusters
 from .errors import KubeconfigRejected
 from .events import EventRecorder, involved_secret
@@ -62,7 +62,6 @@ class Fleet:
         for name, spec in desired.items():
             if name not in self.clusters:
                 await self._engage(spec)
-        metrics.ENGAGED.set(len(self.workers))
 
     async def _engage(self, spec: ClusterSpec) -> None:
         self.clusters[spec.name] = Engaged(spec, None, None)
@@ -104,7 +103,6 @@ class Fleet:
                                if e.worker is not None))
         for name in list(self.clusters):
             await self._disengage(name)
-        metrics.ENGAGED.set(0)
 
 
 def _cluster_values(spec: ClusterSpec) -> dict[str, Any]:

@@ -141,7 +141,7 @@ class Observation:
 
     cluster: str
     tenant: TenantView
-    chart: ChartTarget | ChartProblem
+    chart: ChartTarget | ChartProblem | None  # None: not resolved yet
     release: ReleaseObservation = ReleaseObservation()
     namespace: NamespaceState = NamespaceState.UNKNOWN
     namespace_owner: str | None = None

@@ -7,7 +7,8 @@ decision table, in order:
 2. paused            -> Pause
 3. targeted elsewhere -> NotTargeted
 4. invalid name      -> Blocked InvalidTenantName (permanent)
-5. chart problem     -> Blocked with the chart reason
+5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
+   chart problem     -> Blocked with the chart reason
 6. no finalizer      -> AddFinalizer (then plan again)
 7. in sync           -> Skip (fingerprint annotation matches, release deployed at the
                         revision we recorded)
@@ -41,6 +42,7 @@ class Action(enum.Enum):
     PAUSE = "pause"
     NOT_TARGETED = "not-targeted"
     OBSERVE_NAMESPACE = "observe-namespace"
+    RESOLVE_CHART = "resolve-chart"
     ADD_FINALIZER = "add-finalizer"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
@@ -80,6 +82,8 @@ def plan(obs: Observation) -> Plan:
                     f"tenant name {t.key.name!r} is not a valid namespace name "
                     "(lower-case alphanumerics and '-', at most 63 characters)",
                     permanent=True)
+    if obs.chart is None:
+        return Plan(Action.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
     if isinstance(obs.chart, ChartProblem):
         return Plan(Action.BLOCKED, obs.chart.reason, obs.chart.message,
                     permanent=obs.chart.reason in ("VersionInvalid",))

@@ -131,13 +131,13 @@ class Reconciler:
         fp = fingerprint(chart.repo, chart.name, chart.version, self.rt.values)
         return ChartTarget(chart.repo, chart.name, chart.version, self.rt.values, fp, chart.path)
 
-    async def observe(self, obj: dict[str, Any]) -> Observation:
+    def observe(self, obj: dict[str, Any]) -> Observation:
         view = tenant_view(obj, self.rt.name)
         release = release_name(view.key.name, self.rt.name)
         return Observation(
             cluster=self.rt.name,
             tenant=view,
-            chart=await self.desired_chart(),
+            chart=None,
             release=self.rt.releases.observe(view.key.name, release),
         )
 
@@ -147,10 +147,13 @@ class Reconciler:
         obj = self.rt.tenants.get((key.namespace, key.name))
         if obj is None:
             return Outcome()
-        obs = await self.observe(obj)
+        obs = self.observe(obj)
         release = release_name(key.name, self.rt.name)
         log = self.log.bind(tenant=str(key), release=release)
         decided = plan(obs)
+        if decided.action is Action.RESOLVE_CHART:
+            obs = dataclasses.replace(obs, chart=await self.desired_chart())
+            decided = plan(obs)
         if decided.action is Action.ADD_FINALIZER:
             obj = await self._add_finalizer(obj)
             obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.rt.name))

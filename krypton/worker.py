@@ -142,6 +142,7 @@ class Worker:
         self._informers.append(tenants.start())
         self.engaged = True
         metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
+        metrics.ENGAGED.inc()
         reconciler = Reconciler(rt)
         self._consumers = [asyncio.create_task(self._consume(reconciler))
                            for _ in range(settings.max_concurrent_reconciles)]
@@ -207,6 +208,8 @@ class Worker:
         for informer in self._informers:
             informer.stop()
         self._informers = []
+        if self.engaged:
+            metrics.ENGAGED.dec()
         self.engaged = False
         metrics.CLUSTER_ENGAGED.labels(self.name).set(0)
         self._close_kube()

@@ -1,0 +1,109 @@
+"""Tenant-level rules: targeting (R4), namespace validity and ownership (R5), pause (R15),
+and a release left pending by a crash (R9)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+from krypton.testing.operator import wait_for
+
+from ..conftest import CHARTS
+from .conftest import Fleet, unique
+
+
+def test_invalid_tenant_name(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    fleet.start()
+    name = fleet.tenant(fleet.remote, "bad.name-" + unique("x"))
+    c = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                    "InvalidTenantName")
+    assert "not a valid namespace name" in c["message"]
+    assert fleet.remote.phase(fleet.tenant_ns, name) == "Error"
+
+
+def test_namespace_owned_by_another_tenant(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    first = fleet.tenant(fleet.remote, unique("own"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    # A second Tenant of the same name in another namespace maps to the same namespace.
+    other_ns = unique("other")
+    fleet.remote.ensure_namespace(other_ns)
+    op.stop()
+    op = fleet.start("--watch-namespace", other_ns)
+    fleet.remote.create_tenant(other_ns, first)
+    c = fleet.remote.wait_condition(other_ns, first, "ClusterError/remote", "True",
+                                    "NamespaceConflict")
+    assert f"{fleet.tenant_ns}/{first}" in c["message"]
+    owner = fleet.remote.core.read_namespace(first).metadata.annotations["mesh.openkcm.io/owner"]
+    assert owner == f"{fleet.tenant_ns}/{first}"
+    assert fleet.remote.phase(fleet.tenant_ns, first) == "Ready"
+    release = f"tenant-{first}-remote"
+    assert fleet.remote.release_records(first, release) == [(1, "deployed")]
+
+
+def test_cluster_ref_to_another_cluster_is_skipped(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("ref"), spec={"clusterRef": {"secretName": "elsewhere"}})
+    c = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterProgress/remote", "False",
+                                    "NotTargeted")
+    assert "elsewhere" in c["message"]
+    assert fleet.remote.release_records(name, f"tenant-{name}-remote") == []
+    assert op.metric("krypton_helm_processes_total", operation="install") == 0
+    skipped = [e for e in fleet.remote.events(fleet.tenant_ns, name) if e.reason == "NotTargeted"]
+    assert len(skipped) == 1 and skipped[0].count == 1
+
+
+def test_pause_and_resume(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("p"), annotations={"mesh.openkcm.io/paused": "true"})
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "Paused", "True")
+    time.sleep(2)
+    assert op.metric("krypton_helm_processes_total") == 0
+    fleet.remote.patch_tenant(fleet.tenant_ns, name,
+                              {"metadata": {"annotations": {"mesh.openkcm.io/paused": None}}})
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert fleet.remote.condition(fleet.tenant_ns, name, "Paused")["status"] == "False"  # type: ignore[index]
+
+
+def test_release_left_pending_install_is_recovered(fleet: Fleet, helm_bin: str,
+                                                   tmp_path) -> None:  # type: ignore[no-untyped-def]
+    name = unique("pend")
+    release = f"tenant-{name}-remote"
+    fleet.remote.ensure_namespace(name)
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(fleet.remote.cp.kubeconfig.read_text())
+    # helm --wait on a Deployment that can never become ready (no nodes), killed mid-run:
+    # the release record stays pending-install, as after a crash.
+    proc = subprocess.Popen([helm_bin, "--kubeconfig", str(kubeconfig), "install", release,
+                             str(CHARTS / "hang"), "-n", name, "--wait", "--timeout", "5m"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: fleet.remote.release_records(name, release) == [(1, "pending-install")],
+                 60, what="pending-install record")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    fleet.register("remote", fleet.remote)
+    fleet.start()
+    fleet.tenant(fleet.remote, name)
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    records = fleet.remote.release_records(name, release)
+    assert records and records[-1][1] == "deployed"
+    assert all(status != "pending-install" for _, status in records)
+    assert fleet.remote.core.read_namespaced_config_map(release, name).data["chartVersion"] == \
+        "0.2.0"
+
+
+def test_range_resolves_to_newest_match(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    fleet.start(version="~0.2 || ^0.1")
+    name = fleet.tenant(fleet.remote, unique("rng"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    status = fleet.remote.tenant(fleet.tenant_ns, name)["status"]
+    assert status["clusters"]["remote"]["chartVersion"] == "0.2.0"
+    assert status["lastAppliedChart"].endswith("|sample|0.2.0")
