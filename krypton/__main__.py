@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import log
     from .app import Operator
 
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
     return asyncio.run(Operator(settings).run())
 

@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -372,10 +373,13 @@ class Informer:
     def stop(self) -> None:
         self._stop.set()
         resp = self._resp
-        if resp is not None:
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            # Closing the response from this thread would block on the TLS object the
+            # watch thread is reading from; shutting the plain socket down wakes it instead.
             try:
-                resp.close()
-            except Exception:  # noqa: BLE001 - the socket may already be gone
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
                 pass
 
     @property
