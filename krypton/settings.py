@@ -42,15 +42,22 @@ def boolean(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true/false)")
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text)
     if value < 1:
         raise ValueError(f"{text!r} must be at least 1")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _int(text)
     if value < 0:
         raise ValueError(f"{text!r} must not be negative")
     return value

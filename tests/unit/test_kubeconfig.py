@@ -1,0 +1,130 @@
+"""D4/D5: the corpus of bad kubeconfigs, each rejected with a precise, secret-free reason."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from typing import Any
+
+import pytest
+import yaml
+
+from krypton.errors import KubeconfigRejected
+from krypton.kubeconfig import inline_files, parse
+from krypton.testing import pki
+
+CA = pki.make_ca("unit-ca")
+NOW = dt.datetime.now(dt.UTC)
+GOOD = pki.issue(CA, "alice")
+OTHER = pki.issue(CA, "bob")
+EXPIRED = pki.issue(CA, "old", not_before=NOW - dt.timedelta(days=10),
+                    not_after=NOW - dt.timedelta(days=1))
+SOON = pki.issue(CA, "soon", not_after=NOW + dt.timedelta(days=5))
+FUTURE = pki.issue(CA, "future", not_before=NOW + dt.timedelta(days=5))
+SECRET_TOKEN = "s3cr3t-token-value"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def config(user: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None,
+           **top: Any) -> str:
+    doc: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster if cluster is not None else {
+            "server": "https://127.0.0.1:6443", "certificate-authority-data": b64(CA.cert)}}],
+        "users": [{"name": "u", "user": user if user is not None else {"token": SECRET_TOKEN}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "ctx",
+    }
+    doc.update(top)
+    return yaml.safe_dump(doc)
+
+
+def pair(kp: pki.KeyPair, key: bytes | None = None) -> dict[str, str]:
+    return {"client-certificate-data": b64(kp.cert), "client-key-data": b64(key or kp.key)}
+
+
+BAD = [
+    ("missing", None, "data key is missing"),
+    ("empty", "", "empty"),
+    ("whitespace", "  \n", "empty"),
+    ("garbage", "\x00\x01 : [ not yaml", "not valid YAML"),
+    ("not a mapping", "- a\n- b\n", "not a YAML mapping"),
+    ("not utf-8", b"\xff\xfe\x00", "not UTF-8"),
+    ("no context", config(**{"current-context": "", "contexts": []}), "no usable context"),
+    ("dangling context", config(**{"current-context": "nope"}), "'nope'"),
+    ("no server", config(cluster={"certificate-authority-data": b64(CA.cert)}), "server URL"),
+    ("bad server scheme", config(cluster={"server": "ftp://x"}), "server URL"),
+    ("exec plugin", config(user={"exec": {"command": "/bin/sh"}}), "user.exec"),
+    ("auth provider", config(user={"auth-provider": {"name": "oidc"}}), "user.auth-provider"),
+    ("ca file", config(cluster={"server": "https://x", "certificate-authority": "/etc/ca"}),
+     "cluster.certificate-authority"),
+    ("client cert file", config(user={"client-certificate": "/c", "client-key": "/k"}),
+     "user.client-certificate"),
+    ("token file", config(user={"tokenFile": "/var/run/secrets/token"}), "user.tokenFile"),
+    ("malformed ca", config(cluster={"server": "https://x",
+                                     "certificate-authority-data": b64(b"nope")}),
+     "certificate-authority-data is not a valid PEM"),
+    ("ca not base64", config(cluster={"server": "https://x",
+                                      "certificate-authority-data": "%%%"}), "not valid base64"),
+    ("malformed client cert", config(user={"client-certificate-data": b64(b"x"),
+                                           "client-key-data": b64(GOOD.key)}),
+     "client-certificate-data is not a valid PEM"),
+    ("malformed key", config(user={"client-certificate-data": b64(GOOD.cert),
+                                   "client-key-data": b64(b"junk")}), "not a valid unencrypted"),
+    ("cert without key", config(user={"client-certificate-data": b64(GOOD.cert)}),
+     "must be given together"),
+    ("key mismatch", config(user=pair(GOOD, OTHER.key)), "does not match"),
+    ("expired", config(user=pair(EXPIRED)), "expired"),
+    ("not yet valid", config(user=pair(FUTURE)), "not valid before"),
+    ("token not a string", config(user={"token": 12}), "not a string"),
+]
+
+
+@pytest.mark.parametrize(("data", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_rejected(data: str | bytes | None, fragment: str) -> None:
+    with pytest.raises(KubeconfigRejected) as err:
+        parse(data)
+    assert fragment in str(err.value)
+    assert err.value.reason == "KubeconfigRejected"
+    assert SECRET_TOKEN not in str(err.value)
+    assert "PRIVATE KEY" not in str(err.value)
+
+
+def test_good_token_config_is_reduced_to_its_context() -> None:
+    extra = config()
+    doc = yaml.safe_load(extra)
+    doc["contexts"].append({"name": "other", "context": {"cluster": "c", "user": "u"}})
+    kc = parse(yaml.safe_dump(doc))
+    assert kc.context == "ctx" and kc.token == SECRET_TOKEN and kc.ca_pem == CA.cert
+    assert [c["name"] for c in kc.config["contexts"]] == ["ctx"]
+    assert kc.warnings == ()
+
+
+def test_client_cert_expiring_soon_warns() -> None:
+    kc = parse(config(user=pair(SOON)))
+    assert len(kc.warnings) == 1 and "expires" in kc.warnings[0]
+
+
+def test_trust_allows_plugins_and_files() -> None:
+    kc = parse(config(user={"exec": {"command": "x"}}), trust=True)
+    assert kc.uses_plugins_or_files
+
+
+def test_explicit_context() -> None:
+    doc = yaml.safe_load(config())
+    doc["contexts"].append({"name": "second", "context": {"cluster": "c", "user": "u"}})
+    assert parse(yaml.safe_dump(doc), context="second").context == "second"
+
+
+def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "ca.crt").write_bytes(CA.cert)
+    (tmp_path / "c.crt").write_bytes(GOOD.cert)
+    (tmp_path / "c.key").write_bytes(GOOD.key)
+    text = config(cluster={"server": "https://x", "certificate-authority": "ca.crt"},
+                  user={"client-certificate": str(tmp_path / "c.crt"), "client-key": "c.key"})
+    kc = parse(inline_files(text, str(tmp_path)))
+    assert not kc.uses_plugins_or_files
+    assert kc.cert_pem == GOOD.cert and kc.ca_pem == CA.cert

@@ -1,0 +1,118 @@
+"""O1: flags, environment, defaults, precedence and the exit-2 path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from krypton.errors import SettingsError
+from krypton.settings import OPTIONS, Settings, duration, load, parse_args
+
+
+def settings(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    return load(parse_args(argv), env or {}, check_helm=False)
+
+
+def test_defaults_match_the_seed() -> None:
+    s = settings([])
+    assert (s.chart_repo, s.chart_name, s.chart_version) == (
+        "https://charts.jetstack.io", "cert-manager", "1.19.1")
+    assert s.namespace == "default"
+    assert s.kubeconfig_label == "sigs.k8s.io/multicluster-runtime-kubeconfig"
+    assert s.kubeconfig_key == "kubeconfig"
+    assert s.watch_kubeconfig_secret_key == "kubeconfig"
+    assert s.ensure_watch_crds is False and s.helm_wait is True and s.helm_timeout == 180
+    assert s.health_probe_bind_address == ":8081" and s.metrics_bind_address == ":8080"
+
+
+def test_flag_beats_env_beats_default() -> None:
+    assert settings([], {"KRYPTON_CHART_NAME": "env"}).chart_name == "env"
+    assert settings(["--chart-name", "flag"], {"KRYPTON_CHART_NAME": "env"}).chart_name == "flag"
+
+
+@pytest.mark.parametrize(("env", "field", "value"), [
+    ({"WATCH_KUBECONFIG": "/a"}, "watch_kubeconfig", "/a"),
+    ({"WATCH_CLUSTER_KUBECONFIG": "/b"}, "watch_kubeconfig", "/b"),
+    ({"WATCH_CONTEXT": "c"}, "watch_context", "c"),
+    ({"WATCH_KUBECONFIG_SECRET": "s"}, "watch_kubeconfig_secret", "s"),
+    ({"WATCH_KUBECONFIG_SECRET_NAMESPACE": "n"}, "watch_kubeconfig_secret_namespace", "n"),
+    ({"WATCH_KUBECONFIG_SECRET_KEY": "k"}, "watch_kubeconfig_secret_key", "k"),
+    ({"ENSURE_WATCH_CRDS": "true"}, "ensure_watch_crds", True),
+    ({"WATCH_NAMESPACE": "team"}, "watch_namespace", "team"),
+    ({"ALLOW_CHART_SKIP": "true"}, "allow_chart_skip", True),
+    ({"KRYPTON_MAX_CONCURRENT_HELM": "3"}, "max_concurrent_helm", 3),
+    ({"KRYPTON_RESYNC_PERIOD": "2m"}, "resync_period", 120.0),
+])
+def test_seed_environment_names(env: dict[str, str], field: str, value: object) -> None:
+    assert getattr(settings([], env), field) == value
+
+
+def test_bool_flags_take_an_optional_value() -> None:
+    assert settings(["--helm-wait=false"]).helm_wait is False
+    assert settings(["--ensure-watch-crds"]).ensure_watch_crds is True
+
+
+def test_values_files_are_deep_merged_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("x: {y: 1, z: 2}\n")
+    b.write_text("x: {z: 3}\n")
+    s = settings(["--chart-values-file", str(a), "--chart-values-file", str(b)])
+    assert s.chart_values == {"x": {"y": 1, "z": 3}}
+
+
+BAD = [
+    (["--max-concurrent-helm", "0"], {}, "--max-concurrent-helm"),
+    (["--max-concurrent-reconciles", "many"], {}, "--max-concurrent-reconciles"),
+    (["--resync-period", "soon"], {}, "--resync-period"),
+    (["--helm-timeout=-5s"], {}, "--helm-timeout"),
+    (["--helm-wait", "maybe"], {}, "--helm-wait"),
+    (["--crd-policy", "replace"], {}, "--crd-policy"),
+    (["--log-format", "xml"], {}, "--log-format"),
+    (["--metrics-bind-address", "8080"], {}, "--metrics-bind-address"),
+    (["--chart-repo", "ftp://x"], {}, "--chart-repo"),
+    (["--chart-name", " "], {}, "--chart-name"),
+    (["--chart-values-file", "/does/not/exist"], {}, "--chart-values-file"),
+    ([], {"ENSURE_WATCH_CRDS": "yes please"}, "$ENSURE_WATCH_CRDS"),
+    ([], {"ALLOW_CHART_SKIP": "2"}, "$ALLOW_CHART_SKIP"),
+    (["--renew-deadline", "20s"], {}, "--renew-deadline"),
+]
+
+
+@pytest.mark.parametrize(("argv", "env", "fragment"), BAD)
+def test_bad_values(argv: list[str], env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        settings(argv, env)
+    assert fragment in str(err.value)
+
+
+def test_values_file_that_is_not_a_mapping(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "v.yaml"
+    f.write_text("- a\n")
+    with pytest.raises(SettingsError, match="not a YAML mapping"):
+        settings(["--chart-values-file", str(f)])
+
+
+def test_duration() -> None:
+    assert duration("90") == 90 and duration("1.5m") == 90 and duration("500ms") == 0.5
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--max-concurrent-helm", "0"], "invalid --max-concurrent-helm"),
+    (["--helm-executable", "/nonexistent/helm"], "helm executable"),
+])
+def test_cli_exits_2_with_one_line(argv: list[str], fragment: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "krypton", "run", *argv],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0]
+
+
+def test_help_documents_every_flag_and_env() -> None:
+    out = subprocess.run([sys.executable, "-m", "krypton", "run", "--help"],
+                         capture_output=True, text=True, timeout=30, env={"COLUMNS": "200"}).stdout
+    for opt in OPTIONS:
+        assert opt.flag in out
+        assert f"${opt.envs[0]}" in out

@@ -1,0 +1,57 @@
+"""R6: pins and semver ranges in Helm's constraint syntax."""
+
+from __future__ import annotations
+
+import pytest
+
+from krypton.errors import VersionInvalid, VersionNotFound
+from krypton.versions import is_exact, resolve
+
+AVAILABLE = ["0.1.0", "0.2.0", "0.2.5", "0.3.0", "1.0.0", "1.2.3", "1.2.9", "1.3.0",
+             "2.0.0-rc.1", "2.0.0", "v2.1.0", "junk"]
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("1.2.3", "1.2.3"),
+    ("v1.2.3", "1.2.3"),
+    ("=1.2.3", "1.2.3"),
+    ("~1.2", "1.2.9"),
+    ("~1.2.3", "1.2.9"),
+    ("^1.2", "1.3.0"),
+    ("^0.2", "0.2.5"),
+    ("^0.2.0", "0.2.5"),
+    ("1.2.x", "1.2.9"),
+    ("1.x", "1.3.0"),
+    ("*", "v2.1.0"),
+    (">=1.0.0 <2.0.0", "1.3.0"),
+    (">=1.0.0, <1.3", "1.2.9"),
+    (">1.2", "v2.1.0"),
+    ("<=1.2", "1.2.9"),
+    ("<1.2", "1.0.0"),
+    ("!=2.1.0 >=2.0.0", "2.0.0"),
+    ("1.0.0 - 1.2.5", "1.2.3"),
+    ("~0.2 || ^0.1", "0.2.5"),
+    (">=2.0.0-rc.0 <2.0.0", "2.0.0-rc.1"),
+    ("2.0.0-rc.1", "2.0.0-rc.1"),
+])
+def test_resolve(spec: str, expected: str) -> None:
+    assert resolve(spec, AVAILABLE) == expected
+
+
+@pytest.mark.parametrize("spec", ["", "  ", "not-a-version", "1.2.3.4", ">=", "~>x.y.z.w",
+                                  "1.2 ||", "latest"])
+def test_invalid(spec: str) -> None:
+    with pytest.raises(VersionInvalid):
+        resolve(spec, AVAILABLE)
+
+
+@pytest.mark.parametrize("spec", ["9.9.9", "^3", "<0.1.0", "1.2.4"])
+def test_not_found(spec: str) -> None:
+    with pytest.raises(VersionNotFound):
+        resolve(spec, AVAILABLE)
+
+
+@pytest.mark.parametrize(("spec", "exact"), [("1.2.3", True), ("v1.0.0", True), ("^1.2", False),
+                                             ("1.2", False), ("1.2.3 || 1.2.4", False)])
+def test_is_exact(spec: str, exact: bool) -> None:
+    assert is_exact(spec) is exact
