@@ -46,11 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"krypton: {exc}", file=sys.stderr)
         return 2
-    from . import log
-    from .app import Operator
-
     import faulthandler
     import signal
+
+    from . import log
+    from .app import Operator
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)

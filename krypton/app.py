@@ -148,7 +148,7 @@ class Operator:
         dirty = asyncio.Event()
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", self.home.secret_lister(s.namespace),
-            lambda _t, _o: loop.call_soon_threadsafe(dirty.set),
+            lambda _t, _o: _notify(loop, dirty),
             label_selector=f"{s.kubeconfig_label}=true",
             on_error=lambda exc: log.warning("discovery watch failed", error=str(exc)),
         ).start()
@@ -263,3 +263,8 @@ def synthesize_kubeconfig(home: Kube) -> str:
                                                          "user": SELF_CLUSTER}}],
         "current-context": SELF_CLUSTER,
     }, sort_keys=False))
+
+
+def _notify(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    """Set `event` from a watch thread."""
+    loop.call_soon_threadsafe(event.set)

@@ -9,6 +9,7 @@ succeed); an engaged cluster that cannot be reached is retried by its worker wit
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,7 @@ class Fleet:
             await self.report(spec.name, "Warning", "CredentialsExpiringSoon", warning)
         worker = Worker(spec.name, kc, deep_merge(self.settings.chart_values, values), self.shared)
         task = asyncio.create_task(worker.run(), name=f"worker-{spec.name}")
-        task.add_done_callback(lambda t, n=spec.name: self._worker_done(n, t))
+        task.add_done_callback(functools.partial(self._worker_done, spec.name))
         self.clusters[spec.name] = Engaged(spec, worker, task)
         log.info("cluster engaging", cluster=spec.name)
 

@@ -121,7 +121,7 @@ def configuration_for(kc: Kubeconfig, workdir: Path, *, trust: bool = False) -> 
         cfg.api_key = {"authorization": f"Bearer {kc.token}"}
     elif kc.username and kc.password:
         cfg.username, cfg.password = kc.username, kc.password
-        cfg.api_key = {"authorization": cfg.get_basic_auth_token()}
+        cfg.api_key = {"authorization": str(cfg.get_basic_auth_token())}
     if kc.tls_server_name:
         cfg.tls_server_name = kc.tls_server_name
     return cfg

@@ -26,8 +26,8 @@ class ReleaseIndex:
         """Apply one watch event; returns the (namespace, release) it concerns."""
         meta = obj.get("metadata") or {}
         labels = meta.get("labels") or {}
-        name, version = labels.get("name"), labels.get("version")
-        if not name or not str(version).isdigit():
+        name, version = labels.get("name"), str(labels.get("version"))
+        if not name or not version.isdigit():
             return None
         key = (str(meta.get("namespace", "")), str(name))
         revisions = self._records.setdefault(key, {})

@@ -96,8 +96,10 @@ def _clause(term: str, spec: str) -> Check:
         high = _bump(p)
         return lambda v: not (low <= v < high)
     if op == ">":
-        high = _bump(p) if p.patch is None else None
-        return (lambda v: v >= high) if high else (lambda v: v > low)
+        if p.patch is None:
+            above = _bump(p)
+            return lambda v: v >= above
+        return lambda v: v > low
     if op in (">=", "=>"):
         return lambda v: v >= low
     if op == "<":

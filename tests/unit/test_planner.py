@@ -23,10 +23,11 @@ CHART = ChartTarget("https://r", "sample", "0.2.0", {}, FP, "/tmp/chart")
 DEPLOYED = ReleaseObservation(ReleaseStatus.DEPLOYED, 1, False)
 TENANT = TenantView(TenantKey("ns", "acme"), has_finalizer=True)
 SYNCED = replace(TENANT, applied_fingerprint=FP, applied_revision=1)
+ABSENT = ReleaseObservation()
 
 
 def obs(tenant: TenantView = TENANT, chart: object = CHART,
-        release: ReleaseObservation = ReleaseObservation(),
+        release: ReleaseObservation = ABSENT,
         namespace: NamespaceState = NamespaceState.OWNED) -> Observation:
     return Observation("c1", tenant, chart, release, namespace, "ns/other")  # type: ignore[arg-type]
 

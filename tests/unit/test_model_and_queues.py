@@ -1,0 +1,144 @@
+"""Release names (R9), the release index (R8), the work queue and the fair helm cap (R3),
+discovery's desired set (D2) and the single CRD source (R1)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from krypton.crd import crd_text
+from krypton.discovery import desired_clusters
+from krypton.model import ReleaseStatus, is_valid_namespace_name, release_name
+from krypton.releases import ReleaseIndex
+from krypton.slots import FairSlots
+from krypton.workqueue import WorkQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_release_name_short_and_long() -> None:
+    assert release_name("acme", "remote") == "tenant-acme-remote"
+    long_tenant = "a" * 40
+    full = f"tenant-{long_tenant}-cluster-number-one"
+    name = release_name(long_tenant, "cluster-number-one")
+    assert len(name) == 53
+    assert name == full[:44] + "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
+    assert release_name(long_tenant, "cluster-number-one") == name  # deterministic
+    assert release_name(long_tenant, "cluster-number-two") != name
+
+
+@pytest.mark.parametrize(("name", "valid"), [("acme", True), ("a-1", True), ("a.b", False),
+                                             ("A", False), ("-a", False), ("a" * 63, True),
+                                             ("a" * 64, False)])
+def test_namespace_names(name: str, valid: bool) -> None:
+    assert is_valid_namespace_name(name) is valid
+
+
+def record(ns: str, name: str, version: int, status: str) -> dict:  # type: ignore[type-arg]
+    return {"metadata": {"namespace": ns, "name": f"sh.helm.release.v1.{name}.v{version}",
+                         "labels": {"owner": "helm", "name": name, "version": str(version),
+                                    "status": status}}}
+
+
+def test_release_index_tracks_latest_revision() -> None:
+    idx = ReleaseIndex()
+    assert idx.observe("ns", "r").status is ReleaseStatus.ABSENT
+    idx.on_event("ADDED", record("ns", "r", 1, "superseded"))
+    idx.on_event("ADDED", record("ns", "r", 2, "failed"))
+    obs = idx.observe("ns", "r")
+    assert (obs.status, obs.revision, obs.has_good_revision) == (ReleaseStatus.FAILED, 2, True)
+    idx.on_event("DELETED", record("ns", "r", 2, "failed"))
+    idx.on_event("DELETED", record("ns", "r", 1, "superseded"))
+    assert idx.observe("ns", "r").status is ReleaseStatus.ABSENT
+
+
+def test_release_index_prefers_our_note_until_the_watch_catches_up() -> None:
+    idx = ReleaseIndex()
+    idx.on_event("ADDED", record("ns", "r", 1, "pending-install"))
+    idx.note("ns", "r", 2, ReleaseStatus.DEPLOYED)
+    assert idx.observe("ns", "r").status is ReleaseStatus.DEPLOYED
+    idx.on_event("ADDED", record("ns", "r", 2, "deployed"))
+    idx.on_event("MODIFIED", record("ns", "r", 2, "failed"))
+    assert idx.observe("ns", "r").status is ReleaseStatus.FAILED  # the watch wins again
+
+
+def test_work_queue_deduplicates_and_never_hands_out_a_key_twice() -> None:
+    async def scenario() -> list[str]:
+        q: WorkQueue[str] = WorkQueue(base_delay=0.01)
+        q.add("a")
+        q.add("a")
+        q.add("b")
+        assert len(q) == 2
+        first = await q.get()
+        q.add(first)  # re-added while processing: queued again only after done()
+        second = await q.get()
+        assert second != first and len(q) == 0
+        q.done(first)
+        q.done(second)
+        third = await q.get()
+        q.done(third)
+        assert q.retry("x") == 0.01 and q.retry("x") == 0.02
+        q.forget("x")
+        assert q.retry("x") == 0.01
+        await q.close()
+        return [first, second, third]
+
+    assert asyncio.run(scenario()) == ["a", "b", "a"]
+
+
+def test_fair_slots_cap_a_cluster_at_its_share() -> None:
+    async def scenario() -> tuple[int, int]:
+        slots = FairSlots(4)
+        slow_running = 0
+        release = asyncio.Event()
+
+        async def slow() -> None:
+            nonlocal slow_running
+            async with slots.slot("slow"):
+                slow_running += 1
+                await release.wait()
+
+        slow_tasks = [asyncio.create_task(slow()) for _ in range(6)]
+        await asyncio.sleep(0.01)
+        alone = slow_running  # alone, a cluster may use every slot
+        fast_done = asyncio.Event()
+
+        async def fast() -> None:
+            async with slots.slot("fast"):
+                fast_done.set()
+
+        fast_task = asyncio.create_task(fast())
+        release.set()
+        await asyncio.wait_for(fast_done.wait(), 1)
+        await asyncio.gather(*slow_tasks, fast_task)
+        return alone, slots.in_use
+
+    alone, in_use = asyncio.run(scenario())
+    assert alone == 4 and in_use == 0
+
+
+def secret(name: str, data: dict[str, str]) -> dict:  # type: ignore[type-arg]
+    return {"metadata": {"name": name, "namespace": "d", "uid": name},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
+def test_desired_clusters_hash_kubeconfig_and_values() -> None:
+    a = desired_clusters([secret("c1", {"kubeconfig": "x"})], "kubeconfig")["c1"]
+    b = desired_clusters([secret("c1", {"kubeconfig": "x", "values.yaml": "a: 1"})],
+                         "kubeconfig")["c1"]
+    c = desired_clusters([secret("c1", {"other": "x"})], "kubeconfig")["c1"]
+    assert a.kubeconfig == b"x" and a.digest != b.digest and b.values == b"a: 1"
+    assert c.kubeconfig is None
+    deleting = secret("c2", {"kubeconfig": "x"})
+    deleting["metadata"]["deletionTimestamp"] = "now"
+    assert desired_clusters([deleting], "kubeconfig") == {}
+
+
+def test_one_crd_source() -> None:
+    canonical = (ROOT / "crds" / "mesh.openkcm.io_tenants.yaml").read_text()
+    assert (ROOT / "chart" / "crds" / "mesh.openkcm.io_tenants.yaml").read_text() == canonical
+    assert crd_text() == canonical
