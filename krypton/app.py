@@ -29,6 +29,7 @@ from .kube import (
     configuration_from_file,
     configuration_in_cluster,
 )
+from .leader import LeaderElector
 from .settings import Settings
 from .slots import FairSlots
 from .worker import Shared
@@ -83,8 +84,14 @@ class Operator:
         self.fleet: Fleet | None = None
         self.discovery: Informer | None = None
         self.health = HealthServer(settings.health_probe_bind_address, self.ready)
+        self.elector: LeaderElector | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        self.exit_code = 0
 
     def ready(self) -> bool:
+        """Ready once discovery synced, or while standing by for the Lease."""
+        if self.elector is not None and not self.elector.is_leader:
+            return self.home is not None
         return self.discovery is not None and self.discovery.synced.is_set()
 
     async def run(self) -> int:
@@ -102,7 +109,7 @@ class Operator:
             await self._run()
         finally:
             await self._shutdown()
-        return 0
+        return self.exit_code
 
     async def _connect_home(self) -> Kube:
         delay = 1.0
@@ -130,6 +137,14 @@ class Operator:
             self.home = await self._connect_home()
         except asyncio.CancelledError:
             return
+        if s.leader_elect:
+            self.elector = LeaderElector(
+                self.home, s.lease_namespace, s.leader_election_id,
+                lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
+                retry_period=s.retry_period)
+            if not await self.elector.acquire(self.stopping):
+                return
+            self._lease_task = asyncio.create_task(self._hold_lease(self.elector))
         if s.ensure_watch_crds:
             result = await self.home.ensure_crd(crd_manifest(), upgrade=s.crd_policy == "upgrade")
             log.info("watch cluster CRD ensured", result=result)
@@ -164,12 +179,22 @@ class Operator:
             dirty.clear()
             await fleet.sync(list(self.discovery.store.values()))
 
+    async def _hold_lease(self, elector: LeaderElector) -> None:
+        await elector.hold(self.stopping)
+        if not self.stopping.is_set():
+            self.exit_code = 1  # lost the lease: stop working at once, let a standby lead
+            self.stopping.set()
+
     async def _shutdown(self) -> None:
         log.info("shutting down", grace=self.settings.shutdown_timeout)
         if self.discovery is not None:
             self.discovery.stop()
         if self.fleet is not None:
             await self.fleet.shutdown(self.settings.shutdown_timeout)
+        if self.elector is not None:
+            if self._lease_task is not None:
+                self._lease_task.cancel()
+            await self.elector.release()
         if self.home is not None:
             self.home.close()
         self.health.stop()

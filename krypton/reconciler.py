@@ -72,6 +72,7 @@ class ClusterRuntime:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+    published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,7 @@ class Reconciler:
             return await self._blocked(obj, p, changes, log)
         assert isinstance(obs.chart, ChartTarget)
         if a is Action.SKIP:
+            self._publish(obs.tenant.key, release, obs.chart)
             changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
             await self._commit(obj, changes, log, event=("Normal", "HelmSkip", p.message))
             return Outcome()
@@ -262,6 +264,7 @@ class Reconciler:
         message = f"chart {chart.name} {chart.version} {done.lower()} as {release} revision {revision}"
         log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
         obj = await self._set_fingerprint(obj, chart.fingerprint, log)
+        self._publish(key, release, chart)
         success = [
             Change(cond.cluster_type(cond.READY, c), True, done, message),
             Change(cond.cluster_type(cond.ERROR, c), False, done, "no error"),
@@ -289,6 +292,7 @@ class Reconciler:
             await self.rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
             return Outcome(retry=True, reason="UninstallFailed")
         self.rt.releases.forget(key.name, release)
+        self.unpublish(key)
         log.info("helm uninstall success")
         await self.rt.recorder.emit(involved, "Normal", "HelmUninstalled",
                                     f"release {release} uninstalled")
@@ -301,6 +305,24 @@ class Reconciler:
         except Conflict:
             return Outcome(retry=True, reason="Conflict")
         return Outcome()
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _publish(self, key: TenantKey, release: str, chart: ChartTarget) -> None:
+        """The per Tenant x cluster info metric: release, chart version, fingerprint."""
+        labels = (self.rt.name, key.namespace, key.name, release, chart.version, chart.fingerprint)
+        old = self.rt.published.get(key)
+        if old == labels:
+            return
+        if old is not None:
+            metrics.TENANT_RELEASE.remove(*old)
+        metrics.TENANT_RELEASE.labels(*labels).set(1)
+        self.rt.published[key] = labels
+
+    def unpublish(self, key: TenantKey) -> None:
+        old = self.rt.published.pop(key, None)
+        if old is not None:
+            metrics.TENANT_RELEASE.remove(*old)
 
     # -- writes ----------------------------------------------------------------------------
 

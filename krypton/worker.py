@@ -147,14 +147,29 @@ class Worker:
         self._consumers = [asyncio.create_task(self._consume(reconciler))
                            for _ in range(settings.max_concurrent_reconciles)]
         try:
+            next_resync = time.monotonic() + settings.resync_period
             while True:
-                await asyncio.sleep(settings.resync_period)
-                for ns, name in list(tenants.store):
-                    self.queue.add(TenantKey(ns, name))
+                await asyncio.sleep(min(5.0, settings.resync_period))
+                self._count_phases(reconciler)
+                if time.monotonic() >= next_resync:
+                    next_resync = time.monotonic() + settings.resync_period
+                    for ns, name in list(tenants.store):
+                        self.queue.add(TenantKey(ns, name))
         finally:
             for task in self._consumers:
                 task.cancel()
             await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    def _count_phases(self, reconciler: Reconciler) -> None:
+        assert self.runtime is not None
+        store = self.runtime.tenants
+        phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
+        metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
+        metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
+        for key in list(self.runtime.published):
+            if (key.namespace, key.name) not in store:
+                reconciler.unpublish(key)
 
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None

@@ -1,0 +1,130 @@
+"""Leader election on a coordination.k8s.io Lease (SPEC O4).
+
+A candidate takes the Lease when it is free or when its holder has not renewed it for a
+lease duration, measured on the candidate's own clock from the moment it last saw the
+record change (so clock skew between replicas does not matter). Every write carries the
+resourceVersion it read, so two candidates can never both win. The leader renews every
+retry period, gives up when it could not renew within the renew deadline, and on shutdown
+releases the Lease so that a standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+import uuid
+from typing import Any
+
+import structlog
+
+from .errors import TemporaryError
+from .events import reporting_instance
+from .kube import Kube
+
+log = structlog.get_logger("krypton.leader")
+
+
+def _micro(ts: dt.datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, namespace: str, name: str, *, lease_duration: float,
+                 renew_deadline: float, retry_period: float, identity: str | None = None) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.lease_duration, self.renew_deadline = lease_duration, renew_deadline
+        self.retry_period = retry_period
+        self.identity = identity or f"{reporting_instance()}_{uuid.uuid4().hex[:8]}"
+        self._seen: tuple[str, str] | None = None
+        self._seen_at = 0.0
+        self.is_leader = False
+
+    async def _try(self) -> bool:
+        now = dt.datetime.now(dt.UTC)
+        lease = await self.kube.get_lease(self.namespace, self.name)
+        spec_new: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration)),
+            "renewTime": _micro(now),
+        }
+        if lease is None:
+            spec_new.update(acquireTime=_micro(now), leaseTransitions=0)
+            await self.kube.create_lease(self.namespace, {
+                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec_new})
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, str(spec.get("renewTime")))
+        if record != self._seen:
+            self._seen, self._seen_at = record, time.monotonic()
+        if holder and holder != self.identity:
+            duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+            if time.monotonic() - self._seen_at < duration:
+                return False
+        if holder != self.identity:
+            spec_new["acquireTime"] = _micro(now)
+            spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        else:
+            spec_new["acquireTime"] = spec.get("acquireTime") or _micro(now)
+            spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0)
+        body = {"metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": lease["metadata"]["resourceVersion"]},
+                "spec": spec_new}
+        await self.kube.replace_lease(self.namespace, self.name, body)
+        return True
+
+    async def acquire(self, stopping: asyncio.Event) -> bool:
+        """Wait until this process leads (True) or `stopping` is set (False)."""
+        log.info("waiting for leadership", lease=f"{self.namespace}/{self.name}",
+                 identity=self.identity)
+        while not stopping.is_set():
+            try:
+                if await self._try():
+                    self.is_leader = True
+                    log.info("became leader", lease=f"{self.namespace}/{self.name}",
+                             identity=self.identity)
+                    return True
+            except TemporaryError as exc:
+                log.debug("lease attempt failed", error=str(exc))
+            try:
+                await asyncio.wait_for(stopping.wait(), self.retry_period)
+            except TimeoutError:
+                pass
+        return False
+
+    async def hold(self, stopping: asyncio.Event) -> None:
+        """Renew until `stopping` is set; returns early when leadership is lost."""
+        last_renew = time.monotonic()
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(stopping.wait(), self.retry_period)
+                return
+            except TimeoutError:
+                pass
+            try:
+                if await asyncio.wait_for(self._try(), self.renew_deadline):
+                    last_renew = time.monotonic()
+                    continue
+            except (TemporaryError, TimeoutError) as exc:
+                log.warning("lease renewal failed", error=str(exc))
+            if time.monotonic() - last_renew > self.renew_deadline:
+                self.is_leader = False
+                log.error("leadership lost", lease=f"{self.namespace}/{self.name}")
+                return
+
+    async def release(self) -> None:
+        if not self.is_leader:
+            return
+        try:
+            lease = await self.kube.get_lease(self.namespace, self.name)
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                spec = dict(lease["spec"], holderIdentity="", leaseDurationSeconds=1)
+                await self.kube.replace_lease(self.namespace, self.name, {
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "resourceVersion": lease["metadata"]["resourceVersion"]},
+                    "spec": spec})
+                log.info("lease released", lease=f"{self.namespace}/{self.name}")
+        except TemporaryError as exc:
+            log.warning("lease release failed", error=str(exc))
+        self.is_leader = False
