@@ -46,7 +46,9 @@ GOMOD
 build_kubernetes() {
   local missing=()
   for b in kube-apiserver kube-controller-manager kubectl; do
-    if have "$b" --version; then say "$b ${K8S_VERSION}: cached"; else missing+=("$b"); fi
+    local probe=(--version)
+    [ "$b" = kubectl ] && probe=(version --client)
+    if have "$b" "${probe[@]}"; then say "$b ${K8S_VERSION}: cached"; else missing+=("$b"); fi
   done
   [ ${#missing[@]} -gt 0 ] || return 0
   say "${missing[*]} ${K8S_VERSION}: building (several minutes on a cold cache)"

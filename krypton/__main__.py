@@ -7,6 +7,7 @@ a missing helm prints one line and exits with status 2 (SPEC O1).
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import sys
 from collections.abc import Sequence
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
+    os.environ["HELM_DRIVER"] = settings.helm_driver  # inherited by every helm process
     return asyncio.run(Operator(settings).run())
 
 

@@ -307,6 +307,15 @@ class Kube:
             return lambda **kw: self.core.list_namespaced_secret(namespace, **kw)
         return lambda **kw: self.core.list_secret_for_all_namespaces(**kw)
 
+    def configmap_lister(self, namespace: str | None) -> Callable[..., Any]:
+        if namespace:
+            return lambda **kw: self.core.list_namespaced_config_map(namespace, **kw)
+        return lambda **kw: self.core.list_config_map_for_all_namespaces(**kw)
+
+    def release_lister(self, driver: str) -> Callable[..., Any]:
+        """Lister of Helm release records (Secrets or ConfigMaps, as helm stores them)."""
+        return self.configmap_lister(None) if driver == "configmap" else self.secret_lister(None)
+
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         return self.plain(await self.call(f"create event in {namespace}",
                                           self.core.create_namespaced_event, namespace, body))

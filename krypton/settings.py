@@ -146,6 +146,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("helm_wait", "Run helm with --wait", True, boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
+    Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",
+        choice("secret", "configmap"), env=("HELM_DRIVER",)),
     Opt("delete_namespace_on_uninstall", "Delete the Tenant namespace after uninstalling", False,
         boolean),
     # operating (O2-O4, O9)
@@ -201,6 +203,7 @@ class Settings:
     helm_wait: bool = True
     helm_timeout: float = 180.0
     helm_executable: str = "helm"
+    helm_driver: str = "secret"
     delete_namespace_on_uninstall: bool = False
     log_format: str = ""
     log_level: str = "info"

@@ -134,7 +134,7 @@ class Worker:
         tenants = Informer(self.kube, "tenants", self.kube.tenant_lister(settings.watch_namespace),
                            on_tenant, on_error=on_error)
         rt.tenants = tenants.store
-        releases = Informer(self.kube, "helm-releases", self.kube.secret_lister(None), on_release,
+        releases = Informer(self.kube, "helm-releases", self.kube.release_lister(settings.helm_driver), on_release,
                             label_selector=HELM_RELEASE_SELECTOR, on_error=on_error)
         self._informers = [releases.start()]
         # Release records first, so the first Tenant passes see real release state.
