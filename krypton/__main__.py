@@ -7,8 +7,8 @@ a missing helm prints one line and exits with status 2 (SPEC O1).
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 

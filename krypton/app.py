@@ -19,7 +19,7 @@ from .charts import ChartSource
 from .crd import crd_manifest
 from .errors import KryptonError, KubeconfigRejected, TemporaryError
 from .events import EventRecorder
-from .fleet import Fleet
+from .fleet import SELF_CLUSTER, Fleet
 from .health import HealthServer
 from .helm import Helm
 from .kube import (
@@ -36,7 +36,6 @@ from .worker import Shared
 
 log = structlog.get_logger("krypton")
 
-SELF_CLUSTER = "self-cluster"
 
 
 def user_kubeconfig_path() -> str:
@@ -212,7 +211,7 @@ async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
 
         raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
         try:
-            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets)
+            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets, allow_in_cluster=True)
             if labels.get(settings.kubeconfig_label) == "true":
                 log.info("self-cluster secret present", namespace=ns)
                 return
@@ -244,6 +243,9 @@ async def _self_kubeconfig(home: Kube) -> str:
     """Strategy C: inline and reduce the user kubeconfig, validate, else fall back."""
     path = user_kubeconfig_path()
     if not os.path.exists(path):
+        if configuration_in_cluster() is not None:
+            # In a pod: reference the rotating service-account token, never copy it.
+            return kubeconfigs.in_cluster_kubeconfig(SELF_CLUSTER)
         return synthesize_kubeconfig(home)
     text = Path(path).read_text()
     inlined = kubeconfigs.inline_files(text, os.path.dirname(path))

@@ -26,6 +26,7 @@ from .settings import Settings
 from .worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")
+SELF_CLUSTER = "self-cluster"
 
 
 @dataclass
@@ -67,7 +68,8 @@ class Fleet:
     async def _engage(self, spec: ClusterSpec) -> None:
         self.clusters[spec.name] = Engaged(spec, None, None)
         try:
-            kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets)
+            kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets,
+                                  allow_in_cluster=spec.name == SELF_CLUSTER)
             values = _cluster_values(spec)
         except KubeconfigRejected as exc:
             message = str(exc)

@@ -28,6 +28,9 @@ from cryptography.hazmat.primitives import serialization
 from .errors import KubeconfigRejected
 
 EXPIRY_WARNING = dt.timedelta(days=14)
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_TOKEN, SA_CA = f"{SA_DIR}/token", f"{SA_DIR}/ca.crt"
+IN_CLUSTER_SERVERS = ("https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local")
 FILE_REFERENCES = {
     "cluster": ("certificate-authority",),
     "user": ("client-certificate", "client-key", "tokenFile"),
@@ -51,6 +54,7 @@ class Kubeconfig:
     insecure: bool = False
     tls_server_name: str | None = None
     uses_plugins_or_files: bool = False
+    in_cluster: bool = False  # the pod's own service account against its own API server
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_yaml(self) -> str:
@@ -119,6 +123,7 @@ def parse(
     *,
     context: str | None = None,
     trust: bool = False,
+    allow_in_cluster: bool = False,
     now: dt.datetime | None = None,
 ) -> Kubeconfig:
     """Validate `data` and reduce it to `context` (default: its current-context).
@@ -164,7 +169,8 @@ def parse(
     risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
-    if risky and not trust:
+    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, str(server))
+    if risky and not trust and not in_cluster:
         raise _reject(
             f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
             "from Secrets (--trust-kubeconfig-secrets allows them)"
@@ -205,9 +211,33 @@ def parse(
         password=user.get("password"),
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
         tls_server_name=cluster.get("tls-server-name"),
-        uses_plugins_or_files=bool(risky),
+        uses_plugins_or_files=bool(risky) and not in_cluster,
+        in_cluster=in_cluster,
         warnings=tuple(warnings),
     )
+
+
+def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str) -> bool:
+    """The service-account files of the pod, used only against the in-cluster API server.
+
+    Such a kubeconfig cannot send the token anywhere else, and reading the token file on
+    every use keeps it working across token rotation (SPEC D6).
+    """
+    return (server.rstrip("/") in IN_CLUSTER_SERVERS
+            and cluster.get("certificate-authority") == SA_CA
+            and set(user) == {"tokenFile"} and user["tokenFile"] == SA_TOKEN)
+
+
+def in_cluster_kubeconfig(name: str) -> str:
+    """A kubeconfig that uses the pod's service account by reference, never by copy."""
+    return str(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": IN_CLUSTER_SERVERS[0],
+                                                "certificate-authority": SA_CA}}],
+        "users": [{"name": name, "user": {"tokenFile": SA_TOKEN}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }, sort_keys=False))
 
 
 def inline_files(data: str, base_dir: str) -> str:

@@ -25,7 +25,13 @@ from .crd import crd_manifest
 from .errors import KryptonError, TemporaryError
 from .events import EventRecorder
 from .helm import Helm
-from .kube import HELM_RELEASE_SELECTOR, Informer, Kube, configuration_for
+from .kube import (
+    HELM_RELEASE_SELECTOR,
+    Informer,
+    Kube,
+    configuration_for,
+    configuration_in_cluster,
+)
 from .kubeconfig import Kubeconfig
 from .model import TenantKey
 from .reconciler import ClusterRuntime, Reconciler
@@ -96,7 +102,10 @@ class Worker:
     async def _engage(self) -> None:
         settings = self.shared.settings
         self._close_kube()
-        cfg = configuration_for(self.kc, self._dir / "tls", trust=settings.trust_kubeconfig_secrets)
+        cfg = configuration_in_cluster() if self.kc.in_cluster else None
+        if cfg is None:
+            cfg = configuration_for(self.kc, self._dir / "tls",
+                                    trust=settings.trust_kubeconfig_secrets)
         self.kube = Kube(cfg, name=self.name, timeout=settings.api_timeout)
         try:
             version = await self.kube.server_version()
@@ -134,7 +143,8 @@ class Worker:
         tenants = Informer(self.kube, "tenants", self.kube.tenant_lister(settings.watch_namespace),
                            on_tenant, on_error=on_error)
         rt.tenants = tenants.store
-        releases = Informer(self.kube, "helm-releases", self.kube.release_lister(settings.helm_driver), on_release,
+        releases = Informer(self.kube, "helm-releases",
+                            self.kube.release_lister(settings.helm_driver), on_release,
                             label_selector=HELM_RELEASE_SELECTOR, on_error=on_error)
         self._informers = [releases.start()]
         # Release records first, so the first Tenant passes see real release state.

@@ -128,3 +128,18 @@ def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     kc = parse(inline_files(text, str(tmp_path)))
     assert not kc.uses_plugins_or_files
     assert kc.cert_pem == GOOD.cert and kc.ca_pem == CA.cert
+
+
+def test_in_cluster_reference_only_for_the_self_cluster() -> None:
+    from krypton.kubeconfig import in_cluster_kubeconfig
+
+    text = in_cluster_kubeconfig("self-cluster")
+    with pytest.raises(KubeconfigRejected, match="tokenFile"):
+        parse(text)
+    kc = parse(text, allow_in_cluster=True)
+    assert kc.in_cluster and not kc.uses_plugins_or_files
+    # the same files sent to another server are still rejected
+    doc = yaml.safe_load(text)
+    doc["clusters"][0]["cluster"]["server"] = "https://attacker.example"
+    with pytest.raises(KubeconfigRejected):
+        parse(yaml.safe_dump(doc), allow_in_cluster=True)
