@@ -49,9 +49,9 @@ def main() -> int:
                            check=True, capture_output=True)
         say("Tenant CRD installed on both clusters")
         home_api = client.CoreV1Api(config.new_client_from_config(str(home.kubeconfig)))
-        home_api.create_namespace({"metadata": {"name": "krypton-system"}})
+        home_api.create_namespace({"metadata": {"name": "krypton-system"}})  # type: ignore[arg-type]
         home_api.create_namespaced_secret("krypton-system", kubeconfig_secret(
-            "remote", remote.kubeconfig.read_text(), namespace="krypton-system"))
+            "remote", remote.kubeconfig.read_text(), namespace="krypton-system"))  # type: ignore[arg-type]
         say("remote kubeconfig Secret created on home")
         op = OperatorProcess([
             "--watch-kubeconfig", str(home.kubeconfig), "--namespace", "krypton-system",

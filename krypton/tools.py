@@ -1,0 +1,254 @@
+"""Fleet tooling behind ``krypton plan``, ``krypton status`` and ``krypton register-cluster``
+(SPEC O7). They read the same flags as ``krypton run`` and use the same code: discovery,
+kubeconfig checks, chart resolution and the pure planner, so a plan shows exactly what the
+operator's next pass would do.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import kubeconfig as kubeconfigs
+from .app import watch_cluster
+from .charts import ChartSource
+from .discovery import desired_clusters
+from .errors import KubeconfigRejected, TemporaryError
+from .fingerprint import deep_merge
+from .fleet import SELF_CLUSTER, _cluster_values
+from .helm import Helm
+from .kube import Kube, configuration_for, configuration_in_cluster
+from .model import fingerprint_annotation, release_name
+from .planner import HELM_ACTIONS, Action, plan
+from .reconciler import Reconciler, namespace_state
+from .releases import ReleaseIndex
+from .settings import Settings
+
+
+@dataclass
+class Row:
+    cluster: str
+    namespace: str
+    tenant: str
+    phase: str = ""
+    release: str = ""
+    chart_version: str = ""
+    fingerprint: str = ""
+    action: str = ""
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass
+class ClusterHandle:
+    name: str
+    kube: Kube | None
+    values: dict[str, Any]
+    error: str = ""
+
+
+async def _clusters(settings: Settings, workdir: Path) -> tuple[Kube, list[ClusterHandle]]:
+    home = await watch_cluster(settings, workdir)
+    body = await home.call("list kubeconfig secrets", home.core.list_namespaced_secret,
+                           settings.namespace, label_selector=f"{settings.kubeconfig_label}=true")
+    specs = desired_clusters(home.plain(body).get("items") or [], settings.kubeconfig_key)
+    handles = []
+    for name, spec in sorted(specs.items()):
+        try:
+            kc = kubeconfigs.parse(spec.kubeconfig, trust=settings.trust_kubeconfig_secrets,
+                                   allow_in_cluster=name == SELF_CLUSTER)
+            values = deep_merge(settings.chart_values, _cluster_values(spec))
+        except KubeconfigRejected as exc:
+            handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}"))
+            continue
+        cfg = configuration_in_cluster() if kc.in_cluster else None
+        cfg = cfg or configuration_for(kc, workdir / name, trust=settings.trust_kubeconfig_secrets)
+        handles.append(ClusterHandle(name, Kube(cfg, name=name, timeout=settings.api_timeout),
+                                     values))
+    return home, handles
+
+
+async def _tenants(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
+    body = await kube.call("list tenants", kube.tenant_lister(settings.watch_namespace or None))
+    return sorted(body.get("items") or [], key=lambda t: (t["metadata"]["namespace"],
+                                                           t["metadata"]["name"]))
+
+
+async def collect_status(settings: Settings) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
+        home, clusters = await _clusters(settings, Path(tmp))
+        rows: list[Row] = []
+        for c in clusters:
+            if c.kube is None:
+                rows.append(Row(c.name, "", "", phase="-", detail=c.error))
+                continue
+            try:
+                tenants = await _tenants(c.kube, settings)
+            except TemporaryError as exc:
+                rows.append(Row(c.name, "", "", phase="-", detail=f"unreachable: {exc}"))
+                continue
+            for t in tenants:
+                status = t.get("status") or {}
+                mine = (status.get("clusters") or {}).get(c.name) or {}
+                meta = t["metadata"]
+                rows.append(Row(c.name, meta["namespace"], meta["name"],
+                                phase=status.get("phase") or "Pending",
+                                release=mine.get("release") or release_name(meta["name"], c.name),
+                                chart_version=mine.get("chartVersion", ""),
+                                fingerprint=(mine.get("fingerprint") or "")[:12],
+                                detail=_first_error(status, c.name)))
+            c.kube.close()
+        home.close()
+        return rows
+
+
+def _first_error(status: dict[str, Any], cluster: str) -> str:
+    for cond in status.get("conditions") or []:
+        if cond["type"] == f"ClusterError/{cluster}" and cond["status"] == "True":
+            return f"{cond['reason']}: {cond['message']}"
+        if cond["type"] == f"ClusterProgress/{cluster}" and cond["reason"] == "NotTargeted":
+            return "NotTargeted"
+    return ""
+
+
+async def collect_plan(settings: Settings) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="krypton-plan-") as tmp:
+        home, clusters = await _clusters(settings, Path(tmp))
+        chart = ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
+                            helm=Helm(settings.helm_path or settings.helm_executable),
+                            cache_dir=Path(tmp) / "charts")
+        rows: list[Row] = []
+        for c in clusters:
+            if c.kube is None:
+                rows.append(Row(c.name, "", "", action="blocked", reason="KubeconfigRejected",
+                                detail=c.error))
+                continue
+            try:
+                rows += await _plan_cluster(c, c.kube, settings, chart)
+            except TemporaryError as exc:
+                rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
+                                detail=str(exc)))
+            c.kube.close()
+        home.close()
+        return rows
+
+
+async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
+                        chart: ChartSource) -> list[Row]:
+    from .reconciler import ClusterRuntime
+
+    rt = ClusterRuntime(name=c.name, kube=kube, helm=None, recorder=None, chart=chart,  # type: ignore[arg-type]
+                        settings=settings, slots=None, releases=ReleaseIndex(),  # type: ignore[arg-type]
+                        tenants={}, values=c.values)
+    reconciler = Reconciler(rt)
+    rows = []
+    for t in await _tenants(kube, settings):
+        meta = t["metadata"]
+        release = release_name(meta["name"], c.name)
+        records = await kube.call("list release records", kube.release_lister(
+            settings.helm_driver), label_selector=f"owner=helm,name={release}")
+        for record in kube.plain(records).get("items") or []:
+            if record["metadata"].get("namespace") == meta["name"]:
+                rt.releases.on_event("ADDED", record)
+        obs = reconciler.observe(t)
+        obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
+                                  chart=await reconciler.desired_chart())
+        decided = plan(obs)
+        if decided.action is Action.OBSERVE_NAMESPACE:
+            state, owner = namespace_state(await kube.get_namespace(meta["name"]), obs.tenant.key)
+            decided = plan(dataclasses.replace(obs, namespace=state, namespace_owner=owner))
+        applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
+        old_version = applied.get("chartVersion") or "-"
+        old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
+        new_version = getattr(obs.chart, "version", "?")
+        new_fp = getattr(obs.chart, "fingerprint", "")
+        rows.append(Row(
+            c.name, meta["namespace"], meta["name"], release=release,
+            chart_version=f"{old_version} -> {new_version}",
+            fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
+            action=_action_word(decided.action), reason=decided.reason, detail=decided.message))
+    return rows
+
+
+def _action_word(action: Action) -> str:
+    if action in HELM_ACTIONS:
+        return "install" if action in (Action.INSTALL, Action.UNINSTALL_THEN_INSTALL) \
+            else "upgrade"
+    return {Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
+            Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall",
+            Action.NOTHING: "skip"}.get(action, action.value)
+
+
+def changes_pending(rows: list[Row]) -> bool:
+    return any(r.action in ("install", "upgrade", "uninstall") for r in rows)
+
+
+def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)
+    if fmt == "yaml":
+        return str(yaml.safe_dump([dataclasses.asdict(r) for r in rows], sort_keys=False))
+    table = [[title for title, _ in columns]]
+    table += [[str(getattr(r, field)) for _, field in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in table)
+
+
+STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
+                  ("PHASE", "phase"), ("RELEASE", "release"), ("CHART", "chart_version"),
+                  ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
+PLAN_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
+                ("ACTION", "action"), ("REASON", "reason"), ("CHART", "chart_version"),
+                ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
+
+
+async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
+                           context: str | None, values_path: str | None) -> str:
+    """Inline, reduce and check a kubeconfig, probe its server, write the labelled Secret."""
+    path = Path(kubeconfig_path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise KubeconfigRejected(f"cannot read {path}: {exc.strerror}") from exc
+    inlined = kubeconfigs.inline_files(text, str(path.parent))
+    kc = kubeconfigs.parse(inlined, context=context)
+    with tempfile.TemporaryDirectory(prefix="krypton-register-") as tmp:
+        probe = Kube(configuration_for(kc, Path(tmp)), name=name, timeout=settings.api_timeout)
+        try:
+            version = await probe.server_version()
+        finally:
+            probe.close()
+        data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
+        if values_path:
+            raw = Path(values_path).read_bytes()
+            if not isinstance(yaml.safe_load(raw) or {}, dict):
+                raise KubeconfigRejected(f"{values_path} is not a YAML mapping",
+                                         reason="ValuesInvalid")
+            data["values.yaml"] = base64.b64encode(raw).decode()
+        home = await watch_cluster(settings, Path(tmp))
+        body: dict[str, Any] = {
+            "metadata": {"name": name, "namespace": settings.namespace,
+                         "labels": {settings.kubeconfig_label: "true",
+                                    "app.kubernetes.io/managed-by": "krypton"}},
+            "type": "Opaque", "data": data}
+        existing = await home.get_secret(settings.namespace, name)
+        if existing is None:
+            await home.create_secret(settings.namespace, body)
+            verb = "created"
+        else:
+            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            await home.replace_secret(settings.namespace, name, body)
+            verb = "updated"
+        home.close()
+    warn = "".join(f"\nwarning: {w}" for w in kc.warnings)
+    return (f"cluster {name} ({kc.server}, {version}) registered: Secret "
+            f"{settings.namespace}/{name} {verb}{warn}")
+
