@@ -93,6 +93,7 @@ class ReleaseObservation:
     status: ReleaseStatus = ReleaseStatus.ABSENT
     revision: int = 0
     has_good_revision: bool = False  # an earlier revision was deployed or superseded
+    locked: bool = False  # pending/uninstalling and recent: another helm run may still be at work
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class TenantView:
     target_cluster: str | None = None
     applied_fingerprint: str | None = None
     applied_revision: int | None = None
+    recorded_fingerprint: str | None = None  # status.clusters[c].fingerprint
     annotations: dict[str, str] = field(default_factory=dict)
 
 

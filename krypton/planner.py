@@ -14,8 +14,9 @@ decision table, in order:
                         revision we recorded)
 8. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
 9. namespace owned by another Tenant -> Blocked NamespaceConflict (permanent)
-10. release pending or failed without a good revision -> Recover, then install/upgrade
-11. release absent   -> Install, else Upgrade
+10. release locked by a recent pending operation -> Wait (retry later, no writes)
+11. release pending or failed without a good revision -> Recover, then install/upgrade
+12. release absent   -> Install, else Upgrade
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Action(enum.Enum):
     NOT_TARGETED = "not-targeted"
     OBSERVE_NAMESPACE = "observe-namespace"
     RESOLVE_CHART = "resolve-chart"
+    WAIT = "wait"
     ADD_FINALIZER = "add-finalizer"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
@@ -59,6 +61,7 @@ class Plan:
     reason: str
     message: str
     permanent: bool = False  # a Blocked plan that retrying cannot fix
+    drift: bool = False  # the desired state was reached before and was changed behind our back
 
     @property
     def runs_helm(self) -> bool:
@@ -97,6 +100,7 @@ def plan(obs: Observation) -> Plan:
     )
     if in_sync:
         return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
+    drift = obs.chart.fingerprint in (t.applied_fingerprint, t.recorded_fingerprint)
     if obs.namespace is NamespaceState.UNKNOWN:
         return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
     if obs.namespace is NamespaceState.CONFLICT:
@@ -104,18 +108,27 @@ def plan(obs: Observation) -> Plan:
                     f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
                     permanent=True)
     version = obs.chart.version
+    if rel.locked:
+        return Plan(Action.WAIT, "ReleaseLocked",
+                    f"release is {rel.status.value} at revision {rel.revision}: another helm "
+                    "operation may be running")
     if rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING) or (
         rel.status in (ReleaseStatus.FAILED, ReleaseStatus.PENDING_UPGRADE,
                        ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNKNOWN)
         and not rel.has_good_revision
     ):
         return Plan(Action.UNINSTALL_THEN_INSTALL, "Installing",
-                    f"release left {rel.status.value}: uninstall and install chart {version}")
+                    f"release left {rel.status.value}: uninstall and install chart {version}",
+                    drift=drift)
     if rel.status in (ReleaseStatus.PENDING_UPGRADE, ReleaseStatus.PENDING_ROLLBACK):
         return Plan(Action.ROLLBACK_THEN_UPGRADE, "Upgrading",
-                    f"release left {rel.status.value}: roll back, then upgrade to {version}")
+                    f"release left {rel.status.value}: roll back, then upgrade to {version}",
+                    drift=drift)
     if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
-        return Plan(Action.INSTALL, "Installing", f"install chart {version}")
-    why = "release drifted" if t.applied_fingerprint == obs.chart.fingerprint else \
-        "fingerprint changed"
-    return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}")
+        why = "release missing" if drift else "install"
+        return Plan(Action.INSTALL, "Installing", f"{why}: install chart {version}", drift=drift)
+    if drift:
+        why = ("fingerprint annotation missing" if t.applied_fingerprint is None
+               else f"release {rel.status.value} at revision {rel.revision}, not as applied")
+        return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}", drift=True)
+    return Plan(Action.UPGRADE, "Upgrading", f"fingerprint changed: upgrade to chart {version}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ from .settings import Settings
 from .slots import FairSlots
 
 CHART_SKIP_REQUEUE = 120.0
+LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
 
@@ -101,6 +103,7 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         target_cluster=ref.get("secretName") or None,
         applied_fingerprint=annotations.get(fingerprint_annotation(cluster)),
         applied_revision=int(revision) if isinstance(revision, int) else None,
+        recorded_fingerprint=applied.get("fingerprint"),
         annotations=dict(annotations),
     )
 
@@ -139,7 +142,9 @@ class Reconciler:
             cluster=self.rt.name,
             tenant=view,
             chart=None,
-            release=self.rt.releases.observe(view.key.name, release),
+            release=self.rt.releases.observe(
+                view.key.name, release, now=time.time(),
+                lock_timeout=self.rt.settings.helm_timeout + LOCK_MARGIN),
         )
 
     # -- one pass --------------------------------------------------------------------------
@@ -172,6 +177,9 @@ class Reconciler:
         a = p.action
         if a is Action.NOTHING:
             return Outcome()
+        if a is Action.WAIT:
+            log.info("release busy, waiting", detail=p.message)
+            return Outcome(retry=True, reason=p.reason)
         if a is Action.UNINSTALL:
             return await self._uninstall(obj, release, log)
         if a is Action.PAUSE:
@@ -273,8 +281,12 @@ class Reconciler:
         applied = {"release": release, "chartVersion": chart.version,
                    "fingerprint": chart.fingerprint, "revision": revision,
                    "lastAppliedTime": now_rfc3339()}
-        await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
-                           applied=applied, last_chart=chart.ref)
+        obj = await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
+                                 applied=applied, last_chart=chart.ref)
+        if p.drift:
+            log.info("drift repaired", detail=p.message)
+            await self.rt.recorder.emit(involved_tenant(obj), "Normal", "DriftRepaired",
+                                        f"{p.message}; now {message}")
         return Outcome()
 
     async def _uninstall(self, obj: dict[str, Any], release: str, log: Any) -> Outcome:

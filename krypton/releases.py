@@ -9,17 +9,32 @@ so that a stale view never triggers a second operation.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from .model import ReleaseObservation, ReleaseStatus
 
 GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
+BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
+        ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
 Key = tuple[str, str]
+
+
+def _modified(meta: dict[str, Any]) -> float:
+    """When the record was last written: helm's modifiedAt label, else its creation time."""
+    label = (meta.get("labels") or {}).get("modifiedAt")
+    if label and str(label).isdigit():
+        return float(label)
+    created = meta.get("creationTimestamp")
+    if created:
+        return dt.datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+    return 0.0
 
 
 class ReleaseIndex:
     def __init__(self) -> None:
         self._records: dict[Key, dict[int, ReleaseStatus]] = {}
+        self._modified: dict[Key, float] = {}
         self._noted: dict[Key, tuple[int, ReleaseStatus]] = {}
 
     def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
@@ -37,6 +52,8 @@ class ReleaseIndex:
                 del self._records[key]
         else:
             revisions[int(version)] = ReleaseStatus.parse(labels.get("status"))
+            if int(version) == max(revisions):
+                self._modified[key] = _modified(meta)
         return key
 
     def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus) -> None:
@@ -46,7 +63,11 @@ class ReleaseIndex:
     def forget(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
 
-    def observe(self, namespace: str, release: str) -> ReleaseObservation:
+    def observe(self, namespace: str, release: str, *, now: float = 0.0,
+                lock_timeout: float = 0.0) -> ReleaseObservation:
+        """The release as its records say. A pending or uninstalling record younger than
+        `lock_timeout` seconds (at time `now`) is reported as locked: some helm run, perhaps
+        not ours, may still be working on it; an older one is a leftover to recover."""
         key = (namespace, release)
         revisions = self._records.get(key, {})
         latest = max(revisions, default=0)
@@ -60,4 +81,6 @@ class ReleaseIndex:
         if not revisions:
             return ReleaseObservation()
         good = any(s in GOOD for r, s in revisions.items() if r < latest)
-        return ReleaseObservation(revisions[latest], latest, good)
+        status = revisions[latest]
+        locked = status in BUSY and now - self._modified.get(key, 0.0) < lock_timeout
+        return ReleaseObservation(status, latest, good, locked)

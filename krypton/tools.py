@@ -183,7 +183,7 @@ def _action_word(action: Action) -> str:
             else "upgrade"
     return {Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
             Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall",
-            Action.NOTHING: "skip"}.get(action, action.value)
+            Action.NOTHING: "skip", Action.WAIT: "wait"}.get(action, action.value)
 
 
 def changes_pending(rows: list[Row]) -> bool:

@@ -89,9 +89,10 @@ def test_release_left_pending_install_is_recovered(fleet: Fleet, helm_bin: str,
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     fleet.register("remote", fleet.remote)
-    fleet.start()
+    # a pending record is left alone for --helm-timeout + 10 s (another helm may still run)
+    fleet.start("--helm-timeout", "5s")
     fleet.tenant(fleet.remote, name)
-    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
     records = fleet.remote.release_records(name, release)
     assert records and records[-1][1] == "deployed"
     assert all(status != "pending-install" for _, status in records)

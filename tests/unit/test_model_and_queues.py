@@ -142,3 +142,16 @@ def test_one_crd_source() -> None:
     canonical = (ROOT / "crds" / "mesh.openkcm.io_tenants.yaml").read_text()
     assert (ROOT / "chart" / "crds" / "mesh.openkcm.io_tenants.yaml").read_text() == canonical
     assert crd_text() == canonical
+
+
+def test_release_index_reports_recent_pending_records_as_locked() -> None:
+    idx = ReleaseIndex()
+    rec = record("ns", "r", 1, "pending-install")
+    rec["metadata"]["labels"]["modifiedAt"] = "1000"
+    idx.on_event("ADDED", rec)
+    assert idx.observe("ns", "r", now=1050, lock_timeout=100).locked
+    assert not idx.observe("ns", "r", now=1200, lock_timeout=100).locked
+    rec = record("ns", "r", 1, "deployed")
+    rec["metadata"]["labels"]["modifiedAt"] = "1000"
+    idx.on_event("MODIFIED", rec)
+    assert not idx.observe("ns", "r", now=1050, lock_timeout=100).locked

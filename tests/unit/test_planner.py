@@ -107,3 +107,29 @@ def test_plan(observation: Observation, action: Action, reason: str, permanent: 
 def test_helm_actions_are_flagged() -> None:
     assert plan(obs()).runs_helm
     assert not plan(obs(SYNCED, release=DEPLOYED)).runs_helm
+
+
+DRIFT = [
+    ("release deleted", obs(SYNCED), True),
+    ("rolled back", obs(SYNCED, release=ReleaseObservation(R.DEPLOYED, 3, True)), True),
+    ("annotation removed, status remembers", obs(replace(SYNCED, applied_fingerprint=None,
+                                                         recorded_fingerprint=FP),
+                                                 release=DEPLOYED), True),
+    ("left failed", obs(SYNCED, release=ReleaseObservation(R.FAILED, 2, True)), True),
+    ("new chart version", obs(replace(SYNCED, applied_fingerprint="0" * 64), release=DEPLOYED),
+     False),
+    ("first install", obs(), False),
+]
+
+
+@pytest.mark.parametrize(("observation", "drift"), [d[1:] for d in DRIFT],
+                         ids=[d[0] for d in DRIFT])
+def test_drift_is_flagged(observation: Observation, drift: bool) -> None:
+    assert plan(observation).drift is drift
+
+
+def test_locked_release_waits_without_touching_it() -> None:
+    locked = ReleaseObservation(R.PENDING_UPGRADE, 2, True, locked=True)
+    assert plan(obs(SYNCED, release=locked)).action is Action.WAIT
+    stale = ReleaseObservation(R.PENDING_UPGRADE, 2, True, locked=False)
+    assert plan(obs(SYNCED, release=stale)).action is Action.ROLLBACK_THEN_UPGRADE

@@ -1,0 +1,74 @@
+"""F2 drift repair and F3 per-cluster values, on the real test bed."""
+
+from __future__ import annotations
+
+import subprocess
+
+from krypton.testing.operator import wait_for
+
+from .conftest import Fleet, unique
+
+
+def _drift_events(cluster, ns: str, name: str) -> list:  # type: ignore[no-untyped-def,type-arg]
+    return [e for e in cluster.events(ns, name) if e.reason == "DriftRepaired"]
+
+
+def test_drift_is_repaired(fleet: Fleet, helm_bin: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fleet.register("remote", fleet.remote)
+    fleet.start()
+    name = fleet.tenant(fleet.remote, unique("drift"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(fleet.remote.cp.kubeconfig.read_text())
+    helm = [helm_bin, "--kubeconfig", str(kubeconfig), "-n", name]
+
+    # helm uninstall by hand -> reinstalled
+    subprocess.run([*helm, "uninstall", release], check=True, capture_output=True)
+    wait_for(lambda: fleet.remote.release_records(name, release) == [(1, "deployed")], 60,
+             what="reinstalled")
+    wait_for(lambda: _drift_events(fleet.remote, fleet.tenant_ns, name), 30, what="event")
+
+    # a second revision, then helm rollback by hand -> upgraded again
+    subprocess.run([*helm, "upgrade", release, str(fleet.chart_repo.directory / "sample-0.3.0.tgz")],
+                   check=True, capture_output=True)
+    wait_for(lambda: fleet.remote.release_records(name, release)[-1] == (3, "deployed"), 60,
+             what="upgrade by hand repaired")
+    subprocess.run([*helm, "rollback", release, "2"], check=True, capture_output=True)
+    wait_for(lambda: fleet.remote.release_records(name, release)[-1] == (5, "deployed"), 60,
+             what="rollback by hand repaired")
+    assert fleet.remote.core.read_namespaced_config_map(release, name).data["chartVersion"] == \
+        "0.2.0"
+
+    # fingerprint annotation removed -> put back by an upgrade
+    fleet.remote.patch_tenant(fleet.tenant_ns, name, {"metadata": {"annotations": {
+        "mesh.openkcm.io/fingerprint-remote": None}}})
+    wait_for(lambda: fleet.remote.tenant(fleet.tenant_ns, name)["metadata"]["annotations"].get(
+        "mesh.openkcm.io/fingerprint-remote"), 60, what="annotation restored")
+    assert fleet.remote.release_records(name, release)[-1] == (6, "deployed")
+    assert len(_drift_events(fleet.remote, fleet.tenant_ns, name)) >= 3
+
+
+def test_per_cluster_values(fleet: Fleet) -> None:
+    fleet.register("home", fleet.home, values="data:\n  region: eu\n")
+    fleet.register("remote", fleet.remote, values="data:\n  region: us\n")
+    fleet.start()
+    h = fleet.tenant(fleet.home, unique("pv"))
+    r = fleet.tenant(fleet.remote, unique("pv"))
+    fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
+    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
+    cm = lambda c, n: c.core.read_namespaced_config_map(f"tenant-{n}-{c.name}", n).data  # noqa: E731
+    assert cm(fleet.home, h)["region"] == "eu" and cm(fleet.remote, r)["region"] == "us"
+    fp_home = fleet.home.tenant(fleet.tenant_ns, h)["status"]["clusters"]["home"]["fingerprint"]
+
+    secret = fleet.home.core.read_namespaced_secret("remote", fleet.discovery_ns)
+    import base64
+
+    secret.data["values.yaml"] = base64.b64encode(b"data:\n  region: ap\n").decode()
+    fleet.home.core.replace_namespaced_secret("remote", fleet.discovery_ns, secret)
+    wait_for(lambda: cm(fleet.remote, r)["region"] == "ap", 60, what="remote upgraded")
+    wait_for(lambda: fleet.remote.release_records(r, f"tenant-{r}-remote")[-1] == (2, "deployed"),
+             30, what="remote revision 2 deployed")
+    assert fleet.home.release_records(h, f"tenant-{h}-home") == [(1, "deployed")]
+    assert fleet.home.tenant(fleet.tenant_ns, h)["status"]["clusters"]["home"]["fingerprint"] \
+        == fp_home
