@@ -114,6 +114,7 @@ class ControlPlane:
         self.startup_timeout = startup_timeout
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"krypton-cp-{name}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.api_port = 0
         self.server = ""
         self.kubeconfig = self.workdir / "admin.kubeconfig"

@@ -1,0 +1,128 @@
+"""``make demo``: krypton on two local clusters, from nothing (SPEC O11).
+
+Starts a home and a remote control plane and a local chart repository, registers the
+remote cluster with ``krypton register-cluster``, runs the operator in the background
+(the home cluster engages itself as ``self-cluster``), applies the sample Tenants of
+``examples/``, waits for them, prints ``krypton status`` and ``krypton plan``, and leaves
+the clusters up for exploring with kubectl until Enter or Ctrl-C (when run from a
+terminal; otherwise, or with ``DEMO_HOLD=0``, it tears down at once).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kubernetes import client, config
+
+from . import ChartRepository, ControlPlane, testbin
+from .operator import OperatorProcess, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = Path(os.environ.get("KRYPTON_DEMO_DIR", "/tmp/krypton-demo"))
+
+
+def step(text: str) -> None:
+    print(f"\n==> {text}", flush=True)
+
+
+def krypton(tools: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "krypton", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def main() -> int:
+    tools = testbin()
+    kubectl = str(tools / "kubectl")
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    home = remote = repo = op = None
+    try:
+        step("starting two local control planes (etcd + kube-apiserver)")
+        home = ControlPlane("home", tools, auth="cert", controller_manager=True,
+                            workdir=WORK / "home").start()
+        remote = ControlPlane("remote", tools, auth="token", workdir=WORK / "remote").start()
+        print(f"home   {home.server}  kubeconfig {home.kubeconfig}  (client certificate)")
+        print(f"remote {remote.server}  kubeconfig {remote.kubeconfig}  (bearer token)")
+
+        step("serving the sample chart (0.1.0, 0.2.0, 0.3.0) from a local chart repository")
+        repo = ChartRepository(tools / "helm", WORK / "charts")
+        for version in ("0.1.0", "0.2.0", "0.3.0"):
+            repo.publish(ROOT / "tests" / "charts" / "sample", version)
+        repo.start()
+        print(f"chart repository {repo.url}")
+
+        core = client.CoreV1Api(config.new_client_from_config(str(home.kubeconfig)))
+        core.create_namespace({"metadata": {"name": "krypton-system"}})  # type: ignore[arg-type]
+        common = ["--watch-kubeconfig", str(home.kubeconfig), "--namespace", "krypton-system"]
+        step("krypton register-cluster remote --kubeconfig remote.kubeconfig")
+        reg = krypton(tools, "register-cluster", "remote", "--kubeconfig", str(remote.kubeconfig),
+                      *common)
+        print(reg.stdout.strip() or reg.stderr.strip())
+        if reg.returncode != 0:
+            return 1
+
+        chart = ["--chart-repo", repo.url, "--chart-name", "sample", "--chart-version", "~0.2"]
+        step("starting the operator in the background (home engages itself as self-cluster)")
+        op = OperatorProcess([*common, *chart, "--helm-timeout", "60s"], helm_dir=tools,
+                             env={"KUBECONFIG": str(home.kubeconfig)},
+                             log_path=WORK / "operator.log", pid_file=WORK / "operator.pid")
+        op.start().wait_ready()
+        print(f"operator PID {op.pid}, log {WORK / 'operator.log'}, "
+              f"metrics http://127.0.0.1:{op.metrics_port}/metrics")
+
+        step("applying sample Tenants: acme and globex on remote, globex and initech on home")
+        for cp, files in ((remote, ("tenant-acme.yaml", "tenant-globex.yaml")),
+                          (home, ("tenant-globex.yaml", "tenant-initech.yaml"))):
+            for name in files:
+                wait_for(lambda cp=cp, name=name: subprocess.run(
+                    [kubectl, "--kubeconfig", str(cp.kubeconfig), "apply", "-f",
+                     str(ROOT / "examples" / name)], capture_output=True).returncode == 0,
+                    60, what=f"apply {name}")
+        for cp, name in ((remote, "acme"), (remote, "globex"), (home, "globex")):
+            subprocess.run([kubectl, "--kubeconfig", str(cp.kubeconfig), "wait",
+                            "--for=condition=Ready", f"tenant/{name}", "--timeout=120s"],
+                           check=True, capture_output=True)
+        print("acme and globex are Ready; initech is paused")
+
+        step("krypton status")
+        print(krypton(tools, "status", *common, *chart).stdout)
+        step("krypton plan (with --chart-version 0.3.0: what an upgrade would do)")
+        print(krypton(tools, "plan", *common, "--chart-repo", repo.url, "--chart-name",
+                      "sample", "--chart-version", "0.3.0").stdout)
+
+        step("explore")
+        print(f"""  export KUBECONFIG={remote.kubeconfig}   # or {home.kubeconfig}
+  {kubectl} get tenants -A
+  {kubectl} get tenant acme -o yaml
+  {kubectl} get events -n default
+  {kubectl} -n acme get configmap tenant-acme-remote -o yaml
+  {kubectl} annotate tenant initech mesh.openkcm.io/paused- --kubeconfig {home.kubeconfig}
+  {shlex.join([sys.executable, '-m', 'krypton', 'status', *common, *chart])}
+  curl -s http://127.0.0.1:{op.metrics_port}/metrics | grep krypton_""")
+        hold = os.environ.get("DEMO_HOLD", "1" if sys.stdin.isatty() else "0") == "1"
+        if hold:
+            try:
+                input("\nPress Enter (or Ctrl-C) to stop the demo and tear everything down. ")
+            except (KeyboardInterrupt, EOFError):
+                pass
+        return 0
+    finally:
+        step("tearing down")
+        if op is not None:
+            print(f"operator exited with {op.stop()}")
+        if repo is not None:
+            repo.stop()
+        for cp in (remote, home):
+            if cp is not None:
+                cp.stop()
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
