@@ -21,7 +21,7 @@ SAMPLE_VERSIONS = ("0.1.0", "0.2.0", "0.3.0")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts
-        for marker in ("unit", "integration", "e2e"):
+        for marker in ("unit", "integration", "e2e", "reliability"):
             if marker in parts:
                 item.add_marker(getattr(pytest.mark, marker))
 

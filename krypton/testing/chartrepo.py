@@ -19,6 +19,12 @@ from .controlplane import free_port
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
+    counter: list[int]
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self.counter[0] += 1
+        super().do_GET()
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
@@ -33,6 +39,7 @@ class ChartRepository:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server: ThreadingHTTPServer | None = None
+        self._requests = [0]
         self._thread: threading.Thread | None = None
 
     def publish(self, chart_dir: str | Path, version: str | None = None) -> Path:
@@ -52,13 +59,19 @@ class ChartRepository:
         """Serve the directory on 127.0.0.1 (the same port across restarts)."""
         if self._server is not None:
             return self
-        handler = functools.partial(_QuietHandler, directory=str(self.directory))
+        handler_cls = type("Handler", (_QuietHandler,), {"counter": self._requests})
+        handler = functools.partial(handler_cls, directory=str(self.directory))
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name=f"chart-repo-{self.port}")
         self._thread.start()
         return self
+
+    @property
+    def requests(self) -> int:
+        """GET requests served so far (to check that clients do not hammer the repository)."""
+        return self._requests[0]
 
     def stop(self) -> None:
         """Stop serving (the packaged charts stay, so start() brings the repo back)."""

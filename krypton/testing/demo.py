@@ -10,6 +10,7 @@ terminal; otherwise, or with ``DEMO_HOLD=0``, it tears down at once).
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -34,6 +35,10 @@ def krypton(tools: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([sys.executable, "-m", "krypton", *args], capture_output=True,
                           text=True, env=env, timeout=120)
+
+
+def _succeeds(argv: list[str]) -> bool:
+    return subprocess.run(argv, capture_output=True).returncode == 0
 
 
 def main() -> int:
@@ -80,10 +85,9 @@ def main() -> int:
         for cp, files in ((remote, ("tenant-acme.yaml", "tenant-globex.yaml")),
                           (home, ("tenant-globex.yaml", "tenant-initech.yaml"))):
             for name in files:
-                wait_for(lambda cp=cp, name=name: subprocess.run(
-                    [kubectl, "--kubeconfig", str(cp.kubeconfig), "apply", "-f",
-                     str(ROOT / "examples" / name)], capture_output=True).returncode == 0,
-                    60, what=f"apply {name}")
+                argv = [kubectl, "--kubeconfig", str(cp.kubeconfig), "apply", "-f",
+                        str(ROOT / "examples" / name)]
+                wait_for(functools.partial(_succeeds, argv), 60, what=f"apply {name}")
         for cp, name in ((remote, "acme"), (remote, "globex"), (home, "globex")):
             subprocess.run([kubectl, "--kubeconfig", str(cp.kubeconfig), "wait",
                             "--for=condition=Ready", f"tenant/{name}", "--timeout=120s"],
@@ -118,9 +122,9 @@ def main() -> int:
             print(f"operator exited with {op.stop()}")
         if repo is not None:
             repo.stop()
-        for cp in (remote, home):
-            if cp is not None:
-                cp.stop()
+        for plane in (remote, home):
+            if plane is not None:
+                plane.stop()
         shutil.rmtree(WORK, ignore_errors=True)
 
 

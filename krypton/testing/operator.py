@@ -144,10 +144,14 @@ class OperatorProcess:
         self.pid_file.unlink(missing_ok=True)
         return code
 
-    def kill(self) -> None:
-        """SIGKILL (crash tests)."""
+    def kill(self, *, group: bool = False) -> None:
+        """SIGKILL (crash tests); with `group`, also the helm processes it started, as when
+        a pod's container is killed."""
         if self.popen is not None and self.popen.poll() is None:
-            self.popen.kill()
+            if group:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            else:
+                self.popen.kill()
             self.popen.wait(5)
 
     def __enter__(self) -> OperatorProcess:
