@@ -27,6 +27,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from . import metrics
 from .errors import ClusterUnreachable, CRDEnsureFailed, TemporaryError
 from .kubeconfig import Kubeconfig
 from .model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
@@ -169,6 +170,7 @@ class Kube:
 
     async def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", self.timeout)
+        metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
 
         def run() -> Any:
             try:
@@ -420,6 +422,7 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     def _list(self) -> str:
+        metrics.API_REQUESTS.labels(self.kube.name, "list").inc()
         resp = self.lister(_request_timeout=self.kube.timeout, **self._kwargs())
         body = resp if isinstance(resp, dict) else self.kube.plain(resp)
         items = body.get("items") or []
@@ -441,6 +444,7 @@ class Informer:
         return str(body["metadata"]["resourceVersion"])
 
     def _watch(self, rv: str) -> str:
+        metrics.API_REQUESTS.labels(self.kube.name, "watch").inc()
         resp = self.lister(watch=True, resource_version=rv, allow_watch_bookmarks=True,
                            timeout_seconds=self.watch_timeout, _preload_content=False,
                            _request_timeout=(self.kube.timeout, self.watch_timeout + 30),

@@ -19,6 +19,8 @@ HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "helm operat
                          ["operation", "result"],
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
 HELM_RUNS = Counter("krypton_helm_processes_total", "helm processes started", ["operation"])
+API_REQUESTS = Counter("krypton_api_requests_total", "Kubernetes API requests made",
+                       ["cluster", "verb"])
 API_WRITES = Counter("krypton_api_writes_total", "API writes made by reconciles",
                      ["cluster", "kind"])
 TENANT_RELEASE = Gauge(

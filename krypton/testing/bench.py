@@ -1,0 +1,335 @@
+"""``make bench``: krypton's performance on the local test bed (SPEC P1).
+
+Writes ``bench/results.json`` and prints a table:
+
+(a) seconds until N Tenants on each of 2 clusters are Ready (N = 50, 200), releases/second;
+(b) a no-op resync of the 200 x 2 fleet: helm processes, API requests and API writes made by
+    the operator (its own counters), and its CPU seconds;
+(c) seconds to roll a chart version bump through 200 x 2;
+(d) peak RSS and idle CPU with M engaged clusters (M = 10, 50, 100 Secrets pointing at the
+    two control planes under different names);
+(e) p50/p95 latency from Secret creation to cluster engaged and from Tenant creation to the
+    helm install starting.
+
+Figures only: nothing here passes or fails on timing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from . import ChartRepository, ControlPlane, testbin
+from .operator import OperatorProcess, kubeconfig_secret, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
+SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
+CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,50,100").split(",")]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(own CPU seconds, CPU seconds of waited-for children such as helm)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class Bed:
+    def __init__(self) -> None:
+        self.tools = testbin()
+        log("starting control planes and the chart repository")
+        self.home = ControlPlane("home", self.tools, auth="cert").start()
+        self.remote = ControlPlane("remote", self.tools, auth="token").start()
+        self.repo = ChartRepository(self.tools / "helm")
+        for version in ("0.2.0", "0.3.0"):
+            self.repo.publish(ROOT / "tests" / "charts" / "sample", version)
+        self.repo.start()
+        self.clusters = {"home": self.home, "remote": self.remote}
+        self.api = {n: config.new_client_from_config(str(cp.kubeconfig))
+                    for n, cp in self.clusters.items()}
+        for cp in self.clusters.values():
+            subprocess.run([str(self.tools / "kubectl"), "--kubeconfig", str(cp.kubeconfig),
+                            "apply", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+
+    def core(self, name: str) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api[name])
+
+    def custom(self, name: str) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api[name])
+
+    def namespace(self, prefix: str, clusters: tuple[str, ...] = ("home", "remote")) -> str:
+        ns = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        for c in clusters:
+            self.core(c).create_namespace({"metadata": {"name": ns}})  # type: ignore[arg-type]
+        return ns
+
+    def register(self, discovery: str, name: str, target: str) -> float:
+        started = time.time()
+        self.core("home").create_namespaced_secret(discovery, kubeconfig_secret(  # type: ignore[arg-type]
+            name, self.clusters[target].kubeconfig.read_text(), namespace=discovery))
+        return started
+
+    def create_tenant(self, cluster: str, ns: str, name: str) -> float:
+        started = time.time()
+        self.custom(cluster).create_namespaced_custom_object(
+            "mesh.openkcm.io", "v1alpha1", ns, "tenants",
+            {"apiVersion": "mesh.openkcm.io/v1alpha1", "kind": "Tenant",
+             "metadata": {"name": name, "namespace": ns}, "spec": {}})
+        return started
+
+    def tenants(self, cluster: str, ns: str) -> list[dict[str, Any]]:
+        body = self.custom(cluster).list_namespaced_custom_object(
+            "mesh.openkcm.io", "v1alpha1", ns, "tenants")
+        return list(body["items"])  # type: ignore[index]
+
+    def count(self, ns: str, predicate: Any) -> int:
+        return sum(1 for c in self.clusters for t in self.tenants(c, ns) if predicate(c, t))
+
+    def operator(self, discovery: str, ns: str, version: str, *extra: str) -> OperatorProcess:
+        op = OperatorProcess([
+            "--watch-kubeconfig", str(self.home.kubeconfig), "--namespace", discovery,
+            "--watch-namespace", ns, "--no-self-cluster", "--chart-repo", self.repo.url,
+            "--chart-name", "sample", "--chart-version", version, "--log-level", "info",
+            *extra], helm_dir=self.tools)
+        return op.start()
+
+    def stop(self) -> None:
+        self.repo.close()
+        self.remote.stop()
+        self.home.stop()
+
+
+def ready(version: str) -> Any:
+    def check(cluster: str, t: dict[str, Any]) -> bool:
+        status = t.get("status") or {}
+        mine = (status.get("clusters") or {}).get(cluster) or {}
+        return status.get("phase") == "Ready" and mine.get("chartVersion") == version
+    return check
+
+
+def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
+    discovery = bed.namespace("bench-disc", ("home",))
+    ns = bed.namespace("bench")
+    for c in bed.clusters:
+        for i in range(n):
+            bed.create_tenant(c, ns, f"t{n}-{i:03d}")
+    for c in bed.clusters:
+        bed.register(discovery, c, c)
+    log(f"(a) {n} Tenants x 2 clusters: starting the operator")
+    start = time.monotonic()
+    op = bed.operator(discovery, ns, "0.2.0", "--resync-period", "45s")
+    total = 2 * n
+    wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
+             what=f"{total} Ready")
+    seconds = time.monotonic() - start
+    own, helm = cpu_seconds(op.pid)
+    result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total,
+                              "seconds_to_ready": round(seconds, 1),
+                              "releases_per_second": round(total / seconds, 2),
+                              "operator_cpu_seconds": round(own, 2),
+                              "helm_cpu_seconds": round(helm, 2),
+                              "peak_rss_mib": round(peak_rss_mib(op.pid), 1)}
+    log(f"(a) {total} releases Ready in {seconds:.1f}s")
+    if n == max(SIZES):
+        result["noop_resync"] = noop_resync(op, total)
+        op.stop()
+        log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
+        start = time.monotonic()
+        op = bed.operator(discovery, ns, "0.3.0")
+        wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
+                 what="bump rolled out")
+        bump = time.monotonic() - start
+        result["version_bump"] = {"seconds": round(bump, 1),
+                                  "releases_per_second": round(total / bump, 2)}
+        log(f"(c) bump done in {bump:.1f}s")
+    op.stop()
+    return result
+
+
+def noop_resync(op: OperatorProcess, total: int) -> dict[str, Any]:
+    log("(b) waiting for the fleet to settle, then measuring one full resync")
+    time.sleep(5)
+    passes = op.metric("krypton_reconciles_total")
+    helm = op.metric("krypton_helm_processes_total")
+    requests = op.metric("krypton_api_requests_total")
+    writes = op.metric("krypton_api_writes_total")
+    cpu, _ = cpu_seconds(op.pid)
+    wait_for(lambda: op.metric("krypton_reconciles_total") >= passes + total, 120, interval=0.5,
+             what="a full resync")
+    time.sleep(1)
+    after_cpu, _ = cpu_seconds(op.pid)
+    result = {
+        "reconciles": int(op.metric("krypton_reconciles_total") - passes),
+        "helm_processes": int(op.metric("krypton_helm_processes_total") - helm),
+        "api_requests": int(op.metric("krypton_api_requests_total") - requests),
+        "api_writes": int(op.metric("krypton_api_writes_total") - writes),
+        "operator_cpu_seconds": round(after_cpu - cpu, 2),
+    }
+    log(f"(b) no-op resync: {result}")
+    return result
+
+
+def cluster_scale(bed: Bed, m: int) -> dict[str, Any]:
+    discovery = bed.namespace("bench-m", ("home",))
+    ns = bed.namespace("bench-idle")
+    for i in range(m):
+        bed.register(discovery, f"c{m}-{i:03d}", "home" if i % 2 == 0 else "remote")
+    op = bed.operator(discovery, ns, "0.2.0")
+    wait_for(lambda: op.metric("krypton_engaged_clusters") == m, 600, interval=0.5,
+             what=f"{m} engaged")
+    time.sleep(5)
+    cpu0, _ = cpu_seconds(op.pid)
+    window = 20.0
+    time.sleep(window)
+    cpu1, _ = cpu_seconds(op.pid)
+    result = {"clusters": m, "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+              "idle_cpu_percent": round(100 * (cpu1 - cpu0) / window, 2)}
+    log(f"(d) {result}")
+    op.stop()
+    for i in range(m):
+        bed.core("home").delete_namespaced_secret(f"c{m}-{i:03d}", discovery)
+    return result
+
+
+def latencies(bed: Bed, samples: int = 20) -> dict[str, Any]:
+    discovery = bed.namespace("bench-lat", ("home",))
+    ns = bed.namespace("bench-lat")
+    bed.register(discovery, "remote", "remote")
+    op = bed.operator(discovery, ns, "0.2.0")
+    op.wait_ready()
+    wait_for(lambda: op.metric("krypton_engaged_clusters") == 1, 60)
+    engage, install = [], []
+    for i in range(samples):
+        name = f"lat-{i:02d}"
+        created = bed.register(discovery, name, "home")
+        wait_for(functools.partial(_engaged, op, name), 60, interval=0.02)
+        engage.append(_log_time(op, "cluster engaged", cluster=name) - created)
+        bed.core("home").delete_namespaced_secret(name, discovery)
+    for i in range(samples):
+        name = f"lat-{i:02d}"
+        created = bed.create_tenant("remote", ns, name)
+        wait_for(functools.partial(_log_time, op, "helm install start", tenant=f"{ns}/{name}"),
+                 60, interval=0.02)
+        install.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
+        time.sleep(0.3)
+    op.stop()
+
+    def summary(values: list[float]) -> dict[str, float]:
+        return {"p50_ms": round(1000 * statistics.median(values), 1),
+                "p95_ms": round(1000 * pct(values, 0.95), 1), "samples": len(values)}
+
+    result = {"secret_to_engaged": summary(engage), "tenant_to_install_start": summary(install)}
+    log(f"(e) {result}")
+    return result
+
+
+def _engaged(op: OperatorProcess, cluster: str) -> bool:
+    return op.metric("krypton_cluster_engaged", cluster=cluster) == 1
+
+
+def _log_time(op: OperatorProcess, event: str, **fields: str) -> float:
+    for line in op.log_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("event") == event and all(entry.get(k) == v for k, v in fields.items()):
+            return dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+    return 0.0
+
+
+def machine() -> dict[str, Any]:
+    mem = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal:"))
+    model = next((line.split(":", 1)[1].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"cores": os.cpu_count(), "memory_gib": round(mem / 1024 / 1024, 1), "cpu": model,
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+def versions(tools: Path) -> dict[str, str]:
+    def out(*argv: str) -> str:
+        return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+    return {"kube-apiserver": out(str(tools / "kube-apiserver"), "--version"),
+            "etcd": out(str(tools / "etcd"), "--version").splitlines()[0],
+            "helm": out(str(tools / "helm"), "version", "--short"),
+            "krypton": "0.1.0"}
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [("measure", "value")]
+    for run in results["fleet"]:
+        n = run["tenants_per_cluster"]
+        rows.append((f"(a) {n} x 2 Ready", f"{run['seconds_to_ready']} s "
+                     f"({run['releases_per_second']} releases/s; operator "
+                     f"{run['operator_cpu_seconds']} CPU s, helm {run['helm_cpu_seconds']} "
+                     f"CPU s, peak RSS {run['peak_rss_mib']} MiB)"))
+        if "noop_resync" in run:
+            r = run["noop_resync"]
+            rows.append((f"(b) no-op resync {n} x 2", f"{r['helm_processes']} helm, "
+                         f"{r['api_requests']} API requests, {r['api_writes']} writes, "
+                         f"{r['operator_cpu_seconds']} CPU s ({r['reconciles']} passes)"))
+            b = run["version_bump"]
+            rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
+                         f"({b['releases_per_second']} releases/s)"))
+    for d in results["clusters"]:
+        rows.append((f"(d) {d['clusters']} clusters", f"peak RSS {d['peak_rss_mib']} MiB, "
+                     f"idle CPU {d['idle_cpu_percent']} %"))
+    lat = results["latency"]
+    for key, label in (("secret_to_engaged", "Secret -> engaged"),
+                       ("tenant_to_install_start", "Tenant -> helm install start")):
+        rows.append((f"(e) {label}", f"p50 {lat[key]['p50_ms']} ms, p95 {lat[key]['p95_ms']} ms"))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
+
+
+def main() -> int:
+    bed = Bed()
+    results: dict[str, Any] = {"machine": machine(), "versions": versions(bed.tools),
+                               "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+                               "settings": {"max_concurrent_helm": 8,
+                                            "max_concurrent_reconciles": 4, "helm_wait": True}}
+    try:
+        results["fleet"] = [fleet_run(bed, n) for n in SIZES]
+        results["clusters"] = [cluster_scale(bed, m) for m in CLUSTER_COUNTS]
+        results["latency"] = latencies(bed)
+    finally:
+        bed.stop()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+    print(f"\nwritten to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
