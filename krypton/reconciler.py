@@ -55,6 +55,7 @@ from .settings import Settings
 from .slots import FairSlots
 
 CHART_SKIP_REQUEUE = 120.0
+CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
 LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
@@ -198,7 +199,11 @@ class Reconciler:
         if a is Action.SKIP:
             self._publish(obs.tenant.key, release, obs.chart)
             changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
-            await self._commit(obj, changes, log, event=("Normal", "HelmSkip", p.message))
+            # Also completes the record of a pass whose last status write was lost.
+            applied = {"release": release, "chartVersion": obs.chart.version,
+                       "fingerprint": obs.chart.fingerprint, "revision": obs.release.revision}
+            await self._commit(obj, changes, log, event=("Normal", "HelmSkip", p.message),
+                               applied=applied, last_chart=obs.chart.ref)
             return Outcome()
         return await self._helm(obj, obs, p, release, changes, log)
 
@@ -227,8 +232,9 @@ class Reconciler:
         ready_type = cond.cluster_type(cond.READY, c)
         if not (keep_ready and _condition_true(obj, ready_type)):
             out.append(Change(ready_type, True, reason, message))
-        if _condition_true(obj, cond.cluster_type(cond.ERROR, c)) or not keep_ready:
-            out.append(Change(cond.cluster_type(cond.ERROR, c), False, reason, "no error"))
+        error_type = cond.cluster_type(cond.ERROR, c)
+        if not keep_ready or _condition_true(obj, error_type) or not _has_condition(obj, error_type):
+            out.append(Change(error_type, False, reason, "no error"))
         if _condition_true(obj, cond.cluster_type(cond.PROGRESS, c)):
             out.append(Change(cond.cluster_type(cond.PROGRESS, c), False, reason, message))
         return out
@@ -394,7 +400,7 @@ class Reconciler:
         """Patch the status if it changed (retrying on conflicts), then emit `event` if so."""
         key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
         settings = self.rt.settings
-        for attempt in range(5):
+        for attempt in range(CONFLICT_RETRIES):
             status = dict(obj.get("status") or {})
             generation = int(obj["metadata"].get("generation") or 1)
             now = now_rfc3339()
@@ -404,7 +410,9 @@ class Reconciler:
                                                generation=generation, now=now)
             new = dict(status, phase=phase, conditions=conditions, observedGeneration=generation)
             if applied is not None:
-                new["clusters"] = dict(status.get("clusters") or {}, **{self.rt.name: applied})
+                previous = (status.get("clusters") or {}).get(self.rt.name) or {}
+                new["clusters"] = dict(status.get("clusters") or {},
+                                       **{self.rt.name: dict(previous, **applied)})
             if last_chart is not None:
                 new["lastAppliedChart"] = last_chart
             if _same_status(status, new):
@@ -419,7 +427,7 @@ class Reconciler:
                 if fresh is None:
                     return obj
                 obj = fresh
-                await asyncio.sleep(0.05 * (attempt + 1))
+                await asyncio.sleep(0.02 * (attempt + 1))
                 continue
             if status.get("phase") != phase:
                 log.info("phase set", phase=phase)
