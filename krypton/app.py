@@ -30,6 +30,8 @@ from .kube import (
     configuration_in_cluster,
 )
 from .leader import LeaderElector
+from .rollout import Policy
+from .rollout_controller import RolloutController
 from .settings import Settings
 from .slots import FairSlots
 from .worker import Shared
@@ -86,6 +88,7 @@ class Operator:
         self.elector: LeaderElector | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self.exit_code = 0
+        self._rollout_task: asyncio.Task[None] | None = None
 
     def ready(self) -> bool:
         """Ready once discovery synced, or while standing by for the Lease."""
@@ -158,6 +161,16 @@ class Operator:
                         lambda *a: fleet.report(*a), self.workdir / "clusters")
         fleet = Fleet(s, shared, home_events)
         self.fleet = fleet
+        policy = Policy(
+            canaries=tuple(c.strip() for c in s.rollout_canary_clusters.split(",") if c.strip()),
+            max_parallel=s.rollout_max_parallel_clusters, max_failures=s.rollout_max_failures,
+            wave_deadline=s.rollout_wave_deadline, soak=s.rollout_wave_soak,
+            auto_revert=s.rollout_auto_revert)
+        if policy.enabled:
+            controller = RolloutController(self.home, s.namespace, policy, chart, s.chart_values,
+                                           home_events, lambda: fleet.workers)
+            shared.gate = controller.gate
+            self._rollout_task = asyncio.create_task(controller.run(self.stopping))
         loop = asyncio.get_running_loop()
         dirty = asyncio.Event()
         self.discovery = Informer(
@@ -188,6 +201,8 @@ class Operator:
         log.info("shutting down", grace=self.settings.shutdown_timeout)
         if self.discovery is not None:
             self.discovery.stop()
+        if self._rollout_task is not None:
+            self._rollout_task.cancel()
         if self.fleet is not None:
             await self.fleet.shutdown(self.settings.shutdown_timeout)
         if self.elector is not None:

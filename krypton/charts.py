@@ -48,6 +48,11 @@ class ChartSource:
         self.fetches = 0  # repository round trips, for tests and benchmarks
 
     @property
+    def cached(self) -> ResolvedChart | None:
+        """The last resolved chart, without any I/O."""
+        return self._resolved
+
+    @property
     def is_oci(self) -> bool:
         return self.repo.startswith("oci://")
 
@@ -89,6 +94,15 @@ class ChartSource:
         version = resolve(self.spec, versions)
         path = self._pulled.get(version) or await self._pull(self.name, self.repo, version)
         self._pulled[version] = path
+        return ResolvedChart(self.repo, self.name, version, str(path))
+
+    async def fetch(self, version: str) -> ResolvedChart:
+        """A specific version of the chart (for reverts), pulled once and kept."""
+        if self.is_oci:
+            path = await self._pull(f"{self.repo}/{self.name}", None, version)
+        else:
+            path = self._pulled.get(version) or await self._pull(self.name, self.repo, version)
+            self._pulled[version] = path
         return ResolvedChart(self.repo, self.name, version, str(path))
 
     async def _pull(self, ref: str, repo: str | None, version: str) -> Path:

@@ -70,9 +70,11 @@ class Helm:
             release, chart, values, namespace=namespace, create_namespace=False,
             wait=self.wait, timeout=f"{int(self.timeout)}s"))
 
-    async def rollback(self, release: str, namespace: str, revision: int | None = None) -> None:
+    async def rollback(self, release: str, namespace: str, revision: int | None = None,
+                       *, force: bool = False) -> None:
+        """``helm rollback``; `force` recreates objects a failed upgrade left missing."""
         await self._run("rollback", self._command.rollback(
-            release, revision, namespace=namespace, wait=self.wait,
+            release, revision, namespace=namespace, wait=self.wait, force=force,
             timeout=f"{int(self.timeout)}s"))
 
     async def uninstall(self, release: str, namespace: str) -> None:

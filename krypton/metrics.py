@@ -29,3 +29,5 @@ TENANT_RELEASE = Gauge(
     ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint"],
 )
 BUILD = Info("krypton_build", "krypton version")
+ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
+ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ class ClusterRuntime:
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
+    gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,17 @@ class Reconciler:
         assert isinstance(chart, ChartTarget)
         installing = p.action in INSTALLING
         verb = "Install" if installing else "Upgrade"
+        moving = obs.tenant.applied_fingerprint is not None or \
+            obs.release.status is not ReleaseStatus.ABSENT
+        if moving and not p.drift:
+            may, reason = self.rt.gate(c)
+            if not may:
+                message = ("the fleet-wide rollout has not reached this cluster yet"
+                           if reason == "RolloutPending" else
+                           "the fleet-wide rollout is halted; this cluster stays on its version")
+                await self._commit(obj, changes + [Change(
+                    cond.cluster_type(cond.PROGRESS, c), False, reason, message)], log)
+                return Outcome(reason=reason)
         await self._ensure_namespace(key, obs.namespace)
         start = Change(cond.cluster_type(cond.PROGRESS, c), True,
                        "Installing" if installing else "Upgrading", p.message)
@@ -268,7 +281,8 @@ class Reconciler:
                 Change(cond.cluster_type(cond.ERROR, c), True, reason, str(exc)),
                 Change(cond.cluster_type(cond.READY, c), False, reason, str(exc)),
                 Change(cond.cluster_type(cond.PROGRESS, c), False, reason, str(exc)),
-            ], log, event=("Warning", f"Helm{verb}Failed", str(exc)))
+            ], log, event=("Warning", f"Helm{verb}Failed", str(exc)),
+                applied={"failedFingerprint": chart.fingerprint})
             metrics.RECONCILE_ERRORS.labels(c, reason).inc()
             return Outcome(retry=True, reason=reason)
         revision = int(result.get("version") or 0)
@@ -286,7 +300,7 @@ class Reconciler:
         ]
         applied = {"release": release, "chartVersion": chart.version,
                    "fingerprint": chart.fingerprint, "revision": revision,
-                   "lastAppliedTime": now_rfc3339()}
+                   "failedFingerprint": "", "lastAppliedTime": now_rfc3339()}
         obj = await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
                                  applied=applied, last_chart=chart.ref)
         if p.drift:

@@ -150,6 +150,17 @@ OPTIONS: tuple[Opt, ...] = (
         choice("secret", "configmap"), env=("HELM_DRIVER",)),
     Opt("delete_namespace_on_uninstall", "Delete the Tenant namespace after uninstalling", False,
         boolean),
+    # progressive rollout (F1)
+    Opt("rollout_canary_clusters", "Clusters that take a fleet-wide change first (comma list)",
+        "", env=("KRYPTON_ROLLOUT_CANARY_CLUSTERS",)),
+    Opt("rollout_max_parallel_clusters", "Clusters per wave after the canaries (0: no waves)",
+        0, non_negative_int),
+    Opt("rollout_max_failures", "Failed releases a wave may have before the rollout halts", 0,
+        non_negative_int),
+    Opt("rollout_wave_deadline", "A wave not done within this counts as failed", 600.0, duration),
+    Opt("rollout_wave_soak", "How long a finished wave must stay healthy before the next", 0.0,
+        lambda t: 0.0 if t.strip() in ("0", "0s") else duration(t)),
+    Opt("rollout_auto_revert", "Roll the failed releases of a halted wave back", False, boolean),
     # operating (O2-O4, O9)
     Opt("log_format", "json or console (default: console on a TTY, else json)", "",
         choice("", "json", "console")),
@@ -205,6 +216,12 @@ class Settings:
     helm_executable: str = "helm"
     helm_driver: str = "secret"
     delete_namespace_on_uninstall: bool = False
+    rollout_canary_clusters: str = ""
+    rollout_max_parallel_clusters: int = 0
+    rollout_max_failures: int = 0
+    rollout_wave_deadline: float = 600.0
+    rollout_wave_soak: float = 0.0
+    rollout_auto_revert: bool = False
     log_format: str = ""
     log_level: str = "info"
     health_probe_bind_address: str = ":8081"

@@ -10,6 +10,7 @@ disengages it; its private directory (kubeconfig and certificates) is removed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,8 @@ from . import metrics
 from .charts import ChartSource
 from .crd import crd_manifest
 from .errors import KryptonError, TemporaryError
-from .events import EventRecorder
+from .events import EventRecorder, involved_tenant
+from .fingerprint import fingerprint
 from .helm import Helm
 from .kube import (
     HELM_RELEASE_SELECTOR,
@@ -33,9 +35,10 @@ from .kube import (
     configuration_in_cluster,
 )
 from .kubeconfig import Kubeconfig
-from .model import TenantKey
-from .reconciler import ClusterRuntime, Reconciler
+from .model import TenantKey, is_valid_namespace_name, release_name
+from .reconciler import ClusterRuntime, Reconciler, tenant_view
 from .releases import ReleaseIndex
+from .rollout import ClusterObservation
 from .settings import Settings
 from .slots import FairSlots
 from .workqueue import WorkQueue
@@ -52,6 +55,7 @@ class Shared:
     slots: FairSlots
     report: Reporter  # (cluster, event type, reason, message) -> Event on its Secret
     workdir: Path
+    gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")  # rollout (F1)
 
 
 class Worker:
@@ -65,6 +69,7 @@ class Worker:
         self._informers: list[Informer] = []
         self._consumers: list[asyncio.Task[None]] = []
         self._busy = 0
+        self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
         self._dir = shared.workdir / name
         self.reconciles = 0
 
@@ -121,7 +126,8 @@ class Worker:
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants={}, values=self.values)
+            releases=ReleaseIndex(), tenants={}, values=self.values,
+            gate=lambda cluster: self.shared.gate(cluster))
         self.log.info("cluster engaged", server_version=version, crd=result)
 
     async def _serve(self) -> None:
@@ -132,7 +138,14 @@ class Worker:
 
         def on_tenant(type_: str, obj: dict[str, Any]) -> None:
             meta = obj["metadata"]
-            loop.call_soon_threadsafe(self.queue.add, TenantKey(meta["namespace"], meta["name"]))
+            key = TenantKey(meta["namespace"], meta["name"])
+            # Only a change of the Tenant itself (not of its status) cuts a backoff short.
+            signature = (meta.get("generation"), meta.get("deletionTimestamp"),
+                         tuple(sorted((meta.get("annotations") or {}).items())),
+                         tuple(meta.get("finalizers") or ()))
+            urgent = type_ == "DELETED" or self._signatures.get(key) != signature
+            self._signatures[key] = signature
+            loop.call_soon_threadsafe(functools.partial(self.queue.add, key, urgent=urgent))
 
         def on_release(type_: str, obj: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._release_changed, type_, obj)
@@ -164,11 +177,91 @@ class Worker:
                 if time.monotonic() >= next_resync:
                     next_resync = time.monotonic() + settings.resync_period
                     for ns, name in list(tenants.store):
-                        self.queue.add(TenantKey(ns, name))
+                        self.queue.add(TenantKey(ns, name), urgent=False)
         finally:
             for task in self._consumers:
                 task.cancel()
             await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    # -- rollout (F1) -------------------------------------------------------------------
+
+    def requeue_all(self) -> None:
+        if self.runtime is not None:
+            for ns, name in list(self.runtime.tenants):
+                self.queue.add(TenantKey(ns, name), urgent=False)
+
+    def _desired_fingerprint(self) -> str | None:
+        resolved = self.shared.chart.cached
+        if resolved is None:
+            return None
+        return fingerprint(resolved.repo, resolved.name, resolved.version, self.values)
+
+    def _served(self) -> list[dict[str, Any]]:
+        assert self.runtime is not None
+        out = []
+        for t in list(self.runtime.tenants.values()):
+            view = tenant_view(t, self.name)
+            if view.paused or view.deleting or not is_valid_namespace_name(view.key.name):
+                continue
+            if view.target_cluster and view.target_cluster != self.name:
+                continue
+            out.append(t)
+        return out
+
+    def rollout_observation(self) -> ClusterObservation:
+        if not self.engaged or self.runtime is None:
+            return ClusterObservation(False, 0, 0, 0)
+        fp = self._desired_fingerprint()
+        tenants = self._served()
+        done = failed = 0
+        for t in tenants:
+            status = t.get("status") or {}
+            mine = (status.get("clusters") or {}).get(self.name) or {}
+            conds = {c["type"]: c for c in status.get("conditions") or []}
+            if fp is not None and mine.get("failedFingerprint") == fp:
+                failed += 1
+            elif mine.get("fingerprint") == fp and \
+                    (conds.get(f"ClusterReady/{self.name}") or {}).get("status") == "True":
+                done += 1
+        return ClusterObservation(True, len(tenants), done, failed)
+
+    async def revert_failed(self) -> None:
+        """Roll the releases that failed to move to the target back to their last good
+        revision (--rollout-auto-revert)."""
+        if self.runtime is None:
+            return
+        rt = self.runtime
+        for t in self._served():
+            mine = ((t.get("status") or {}).get("clusters") or {}).get(self.name) or {}
+            if not mine.get("failedFingerprint") or \
+                    mine.get("failedFingerprint") != self._desired_fingerprint():
+                continue
+            view = tenant_view(t, self.name)
+            release = release_name(view.key.name, self.name)
+            good = view.applied_revision  # the last revision krypton saw Ready
+            old_version = mine.get("chartVersion")
+            if good is None or not old_version:
+                continue
+            try:
+                async with rt.slots.slot(self.name):
+                    try:
+                        await rt.helm.rollback(release, view.key.name, good)
+                    except KryptonError as exc:
+                        # A failed upgrade can leave objects helm's rollback trips over;
+                        # applying the last good chart again reaches the same state.
+                        self.log.warning("helm rollback failed, re-applying the last good "
+                                         "chart", release=release, error=str(exc))
+                        chart = await self.shared.chart.fetch(old_version)
+                        await rt.helm.install_or_upgrade(release, chart.path, view.key.name,
+                                                         self.values, operation="revert")
+            except KryptonError as exc:
+                self.log.error("rollout revert failed", tenant=str(view.key), release=release,
+                               error=str(exc))
+                continue
+            self.log.info("rollout reverted", tenant=str(view.key), release=release,
+                          revision=good)
+            await rt.recorder.emit(involved_tenant(t), "Normal", "RolloutReverted",
+                                   f"release {release} rolled back to revision {good}")
 
     def _count_phases(self, reconciler: Reconciler) -> None:
         assert self.runtime is not None
@@ -189,7 +282,7 @@ class Worker:
         namespace = key[0]
         for ns, name in list(self.runtime.tenants):
             if name == namespace:
-                self.queue.add(TenantKey(ns, name))
+                self.queue.add(TenantKey(ns, name), urgent=False)
 
     async def _consume(self, reconciler: Reconciler) -> None:
         while True:

@@ -2,7 +2,9 @@
 
 A key is never handed out twice at once: a key added while it is being processed is
 queued again when `done` is called. `retry` schedules the key after a capped exponential
-delay; `forget` resets that delay after a success.
+delay; until then only an *urgent* add (a change of the object itself) brings it back early,
+so that echoes of the failed attempt (its own release records, status writes) cannot turn
+the retry into a hot loop. `forget` resets the delay after a success.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class WorkQueue(Generic[K]):
         self._processing: set[K] = set()
         self._timers: dict[K, asyncio.TimerHandle] = {}
         self._failures: dict[K, int] = {}
+        self._not_before: dict[K, float] = {}
+        self._urgent: set[K] = set()  # dirty keys that were added urgently
         self._ready = asyncio.Condition()
         self._closed = False
         self.base_delay, self.max_delay = base_delay, max_delay
@@ -29,10 +33,16 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, *, urgent: bool = True) -> None:
         if self._closed or key in self._dirty:
             return
+        not_before = self._not_before.get(key)
+        if not urgent and not_before is not None and \
+                asyncio.get_running_loop().time() < not_before:
+            return
         self._dirty.add(key)
+        if urgent:
+            self._urgent.add(key)
         if key not in self._processing:
             self._queue.append(key)
             asyncio.get_running_loop().create_task(self._notify())
@@ -58,6 +68,7 @@ class WorkQueue(Generic[K]):
 
     def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
+        self._not_before.pop(key, None)
         self.add(key)
 
     def retry(self, key: K) -> float:
@@ -65,11 +76,13 @@ class WorkQueue(Generic[K]):
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
         delay = min(self.base_delay * (2**n), self.max_delay)
+        self._not_before[key] = asyncio.get_running_loop().time() + delay
         self.add_after(key, delay)
         return delay
 
     def forget(self, key: K) -> None:
         self._failures.pop(key, None)
+        self._not_before.pop(key, None)
 
     async def get(self) -> K:
         async with self._ready:
@@ -78,11 +91,16 @@ class WorkQueue(Generic[K]):
                 raise asyncio.CancelledError("queue closed")
             key = self._queue.popleft()
             self._dirty.discard(key)
+            self._urgent.discard(key)
             self._processing.add(key)
             return key
 
     def done(self, key: K) -> None:
         self._processing.discard(key)
+        not_before = self._not_before.get(key)
+        if key in self._dirty and key not in self._urgent and not_before is not None and \
+                asyncio.get_running_loop().time() < not_before:
+            self._dirty.discard(key)  # an echo of the failed attempt: the retry timer decides
         if key in self._dirty:
             self._queue.append(key)
             asyncio.get_running_loop().create_task(self._notify())

@@ -155,3 +155,34 @@ def test_release_index_reports_recent_pending_records_as_locked() -> None:
     rec["metadata"]["labels"]["modifiedAt"] = "1000"
     idx.on_event("MODIFIED", rec)
     assert not idx.observe("ns", "r", now=1050, lock_timeout=100).locked
+
+
+def test_backoff_ignores_echoes_but_not_real_changes() -> None:
+    async def scenario() -> tuple[int, int, int]:
+        q: WorkQueue[str] = WorkQueue(base_delay=10)
+        q.retry("k")
+        q.add("k", urgent=False)  # an echo of the failed attempt
+        echoed = len(q)
+        q.add("k")  # the object itself changed
+        changed = len(q)
+        q.forget("j")
+        q.add("j", urgent=False)
+        await q.close()
+        return echoed, changed, len(q)
+
+    assert asyncio.run(scenario()) == (0, 1, 2)
+
+
+def test_echoes_during_a_failed_attempt_wait_for_the_backoff() -> None:
+    async def scenario() -> int:
+        q: WorkQueue[str] = WorkQueue(base_delay=10)
+        q.add("k")
+        key = await q.get()
+        q.add(key, urgent=False)  # our own status write echoes while we work
+        q.retry(key)  # the attempt failed
+        q.done(key)
+        depth = len(q)
+        await q.close()
+        return depth
+
+    assert asyncio.run(scenario()) == 0

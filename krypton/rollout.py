@@ -1,0 +1,148 @@
+"""Progressive rollout of a fleet-wide change (SPEC F1): the pure part.
+
+A *target* is the central chart reference at its resolved version with the central values;
+when it changes, clusters move to it in waves: the canary clusters first, then the others
+(sorted by name) at most `max_parallel` at a time. A wave is done when every Tenant of its
+clusters is Ready on the new fingerprint and it has stayed so for `soak` seconds. The rollout
+halts when more than `max_failures` releases of a wave fail, or when the wave misses its
+deadline; clusters not reached yet stay on the old version. Unreachable clusters are
+reported and skipped; they catch up once the rollout is complete. A new target supersedes
+any previous rollout, halted or not.
+
+`evaluate` is a pure function from (state, per-cluster observations, now) to the new state;
+the controller in rollout_controller.py does the I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
+
+
+@dataclass(frozen=True)
+class Policy:
+    canaries: tuple[str, ...] = ()
+    max_parallel: int = 0  # 0: one wave with every non-canary cluster
+    max_failures: int = 0
+    wave_deadline: float = 600.0
+    soak: float = 0.0
+    auto_revert: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.canaries) or self.max_parallel > 0
+
+
+@dataclass(frozen=True)
+class ClusterObservation:
+    reachable: bool
+    tenants: int  # Tenants this cluster serves
+    done: int  # of them Ready on the target
+    failed: int  # of them whose install/upgrade to the target failed
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    target: str
+    version: str
+    waves: tuple[tuple[str, ...], ...]
+    wave: int = 0  # index of the wave in progress (== len(waves) when complete)
+    phase: str = PROGRESSING
+    wave_started: float = 0.0
+    wave_healthy_since: float | None = None
+    skipped: tuple[str, ...] = ()  # unreachable when their wave ran
+    failed: tuple[str, ...] = ()  # clusters with failed releases in the halted wave
+    reverted: bool = False
+    message: str = ""
+    history: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RolloutState:
+        raw: dict[str, Any] = json.loads(text)
+        raw["waves"] = tuple(tuple(w) for w in raw.get("waves") or ())
+        for key in ("skipped", "failed", "history"):
+            raw[key] = tuple(raw.get(key) or ())
+        return cls(**raw)
+
+    def reached(self) -> set[str]:
+        """Clusters whose wave has started (they may move to the target)."""
+        if self.phase == COMPLETE:
+            return {c for w in self.waves for c in w}
+        upto = self.waves[: self.wave + 1] if self.phase == PROGRESSING else self.waves[: self.wave]
+        return {c for w in upto for c in w}
+
+
+def plan_waves(clusters: list[str], policy: Policy) -> tuple[tuple[str, ...], ...]:
+    canaries = tuple(c for c in policy.canaries if c in clusters)
+    rest = sorted(c for c in clusters if c not in canaries)
+    waves: list[tuple[str, ...]] = [canaries] if canaries else []
+    size = policy.max_parallel or len(rest) or 1
+    waves += [tuple(rest[i:i + size]) for i in range(0, len(rest), size)]
+    return tuple(waves)
+
+
+def start(target: str, version: str, clusters: list[str], policy: Policy, now: float,
+          previous: RolloutState | None = None) -> RolloutState:
+    note = f"{previous.version} -> {version}" if previous else f"initial {version}"
+    history = ((previous.history if previous else ()) + (note,))[-10:]
+    return RolloutState(target=target, version=version, waves=plan_waves(clusters, policy),
+                        wave_started=now, message=f"rolling out {note}", history=history)
+
+
+def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
+    """May `cluster` move its Tenants to the target now? (False, reason) when not."""
+    if state is None or state.phase == COMPLETE:
+        return True, ""
+    if cluster in state.reached() and state.phase == PROGRESSING:
+        return True, ""
+    if state.phase == HALTED:
+        return False, "RolloutHalted"
+    if not any(cluster in w for w in state.waves):
+        return True, ""  # engaged after the waves were planned: not held back
+    return False, "RolloutPending"
+
+
+def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], policy: Policy,
+             now: float) -> RolloutState:
+    """The next state of a progressing rollout; halted and complete states stay as they are."""
+    if state.phase != PROGRESSING:
+        return state
+    while state.wave < len(state.waves):
+        wave = state.waves[state.wave]
+        reachable = [c for c in wave if observed.get(c, ClusterObservation(False, 0, 0, 0)).reachable]
+        skipped = tuple(sorted(set(state.skipped) | (set(wave) - set(reachable))))
+        failures = sum(observed[c].failed for c in reachable)
+        failed = tuple(c for c in reachable if observed[c].failed)
+        if failures > policy.max_failures:
+            return dataclasses.replace(
+                state, phase=HALTED, skipped=skipped, failed=failed,
+                message=f"halted in wave {state.wave + 1}: {failures} failed release(s) on "
+                        f"{', '.join(failed)} (more than {policy.max_failures} allowed)")
+        complete = all(observed[c].done >= observed[c].tenants for c in reachable)
+        if not complete:
+            if now - state.wave_started > policy.wave_deadline:
+                late = [c for c in reachable if observed[c].done < observed[c].tenants]
+                return dataclasses.replace(
+                    state, phase=HALTED, skipped=skipped, failed=tuple(late),
+                    message=f"halted in wave {state.wave + 1}: deadline of "
+                            f"{policy.wave_deadline:.0f}s passed ({', '.join(late)} not done)")
+            return dataclasses.replace(state, skipped=skipped, wave_healthy_since=None,
+                                       message=f"wave {state.wave + 1}/{len(state.waves)}: "
+                                               f"{', '.join(wave)}")
+        healthy_since = state.wave_healthy_since if state.wave_healthy_since is not None else now
+        if now - healthy_since < policy.soak:
+            return dataclasses.replace(state, skipped=skipped, wave_healthy_since=healthy_since,
+                                       message=f"wave {state.wave + 1}/{len(state.waves)} done, "
+                                               f"soaking")
+        state = dataclasses.replace(state, wave=state.wave + 1, wave_started=now,
+                                    wave_healthy_since=None, skipped=skipped)
+    return dataclasses.replace(state, phase=COMPLETE,
+                               message=f"complete: {state.version} on every reachable cluster"
+                               + (f" (skipped: {', '.join(state.skipped)})" if state.skipped else ""))

@@ -1,0 +1,141 @@
+"""Drives the progressive rollout (SPEC F1): observes the workers, evaluates the pure state
+machine of rollout.py, keeps the state in a ConfigMap on the watch cluster (so that a
+restarted operator resumes instead of restarting the rollout), opens waves, reports a halt
+(Event, log, metric) and, with --rollout-auto-revert, rolls the failed releases back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from . import metrics
+from .charts import ChartSource
+from .errors import KryptonError, TemporaryError
+from .events import EventRecorder
+from .fingerprint import fingerprint
+from .kube import Kube, NotFound
+from .rollout import HALTED, ClusterObservation, Policy, RolloutState, allowed, evaluate, start
+
+log = structlog.get_logger("krypton.rollout")
+CONFIGMAP = "krypton-rollout"
+
+
+class RolloutController:
+    def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
+                 central_values: dict[str, Any], events: EventRecorder,
+                 workers: Callable[[], dict[str, Any]], interval: float = 2.0) -> None:
+        self.home, self.namespace, self.policy = home, namespace, policy
+        self.chart, self.central_values, self.events = chart, central_values, events
+        self.workers = workers
+        self.interval = interval
+        self.state: RolloutState | None = None
+        self._loaded = False
+
+    def gate(self, cluster: str) -> tuple[bool, str]:
+        if not self.policy.enabled:
+            return True, ""
+        if not self._loaded:
+            return False, "RolloutPending"
+        return allowed(self.state, cluster)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                await self.step()
+            except KryptonError as exc:
+                log.warning("rollout step failed", error=str(exc))
+            try:
+                await asyncio.wait_for(stopping.wait(), self.interval)
+            except TimeoutError:
+                pass
+
+    async def step(self) -> None:
+        if not self._loaded:
+            self.state = await self._load()
+            self._loaded = True
+        chart = await self.chart.get()
+        target = fingerprint(chart.repo, chart.name, chart.version, self.central_values)
+        workers = self.workers()
+        now = time.time()
+        old = self.state
+        state = old
+        if state is None or state.target != target:
+            engaged = sorted(n for n, w in workers.items() if w.engaged)
+            if not engaged:
+                return
+            state = start(target, chart.version, engaged, self.policy, now, previous=old)
+            log.info("rollout started", version=chart.version, waves=[list(w) for w in state.waves])
+        observed = {n: w.rollout_observation() for n, w in workers.items()}
+        state = evaluate(state, observed, self.policy, now)
+        if state.phase == HALTED and not state.reverted and (old is None or old.phase != HALTED
+                                                             or old.target != state.target):
+            log.error("rollout halted", detail=state.message)
+            await self.events.emit(self._involved(), "Warning", "RolloutHalted", state.message)
+            if self.policy.auto_revert:
+                for cluster in state.failed:
+                    if cluster in workers:
+                        await workers[cluster].revert_failed()
+                state = _replace(state, reverted=True,
+                                 message=state.message + "; failed releases rolled back")
+                await self.events.emit(self._involved(), "Normal", "RolloutReverted",
+                                       f"rolled back the failed releases on "
+                                       f"{', '.join(state.failed)}")
+        metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
+        metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+        if old is None or state.to_json() != old.to_json():
+            newly = state.reached() - (old.reached() if old and old.target == state.target else set())
+            self.state = state
+            await self._save(state)
+            for name in newly:
+                if name in workers:
+                    workers[name].requeue_all()
+            if old is None or old.phase != state.phase or old.wave != state.wave:
+                log.info("rollout", phase=state.phase, wave=state.wave + 1, detail=state.message)
+            if old is not None and old.phase != state.phase:
+                for w in workers.values():  # every held-back Tenant reports the new phase
+                    w.requeue_all()
+
+    def _involved(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": CONFIGMAP,
+                "namespace": self.namespace}
+
+    async def _load(self) -> RolloutState | None:
+        try:
+            cm = await self.home.call("get configmap", self.home.core.read_namespaced_config_map,
+                                      CONFIGMAP, self.namespace)
+        except NotFound:
+            return None
+        data = cm.data or {}
+        if "state.json" not in data:
+            return None
+        state = RolloutState.from_json(data["state.json"])
+        log.info("rollout state loaded", phase=state.phase, wave=state.wave + 1,
+                 version=state.version)
+        return state
+
+    async def _save(self, state: RolloutState) -> None:
+        body = {"metadata": {"name": CONFIGMAP, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "krypton"}},
+                "data": {"state.json": state.to_json(), "phase": state.phase,
+                         "version": state.version, "message": state.message}}
+        try:
+            await self.home.call("replace configmap", self.home.core.replace_namespaced_config_map,
+                                 CONFIGMAP, self.namespace, body)
+        except NotFound:
+            await self.home.call("create configmap", self.home.core.create_namespaced_config_map,
+                                 self.namespace, body)
+        except TemporaryError:
+            raise
+
+
+def _replace(state: RolloutState, **changes: Any) -> RolloutState:
+    import dataclasses
+
+    return dataclasses.replace(state, **changes)
+
+
+__all__ = ["CONFIGMAP", "ClusterObservation", "RolloutController"]

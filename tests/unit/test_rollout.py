@@ -1,0 +1,92 @@
+"""F1: the pure rollout state machine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from krypton.rollout import (
+    COMPLETE,
+    HALTED,
+    PROGRESSING,
+    ClusterObservation,
+    Policy,
+    RolloutState,
+    allowed,
+    evaluate,
+    plan_waves,
+    start,
+)
+
+POLICY = Policy(canaries=("c",), max_parallel=2, max_failures=0, wave_deadline=100, soak=0)
+OK = ClusterObservation(True, 2, 2, 0)
+TODO = ClusterObservation(True, 2, 0, 0)
+FAILED = ClusterObservation(True, 2, 1, 1)
+DOWN = ClusterObservation(False, 0, 0, 0)
+
+
+def test_waves_canary_first_then_bounded_groups() -> None:
+    assert plan_waves(["e", "c", "b", "a", "d"], POLICY) == (("c",), ("a", "b"), ("d", "e"))
+    assert plan_waves(["a", "b"], Policy(max_parallel=1)) == (("a",), ("b",))
+    assert plan_waves(["a", "b", "c"], Policy(canaries=("b",))) == (("b",), ("a", "c"))
+    assert not Policy().enabled and POLICY.enabled
+
+
+def test_only_reached_clusters_move() -> None:
+    s = start("t1", "2.0.0", ["a", "b", "c", "d"], POLICY, now=0)
+    assert s.waves == (("c",), ("a", "b"), ("d",))
+    assert allowed(s, "c") == (True, "")
+    assert allowed(s, "a") == (False, "RolloutPending")
+    assert allowed(s, "new-cluster") == (True, "")
+    assert allowed(None, "a") == (True, "")
+
+
+def test_waves_advance_and_complete() -> None:
+    s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": TODO, "a": TODO, "b": TODO}, POLICY, now=1)
+    assert (s.phase, s.wave) == (PROGRESSING, 0)
+    s = evaluate(s, {"c": OK, "a": TODO, "b": TODO}, POLICY, now=2)
+    assert (s.phase, s.wave) == (PROGRESSING, 1) and allowed(s, "a")[0]
+    s = evaluate(s, {"c": OK, "a": OK, "b": OK}, POLICY, now=3)
+    assert s.phase == COMPLETE and allowed(s, "anything")[0]
+
+
+def test_failure_halts_and_keeps_the_rest_back() -> None:
+    s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": FAILED, "a": TODO, "b": TODO}, POLICY, now=1)
+    assert s.phase == HALTED and s.failed == ("c",) and "1 failed" in s.message
+    assert allowed(s, "a") == (False, "RolloutHalted")
+    assert evaluate(s, {"c": OK, "a": OK, "b": OK}, POLICY, now=2) == s  # stays halted
+    lenient = dataclasses.replace(POLICY, max_failures=1)
+    s2 = evaluate(start("t1", "2.0.0", ["a", "c"], lenient, 0), {"c": FAILED, "a": TODO},
+                  lenient, now=1)
+    assert s2.phase == PROGRESSING
+
+
+def test_deadline_counts_as_failed() -> None:
+    s = start("t1", "2.0.0", ["a", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": TODO, "a": TODO}, POLICY, now=101)
+    assert s.phase == HALTED and "deadline" in s.message
+
+
+def test_unreachable_clusters_are_skipped_not_blocking() -> None:
+    s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": OK, "a": DOWN, "b": OK}, POLICY, now=1)
+    assert s.phase == COMPLETE and s.skipped == ("a",) and "skipped: a" in s.message
+    assert allowed(s, "a")[0]  # catches up when it returns
+
+
+def test_soak_holds_the_next_wave() -> None:
+    soaking = dataclasses.replace(POLICY, soak=10)
+    s = start("t1", "2.0.0", ["a", "c"], soaking, now=0)
+    s = evaluate(s, {"c": OK, "a": TODO}, soaking, now=1)
+    assert s.wave == 0 and "soaking" in s.message
+    s = evaluate(s, {"c": OK, "a": TODO}, soaking, now=12)
+    assert s.wave == 1
+
+
+def test_new_target_supersedes_and_state_round_trips() -> None:
+    s = start("t1", "2.0.0", ["a", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": FAILED, "a": TODO}, POLICY, now=1)
+    s2 = start("t2", "2.0.1", ["a", "c"], POLICY, now=5, previous=s)
+    assert s2.phase == PROGRESSING and s2.history == ("initial 2.0.0", "2.0.0 -> 2.0.1")
+    assert RolloutState.from_json(s.to_json()) == s
