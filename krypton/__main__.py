@@ -97,6 +97,10 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
         if args.command == "status":
             rows = asyncio.run(tools.collect_status(settings))
             print(tools.render(rows, tools.STATUS_COLUMNS, args.output))
+            if args.output == "table":
+                summary = asyncio.run(tools.rollout_summary(settings))
+                if summary:
+                    print(f"\n{summary}")
             return 0
         if args.command == "plan":
             rows = asyncio.run(tools.collect_plan(settings))

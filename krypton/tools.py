@@ -118,6 +118,29 @@ def _first_error(status: dict[str, Any], cluster: str) -> str:
     return ""
 
 
+async def rollout_summary(settings: Settings) -> str:
+    """One line on the progressive rollout (F1), from its ConfigMap; empty when none."""
+    from .rollout import RolloutState
+    from .rollout_controller import CONFIGMAP
+
+    with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
+        home = await watch_cluster(settings, Path(tmp))
+        try:
+            cm = await home.call("get configmap", home.core.read_namespaced_config_map,
+                                 CONFIGMAP, settings.namespace)
+        except TemporaryError:
+            return ""
+        finally:
+            home.close()
+    data = cm.data or {}
+    if "state.json" not in data:
+        return ""
+    state = RolloutState.from_json(data["state.json"])
+    wave = min(state.wave + 1, len(state.waves))
+    return (f"rollout {state.version}: {state.phase}, wave {wave}/{len(state.waves)} - "
+            f"{state.message}")
+
+
 async def collect_plan(settings: Settings) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="krypton-plan-") as tmp:
         home, clusters = await _clusters(settings, Path(tmp))

@@ -106,3 +106,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     assert {k: v[0] for k, v in final.items()} == {"home": "0.3.0", "remote": "0.3.0",
                                                   "remote2": "0.3.0"}
     assert final["home"][1] == canary_records  # the canary was not upgraded again
+    from .test_cli import krypton, run_flags
+
+    status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
+    assert "rollout 0.3.0: Complete, wave 3/3" in status.stdout
