@@ -46,6 +46,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM, up to `grace` seconds, then SIGKILL; returns the exit status."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+    return int(popen.returncode)
+
+
 class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or to become ready."""
 
@@ -72,15 +84,8 @@ class _Process:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self, grace: float = 10.0) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        if self.popen is not None:
+            terminate(self.popen, grace)
         self.popen = None
 
     def tail(self, lines: int = 30) -> str:

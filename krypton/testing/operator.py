@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .controlplane import free_port
+from .controlplane import free_port, terminate
 
 LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 T = TypeVar("T")
@@ -133,14 +133,7 @@ class OperatorProcess:
         """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit status."""
         if self.popen is None:
             return None
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        code = self.popen.returncode
+        code = terminate(self.popen, grace)
         self.pid_file.unlink(missing_ok=True)
         return code
 
