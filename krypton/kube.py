@@ -365,8 +365,11 @@ class Informer:
 
     def __init__(self, kube: Kube, what: str, lister: Callable[..., Any], handler: EventHandler,
                  *, label_selector: str | None = None, watch_timeout: int = 290,
-                 on_error: Callable[[Exception], None] | None = None) -> None:
+                 on_error: Callable[[Exception], None] | None = None,
+                 metadata_only: bool = False) -> None:
         self.kube, self.what, self.lister, self.handler = kube, what, lister, handler
+        # Ask the API server for PartialObjectMetadata: names, labels, versions, no payload.
+        self.metadata_only = metadata_only
         self.label_selector = label_selector
         self.watch_timeout = watch_timeout
         self.on_error = on_error
@@ -397,10 +400,13 @@ class Informer:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
-    def _kwargs(self) -> dict[str, Any]:
+    def _kwargs(self, *, watch: bool = False) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self.label_selector:
             kw["label_selector"] = self.label_selector
+        if self.metadata_only:
+            kind = "PartialObjectMetadata" if watch else "PartialObjectMetadataList"
+            kw["_headers"] = {"Accept": f"application/json;as={kind};g=meta.k8s.io;v=v1"}
         return kw
 
     def _run(self) -> None:
@@ -423,8 +429,13 @@ class Informer:
 
     def _list(self) -> str:
         metrics.API_REQUESTS.labels(self.kube.name, "list").inc()
-        resp = self.lister(_request_timeout=self.kube.timeout, **self._kwargs())
-        body = resp if isinstance(resp, dict) else self.kube.plain(resp)
+        if self.metadata_only:
+            raw = self.lister(_request_timeout=self.kube.timeout, _preload_content=False,
+                              **self._kwargs())
+            body = json.loads(raw.data)
+        else:
+            resp = self.lister(_request_timeout=self.kube.timeout, **self._kwargs())
+            body = resp if isinstance(resp, dict) else self.kube.plain(resp)
         items = body.get("items") or []
         seen: dict[tuple[str, str], Obj] = {}
         for item in items:
@@ -448,7 +459,7 @@ class Informer:
         resp = self.lister(watch=True, resource_version=rv, allow_watch_bookmarks=True,
                            timeout_seconds=self.watch_timeout, _preload_content=False,
                            _request_timeout=(self.kube.timeout, self.watch_timeout + 30),
-                           **self._kwargs())
+                           **self._kwargs(watch=True))
         self._resp = resp
         try:
             for line in iter_resp_lines(resp):

@@ -158,7 +158,8 @@ class Worker:
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
                             self.kube.release_lister(settings.helm_driver), on_release,
-                            label_selector=HELM_RELEASE_SELECTOR, on_error=on_error)
+                            label_selector=HELM_RELEASE_SELECTOR, on_error=on_error,
+                            metadata_only=True)
         self._informers = [releases.start()]
         # Release records first, so the first Tenant passes see real release state.
         await asyncio.to_thread(releases.synced.wait, settings.api_timeout)
