@@ -104,9 +104,18 @@ def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
         return True, ""
     if state.phase == HALTED:
         return False, "RolloutHalted"
-    if not any(cluster in w for w in state.waves):
-        return True, ""  # engaged after the waves were planned: not held back
-    return False, "RolloutPending"
+    return False, "RolloutPending"  # a later wave, or engaged late and queued by `include`
+
+
+def include(state: RolloutState, clusters: list[str], policy: Policy) -> RolloutState:
+    """Append clusters that engaged after the waves were planned, as further waves."""
+    known = {c for w in state.waves for c in w}
+    late = sorted(c for c in clusters if c not in known)
+    if not late or state.phase != PROGRESSING:
+        return state
+    size = policy.max_parallel or len(late)
+    extra = tuple(tuple(late[i:i + size]) for i in range(0, len(late), size))
+    return dataclasses.replace(state, waves=state.waves + extra)
 
 
 def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], policy: Policy,

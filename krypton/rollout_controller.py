@@ -6,6 +6,7 @@ restarted operator resumes instead of restarting the rollout), opens waves, repo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from .errors import KryptonError, TemporaryError
 from .events import EventRecorder
 from .fingerprint import fingerprint
 from .kube import Kube, NotFound
-from .rollout import HALTED, ClusterObservation, Policy, RolloutState, allowed, evaluate, start
+from .rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
 
 log = structlog.get_logger("krypton.rollout")
 CONFIGMAP = "krypton-rollout"
@@ -69,6 +70,7 @@ class RolloutController:
                 return
             state = start(target, chart.version, engaged, self.policy, now, previous=old)
             log.info("rollout started", version=chart.version, waves=[list(w) for w in state.waves])
+        state = include(state, sorted(n for n, w in workers.items() if w.engaged), self.policy)
         observed = {n: w.rollout_observation() for n, w in workers.items()}
         state = evaluate(state, observed, self.policy, now)
         if state.phase == HALTED and not state.reverted and (old is None or old.phase != HALTED
@@ -79,7 +81,7 @@ class RolloutController:
                 for cluster in state.failed:
                     if cluster in workers:
                         await workers[cluster].revert_failed()
-                state = _replace(state, reverted=True,
+                state = dataclasses.replace(state, reverted=True,
                                  message=state.message + "; failed releases rolled back")
                 await self.events.emit(self._involved(), "Normal", "RolloutReverted",
                                        f"rolled back the failed releases on "
@@ -131,11 +133,3 @@ class RolloutController:
         except TemporaryError:
             raise
 
-
-def _replace(state: RolloutState, **changes: Any) -> RolloutState:
-    import dataclasses
-
-    return dataclasses.replace(state, **changes)
-
-
-__all__ = ["CONFIGMAP", "ClusterObservation", "RolloutController"]

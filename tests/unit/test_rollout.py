@@ -13,6 +13,7 @@ from krypton.rollout import (
     RolloutState,
     allowed,
     evaluate,
+    include,
     plan_waves,
     start,
 )
@@ -36,7 +37,10 @@ def test_only_reached_clusters_move() -> None:
     assert s.waves == (("c",), ("a", "b"), ("d",))
     assert allowed(s, "c") == (True, "")
     assert allowed(s, "a") == (False, "RolloutPending")
-    assert allowed(s, "new-cluster") == (True, "")
+    assert allowed(s, "new-cluster") == (False, "RolloutPending")
+    late = include(s, ["a", "b", "c", "d", "e", "f"], POLICY)
+    assert late.waves == (("c",), ("a", "b"), ("d",), ("e", "f"))
+    assert include(late, ["a", "e"], POLICY) == late
     assert allowed(None, "a") == (True, "")
 
 
