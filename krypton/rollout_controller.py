@@ -23,6 +23,7 @@ from .rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, s
 
 log = structlog.get_logger("krypton.rollout")
 CONFIGMAP = "krypton-rollout"
+ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster to engage
 
 
 class RolloutController:
@@ -34,14 +35,17 @@ class RolloutController:
         self.workers = workers
         self.interval = interval
         self.state: RolloutState | None = None
+        self.current_target: str | None = None
         self._loaded = False
+        self._waiting_since: float | None = None
 
     def gate(self, cluster: str) -> tuple[bool, str]:
         if not self.policy.enabled:
             return True, ""
-        if not self._loaded:
-            return False, "RolloutPending"
-        return allowed(self.state, cluster)
+        state = self.state
+        if not self._loaded or state is None or state.target != self.current_target:
+            return False, "RolloutPending"  # the rollout of the current target is not planned yet
+        return allowed(state, cluster)
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -60,14 +64,19 @@ class RolloutController:
             self._loaded = True
         chart = await self.chart.get()
         target = fingerprint(chart.repo, chart.name, chart.version, self.central_values)
+        self.current_target = target
         workers = self.workers()
         now = time.time()
         old = self.state
         state = old
         if state is None or state.target != target:
             engaged = sorted(n for n, w in workers.items() if w.engaged)
-            if not engaged:
-                return
+            waiting = [n for n, w in workers.items() if not w.engaged]
+            if self._waiting_since is None:
+                self._waiting_since = now
+            if not engaged or (waiting and now - self._waiting_since < ENGAGE_GRACE):
+                return  # plan the waves once every discovered cluster had its chance
+            self._waiting_since = None
             state = start(target, chart.version, engaged, self.policy, now, previous=old)
             log.info("rollout started", version=chart.version, waves=[list(w) for w in state.waves])
         state = include(state, sorted(n for n, w in workers.items() if w.engaged), self.policy)
