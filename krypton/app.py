@@ -30,6 +30,7 @@ from .kube import (
     configuration_in_cluster,
 )
 from .leader import LeaderElector
+from .pause import pause
 from .rollout import Policy
 from .rollout_controller import RolloutController
 from .settings import Settings
@@ -123,15 +124,9 @@ class Operator:
                 return home
             except TemporaryError as exc:
                 log.warning("watch cluster unreachable", error=str(exc), retry_in=delay)
-                await self._sleep(delay)
+                await pause(self.stopping, delay)
                 delay = min(delay * 2, 60.0)
         raise asyncio.CancelledError()
-
-    async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self.stopping.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _run(self) -> None:
         s = self.settings

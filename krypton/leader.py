@@ -21,6 +21,7 @@ import structlog
 from .errors import TemporaryError
 from .events import reporting_instance
 from .kube import Kube
+from .pause import pause
 
 log = structlog.get_logger("krypton.leader")
 
@@ -87,21 +88,15 @@ class LeaderElector:
                     return True
             except TemporaryError as exc:
                 log.debug("lease attempt failed", error=str(exc))
-            try:
-                await asyncio.wait_for(stopping.wait(), self.retry_period)
-            except TimeoutError:
-                pass
+            await pause(stopping, self.retry_period)
         return False
 
     async def hold(self, stopping: asyncio.Event) -> None:
         """Renew until `stopping` is set; returns early when leadership is lost."""
         last_renew = time.monotonic()
         while not stopping.is_set():
-            try:
-                await asyncio.wait_for(stopping.wait(), self.retry_period)
+            if await pause(stopping, self.retry_period):
                 return
-            except TimeoutError:
-                pass
             try:
                 if await asyncio.wait_for(self._try(), self.renew_deadline):
                     last_renew = time.monotonic()

@@ -19,6 +19,7 @@ from .errors import KryptonError, TemporaryError
 from .events import EventRecorder
 from .fingerprint import fingerprint
 from .kube import Kube, NotFound
+from .pause import pause
 from .rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
 
 log = structlog.get_logger("krypton.rollout")
@@ -53,10 +54,7 @@ class RolloutController:
                 await self.step()
             except KryptonError as exc:
                 log.warning("rollout step failed", error=str(exc))
-            try:
-                await asyncio.wait_for(stopping.wait(), self.interval)
-            except TimeoutError:
-                pass
+            await pause(stopping, self.interval)
 
     async def step(self) -> None:
         if not self._loaded:

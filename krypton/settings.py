@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -298,12 +298,7 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
     for path in settings.chart_values_file:
         merged = deep_merge(merged, read_values_file(path))
     helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
-    return _replace(settings, chart_values=merged, helm_path=helm_path)
-
-
-def _replace(settings: Settings, **changes: Any) -> Settings:
-    from dataclasses import replace
-    return replace(settings, **changes)
+    return replace(settings, chart_values=merged, helm_path=helm_path)
 
 
 def _check(s: Settings) -> None:
