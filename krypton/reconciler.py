@@ -141,6 +141,11 @@ class Reconciler:
     def observe(self, obj: dict[str, Any]) -> Observation:
         view = tenant_view(obj, self.rt.name)
         release = release_name(view.key.name, self.rt.name)
+        ours = self.rt.releases.ours(view.key.name, release)
+        if ours is not None and (view.applied_revision is None or ours > view.applied_revision):
+            # Our status write may not have reached the watch cache yet: a revision our own
+            # helm run made is applied, not drift.
+            view = dataclasses.replace(view, applied_revision=ours)
         return Observation(
             cluster=self.rt.name,
             tenant=view,

@@ -186,3 +186,14 @@ def test_echoes_during_a_failed_attempt_wait_for_the_backoff() -> None:
         return depth
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_release_index_remembers_our_own_revisions() -> None:
+    idx = ReleaseIndex()
+    assert idx.ours("ns", "r") is None
+    idx.note("ns", "r", 3, ReleaseStatus.DEPLOYED)
+    idx.on_event("ADDED", record("ns", "r", 3, "deployed"))
+    idx.observe("ns", "r")  # the watch caught up: the note is dropped, ours is kept
+    assert idx.ours("ns", "r") == 3
+    idx.forget("ns", "r")
+    assert idx.ours("ns", "r") is None
