@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,13 @@ from typing import Any
 import structlog
 
 from . import kubeconfig as kubeconfigs
-from . import metrics
+from . import metrics, redact
 from .charts import ChartSource
 from .crd import crd_manifest
-from .errors import KryptonError, KubeconfigRejected, TemporaryError
+from .errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
 from .events import EventRecorder
 from .fleet import SELF_CLUSTER, Fleet
-from .health import HealthServer
+from .health import HealthServer, LoopWatch
 from .helm import Helm
 from .kube import (
     Informer,
@@ -47,33 +48,54 @@ def user_kubeconfig_path() -> str:
 
 
 async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
-    """The home cluster, in the order of SPEC D7."""
+    """The home cluster, in the order of SPEC D7.
+
+    A configuration that cannot work (no kubeconfig at all, a missing or garbage file, a
+    missing Secret or key) raises SettingsError: one line, exit status 2 (SPEC O1). An API
+    server that does not answer is a TemporaryError, retried by the caller.
+    """
     timeout = settings.api_timeout
     if settings.watch_kubeconfig_secret:
         local_cfg = configuration_in_cluster()
         if local_cfg is None:
-            local_cfg = configuration_from_file(user_kubeconfig_path())
+            local_cfg = configuration_from_file(user_kubeconfig_path(),
+                                                what="kubeconfig (to read the watch Secret)")
         local = Kube(local_cfg, name="local", timeout=timeout)
         namespace = settings.watch_kubeconfig_secret_namespace or settings.namespace
-        secret = await local.get_secret(namespace, settings.watch_kubeconfig_secret)
-        local.close()
+        ref = f"{namespace}/{settings.watch_kubeconfig_secret}"
+        try:
+            secret = await local.get_secret(namespace, settings.watch_kubeconfig_secret)
+        finally:
+            local.close()
         if secret is None:
-            raise KubeconfigRejected(
-                f"watch kubeconfig Secret {namespace}/{settings.watch_kubeconfig_secret} not found")
+            raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref} not found")
         from .discovery import decode_data
 
-        raw = decode_data((secret.get("data") or {}).get(settings.watch_kubeconfig_secret_key))
-        kc = kubeconfigs.parse(raw, context=settings.watch_context or None, trust=True)
-        return Kube(configuration_for(kc, workdir / "watch", trust=True), name="home",
-                    timeout=timeout)
+        key = settings.watch_kubeconfig_secret_key
+        raw = decode_data((secret.get("data") or {}).get(key))
+        try:
+            kc = kubeconfigs.parse(raw, context=settings.watch_context or None, trust=True)
+            cfg = configuration_for(kc, workdir / "watch", trust=True)
+        except KubeconfigRejected as exc:
+            raise SettingsError(f"invalid --watch-kubeconfig-secret: key {key!r} of Secret "
+                                f"{ref}: {exc}") from exc
+        except (ValueError, OSError) as exc:
+            raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref}: "
+                                f"{redact.describe(exc)}") from exc
+        return Kube(cfg, name="home", timeout=timeout)
     if settings.watch_kubeconfig:
-        return Kube(configuration_from_file(settings.watch_kubeconfig, settings.watch_context),
+        return Kube(configuration_from_file(settings.watch_kubeconfig, settings.watch_context,
+                                            what="invalid --watch-kubeconfig:"),
                     name="home", timeout=timeout)
     in_cluster = configuration_in_cluster()
     if in_cluster is not None:
         return Kube(in_cluster, name="home", timeout=timeout)
-    return Kube(configuration_from_file(user_kubeconfig_path(), settings.watch_context),
-                name="home", timeout=timeout)
+    path = user_kubeconfig_path()
+    if not os.path.isfile(path):
+        raise SettingsError(f"no watch cluster: not in a pod and no kubeconfig at {path} "
+                            "(set --watch-kubeconfig or $KUBECONFIG)")
+    return Kube(configuration_from_file(path, settings.watch_context), name="home",
+                timeout=timeout)
 
 
 class Operator:
@@ -85,33 +107,48 @@ class Operator:
         self.home: Kube | None = None
         self.fleet: Fleet | None = None
         self.discovery: Informer | None = None
-        self.health = HealthServer(settings.health_probe_bind_address, self.ready)
+        self.loop_watch = LoopWatch()
+        self.health = HealthServer(settings.health_probe_bind_address,
+                                   settings.metrics_bind_address, self.ready, self.loop_watch)
         self.elector: LeaderElector | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self.exit_code = 0
         self._rollout_task: asyncio.Task[None] | None = None
 
-    def ready(self) -> bool:
-        """Ready once discovery synced, or while standing by for the Lease."""
+    def ready(self) -> tuple[bool, list[str]]:
+        """Ready once discovery synced, or while standing by for the Lease; plus one line per
+        discovered cluster that is not serving (called from the health thread)."""
         if self.elector is not None and not self.elector.is_leader:
-            return self.home is not None
-        return self.discovery is not None and self.discovery.synced.is_set()
+            return self.home is not None, ["standby: waiting for the leader Lease"]
+        synced = self.discovery is not None and self.discovery.synced.is_set()
+        fleet = self.fleet
+        details = [f"cluster {name}: {state}" for name, state in
+                   (fleet.health().items() if fleet is not None else []) if state != "engaged"]
+        return synced, details
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         self.health.start()
-        if self.settings.metrics_bind_address != "0":
-            from prometheus_client import start_http_server
-
-            host, _, port = self.settings.metrics_bind_address.rpartition(":")
-            start_http_server(int(port), addr=host or "0.0.0.0")
+        heartbeat = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
         metrics.BUILD.info({"version": "0.1.0"})
         try:
-            await self._run()
+            self.home = await self._connect_home()
+        except SettingsError as exc:
+            heartbeat.cancel()
+            self.health.stop()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            print(f"krypton: {exc}", file=sys.stderr)
+            return 2
+        except asyncio.CancelledError:
+            self.home = None
+        try:
+            if self.home is not None:
+                await self._run()
         finally:
             await self._shutdown()
+            heartbeat.cancel()
         return self.exit_code
 
     async def _connect_home(self) -> Kube:
@@ -130,10 +167,7 @@ class Operator:
 
     async def _run(self) -> None:
         s = self.settings
-        try:
-            self.home = await self._connect_home()
-        except asyncio.CancelledError:
-            return
+        assert self.home is not None
         if s.leader_elect:
             self.elector = LeaderElector(
                 self.home, s.lease_namespace, s.leader_election_id,
@@ -149,7 +183,7 @@ class Operator:
             await ensure_self_cluster(self.home, s)
         chart = ChartSource(s.chart_repo, s.chart_name, s.chart_version,
                             helm=Helm(s.helm_path or s.helm_executable, timeout=s.helm_timeout),
-                            cache_dir=self.workdir / "charts")
+                            cache_dir=self.workdir / "charts", index_deadline=s.chart_fetch_timeout)
         home_events = EventRecorder(self.home)
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
@@ -261,12 +295,13 @@ async def _self_kubeconfig(home: Kube) -> str:
     inlined = kubeconfigs.inline_files(text, os.path.dirname(path))
     try:
         reduced = kubeconfigs.parse(inlined, trust=True)
-        probe = Kube(configuration_for(reduced, Path(tempfile.mkdtemp(prefix="krypton-probe-")),
-                                       trust=True), name="self-probe", timeout=10)
-        try:
-            await probe.server_version()
-        finally:
-            probe.close()
+        with tempfile.TemporaryDirectory(prefix="krypton-probe-") as scratch:
+            probe = Kube(configuration_for(reduced, Path(scratch), trust=True),
+                         name="self-probe", timeout=10)
+            try:
+                await probe.server_version()
+            finally:
+                probe.close()
         return reduced.to_yaml()
     except KryptonError as exc:
         log.warning("reduced self kubeconfig failed validation; using the full file",

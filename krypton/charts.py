@@ -10,17 +10,24 @@ Concurrent callers share one fetch.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-import yaml
-
+from . import safeyaml
 from .errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
 from .helm import Helm, chart_version
 from .versions import is_exact, parse_constraint, resolve
+
+T = TypeVar("T")
+INDEX_DEADLINE = 60.0  # the whole index.yaml download, however slowly it trickles in
+INDEX_READ_TIMEOUT = 15.0  # one read from the socket
+FAILURE_BACKOFF_MAX = 300.0
 
 
 @dataclass(frozen=True)
@@ -35,10 +42,13 @@ class ChartSource:
     """The central chart, resolved and unpacked on demand, cached per process."""
 
     def __init__(self, repo: str, name: str, version: str, *, helm: Helm, cache_dir: Path,
-                 index_ttl: float = 300.0, failure_ttl: float = 10.0) -> None:
+                 index_ttl: float = 300.0, failure_ttl: float = 10.0,
+                 index_deadline: float = INDEX_DEADLINE) -> None:
         self.repo, self.name, self.spec = repo.rstrip("/"), name, version
         self.helm, self.cache_dir = helm, cache_dir
         self.index_ttl, self.failure_ttl = index_ttl, failure_ttl
+        self.index_deadline = index_deadline
+        self._failures = 0  # consecutive failed loads: the cached failure lives longer each time
         self._lock = asyncio.Lock()
         self._resolved: ResolvedChart | None = None
         self._resolved_at = 0.0
@@ -63,22 +73,28 @@ class ChartSource:
         if self._fresh(now):
             assert self._resolved is not None
             return self._resolved
-        if self._failure is not None and now - self._failed_at < self.failure_ttl:
+        if self._failure is not None and now - self._failed_at < self._failure_backoff():
             raise self._failure
         async with self._lock:
             now = time.monotonic()
             if self._fresh(now):
                 assert self._resolved is not None
                 return self._resolved
-            if self._failure is not None and now - self._failed_at < self.failure_ttl:
+            if self._failure is not None and now - self._failed_at < self._failure_backoff():
                 raise self._failure
             try:
                 self._resolved = await self._load()
-                self._resolved_at, self._failure = time.monotonic(), None
+                self._resolved_at, self._failure, self._failures = time.monotonic(), None, 0
                 return self._resolved
             except (ChartNotLoaded, VersionNotFound, VersionInvalid) as exc:
                 self._failure, self._failed_at = exc, time.monotonic()
+                self._failures += 1
                 raise
+
+    def _failure_backoff(self) -> float:
+        """How long a failed load is answered from the cache: failure_ttl, doubling per
+        consecutive failure, at most 5 minutes."""
+        return min(self.failure_ttl * 2 ** max(self._failures - 1, 0), FAILURE_BACKOFF_MAX)
 
     def _fresh(self, now: float) -> bool:
         if self._resolved is None:
@@ -90,7 +106,7 @@ class ChartSource:
         if self.is_oci:
             path = await self._pull(f"{self.repo}/{self.name}", None, self.spec)
             return ResolvedChart(self.repo, self.name, chart_version(path), str(path))
-        versions = await asyncio.to_thread(self._index_versions)
+        versions = await _in_daemon_thread(self._index_versions)
         version = resolve(self.spec, versions)
         path = self._pulled.get(version) or await self._pull(self.name, self.repo, version)
         self._pulled[version] = path
@@ -107,22 +123,96 @@ class ChartSource:
 
     async def _pull(self, ref: str, repo: str | None, version: str) -> Path:
         self.fetches += 1
-        return await self.helm.pull(ref, repo=repo, version=version, dest=self.cache_dir)
+        # An http(s) repository promised exactly `version`; for OCI helm resolves the tag.
+        return await self.helm.pull(ref, repo=repo, version=version, dest=self.cache_dir,
+                                    expect_name=self.name,
+                                    expect_version=None if self.is_oci else version)
 
     def _index_versions(self) -> list[str]:
+        """The versions of the chart in the repository's index.yaml.
+
+        The download is bounded in size (safeyaml.CHART_INDEX) and in total time, so a huge,
+        endless or trickling response fails with ChartNotLoaded instead of hanging a pass.
+        """
         self.fetches += 1
         url = f"{self.repo}/index.yaml"
+        limit = safeyaml.CHART_INDEX.max_bytes
+        deadline = time.monotonic() + self.index_deadline
+        chunks: list[bytes] = []
+        size = 0
         try:
-            with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - http(s) only
-                index = yaml.safe_load(resp.read())
+            with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT) as resp:  # noqa: S310
+                declared = resp.headers.get("Content-Length")
+                if declared and declared.isdigit() and int(declared) > limit:
+                    raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml is "
+                                         f"{declared} bytes, over the limit of {limit}")
+                while True:
+                    chunk = resp.read1(1 << 16)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > limit:
+                        raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml is "
+                                             f"over the limit of {limit} bytes")
+                    if time.monotonic() > deadline:
+                        raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml did "
+                                             f"not arrive within {self.index_deadline:.0f}s")
+                    chunks.append(chunk)
         except urllib.error.HTTPError as exc:
             raise ChartNotLoaded(f"chart repository {self.repo}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ChartNotLoaded(f"chart repository {self.repo} unreachable: {reason}") from exc
-        except yaml.YAMLError as exc:
-            raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml is invalid") from exc
-        entries = (index or {}).get("entries") or {}
-        if self.name not in entries:
-            raise ChartNotLoaded(f"chart {self.name!r} is not in repository {self.repo}")
-        return [str(e.get("version")) for e in entries[self.name] if e.get("version")]
+        try:
+            index = safeyaml.load(b"".join(chunks), safeyaml.CHART_INDEX, what="index.yaml")
+        except safeyaml.YamlRejected as exc:
+            raise ChartNotLoaded(f"chart repository {self.repo}: {exc}") from exc
+        return index_versions(index, self.name, self.repo)
+
+
+def index_versions(index: Any, name: str, repo: str) -> list[str]:
+    """The version strings of chart `name` in a parsed index; ChartNotLoaded if malformed."""
+    where = f"chart repository {repo}: index.yaml"
+    if not isinstance(index, dict):
+        raise ChartNotLoaded(f"{where} is not a YAML mapping")
+    entries = index.get("entries")
+    entries = {} if entries is None else entries
+    if not isinstance(entries, dict):
+        raise ChartNotLoaded(f"{where} entries is not a mapping")
+    if name not in entries:
+        raise ChartNotLoaded(f"chart {name!r} is not in repository {repo}")
+    listed = entries[name]
+    if not isinstance(listed, list):
+        raise ChartNotLoaded(f"{where} entries.{name} is not a list")
+    return [str(e["version"]) for e in listed
+            if isinstance(e, dict) and isinstance(e.get("version"), (str, int, float))]
+
+
+async def _in_daemon_thread(fn: Callable[[], T]) -> T:
+    """Run blocking `fn` in a daemon thread: unlike the loop's executor, a thread stuck in a
+    slow download never holds up the process's exit (SIGTERM works during a fetch)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def deliver(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        try:
+            loop.call_soon_threadsafe(deliver, result, error)
+        except RuntimeError:  # the loop is gone: nobody is waiting any more
+            pass
+
+    threading.Thread(target=run, daemon=True, name="chart-index").start()
+    return await future

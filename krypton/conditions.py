@@ -22,7 +22,8 @@ SUMMARY = "Ready"
 
 # An error with one of these reasons puts the Tenant in phase Error.
 FATAL_REASONS = frozenset({"InstallFailed", "UpgradeFailed", "InvalidTenantName",
-                           "NamespaceConflict"})
+                           "NamespaceConflict", "ReservedNamespace", "SharedObjects",
+                           "OwnershipConflict"})
 # Chart errors that do not block Ready when ALLOW_CHART_SKIP=true.
 CHART_REASONS = frozenset({"ChartNotLoaded", "VersionNotFound", "VersionInvalid"})
 

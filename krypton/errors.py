@@ -5,7 +5,8 @@
     │   ├── ClusterUnreachable    API server down, timeout, TLS handshake failed
     │   ├── ChartNotLoaded        chart repository unreachable or chart unloadable
     │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
-    │   │   └── ReleaseLocked     another helm operation holds the release
+    │   │   ├── ReleaseLocked     another helm operation holds the release
+    │   │   └── OwnershipConflict an object of the release belongs to another release (R17)
     │   └── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
     └── PermanentError            reported as a condition; not retried until the input changes
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
@@ -55,6 +56,10 @@ class HelmFailed(TemporaryError):
 
 class ReleaseLocked(HelmFailed):
     reason = "ReleaseLocked"
+
+
+class OwnershipConflict(HelmFailed):
+    reason = "OwnershipConflict"
 
 
 class CRDEnsureFailed(TemporaryError):

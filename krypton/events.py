@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from . import metrics
+from . import metrics, redact
 from .errors import KryptonError
 from .kube import Kube, now_micro, now_rfc3339
 from .model import REPORTING_CONTROLLER
@@ -40,6 +40,7 @@ class EventRecorder:
 
     async def emit(self, involved: Involved, type_: str, reason: str, message: str) -> None:
         namespace = involved.get("namespace") or "default"
+        message = redact.scrub(message)
         key = (str(involved.get("uid") or involved.get("name")), type_, reason, message)
         now = now_rfc3339()
         try:

@@ -9,19 +9,19 @@ succeed); an engaged cluster that cannot be reached is retried by its worker wit
 from __future__ import annotations
 
 import asyncio
-import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
-import yaml
 
-from . import kubeconfig
+from . import kubeconfig, metrics, redact, safeyaml
 from .discovery import ClusterSpec, desired_clusters
 from .errors import KubeconfigRejected
 from .events import EventRecorder, involved_secret
 from .fingerprint import deep_merge
+from .model import cluster_name_problem
 from .settings import Settings
 from .worker import Shared, Worker
 
@@ -29,11 +29,16 @@ log = structlog.get_logger("krypton.fleet")
 SELF_CLUSTER = "self-cluster"
 
 
+RESTART_MIN, RESTART_MAX = 1.0, 300.0
+HEALTHY_RUN = 60.0  # a worker that ran this long before failing restarts from the minimum delay
+
+
 @dataclass
 class Engaged:
     spec: ClusterSpec
     worker: Worker | None
     task: asyncio.Task[None] | None
+    problem: str = ""  # why the cluster is not serving: rejected, failing, ... ("" = fine)
 
 
 class Fleet:
@@ -48,6 +53,20 @@ class Fleet:
     def workers(self) -> dict[str, Worker]:
         return {n: e.worker for n, e in self.clusters.items() if e.worker is not None}
 
+    def health(self) -> dict[str, str]:
+        """Every discovered cluster and its state, for /readyz and logs."""
+        out = {}
+        for name, e in sorted(self.clusters.items()):
+            if e.worker is not None and e.worker.engaged:
+                out[name] = "engaged"
+            elif e.problem:
+                out[name] = e.problem
+            elif e.worker is not None and e.worker.last_error:
+                out[name] = f"engaging: {e.worker.last_error}"
+            else:
+                out[name] = "engaging"
+        return out
+
     async def report(self, cluster: str, type_: str, reason: str, message: str) -> None:
         engaged = self.clusters.get(cluster)
         if engaged is None:
@@ -59,7 +78,9 @@ class Fleet:
     async def sync(self, secrets: list[dict[str, Any]]) -> None:
         desired = desired_clusters(secrets, self.settings.kubeconfig_key)
         for name in list(self.clusters):
-            if name not in desired or desired[name].digest != self.clusters[name].spec.digest:
+            if name not in desired:
+                await self._disengage(name, removed=True)
+            elif desired[name].digest != self.clusters[name].spec.digest:
                 await self._disengage(name)
         for name, spec in desired.items():
             if name not in self.clusters:
@@ -68,6 +89,9 @@ class Fleet:
     async def _engage(self, spec: ClusterSpec) -> None:
         self.clusters[spec.name] = Engaged(spec, None, None)
         try:
+            problem = cluster_name_problem(spec.name)
+            if problem:
+                raise KubeconfigRejected(problem, reason="ClusterNameInvalid")
             kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets,
                                   allow_in_cluster=spec.name == SELF_CLUSTER)
             values = _cluster_values(spec)
@@ -77,48 +101,78 @@ class Fleet:
                 message = f"data key {self.settings.kubeconfig_key!r}: {message}"
             log.warning("kubeconfig rejected", cluster=spec.name, reason=exc.reason,
                         error=message)
+            self.clusters[spec.name].problem = f"rejected: {exc.reason}: {message}"
             await self.report(spec.name, "Warning", exc.reason, message)
             return
+        redact.register(kc.token, kc.password)
         for warning in kc.warnings:
             log.warning("credentials expiring soon", cluster=spec.name, detail=warning)
             await self.report(spec.name, "Warning", "CredentialsExpiringSoon", warning)
-        worker = Worker(spec.name, kc, deep_merge(self.settings.chart_values, values), self.shared)
-        task = asyncio.create_task(worker.run(), name=f"worker-{spec.name}")
-        task.add_done_callback(functools.partial(self._worker_done, spec.name))
-        self.clusters[spec.name] = Engaged(spec, worker, task)
+        engaged = self.clusters[spec.name]
+        merged = deep_merge(self.settings.chart_values, values)
+        engaged.task = asyncio.create_task(self._supervise(engaged, kc, merged),
+                                           name=f"cluster-{spec.name}")
         log.info("cluster engaging", cluster=spec.name)
 
-    def _worker_done(self, name: str, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker ended unexpectedly", cluster=name, error=repr(task.exception()))
+    async def _supervise(self, engaged: Engaged, kc: kubeconfig.Kubeconfig,
+                         values: dict[str, Any]) -> None:
+        """Run the cluster's worker; restart it with capped backoff when it fails (SPEC D8).
 
-    async def _disengage(self, name: str, grace: float = 0.0) -> None:
+        An unexpected exception is a defect or an input nobody foresaw: it is reported
+        (Warning Event WorkerFailed on the Secret, metric, /readyz, log line, all without
+        credentials) and the worker starts again, never taking the process or another
+        cluster with it.
+        """
+        name = engaged.spec.name
+        delay = RESTART_MIN
+        while True:
+            worker = Worker(name, kc, values, self.shared)
+            engaged.worker = worker
+            started = time.monotonic()
+            try:
+                await worker.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - supervision: report and restart
+                if time.monotonic() - started > HEALTHY_RUN:
+                    delay = RESTART_MIN
+                detail = redact.describe(exc)
+                metrics.WORKER_FAILURES.labels(name).inc()
+                engaged.problem = f"failing: WorkerFailed: {detail}"
+                log.error("worker failed", cluster=name, error=detail, restart_in=delay)
+                await self.report(name, "Warning", "WorkerFailed",
+                                  f"worker failed with {detail}; restarting in {delay:.0f}s")
+            await asyncio.sleep(delay)
+            engaged.problem = ""
+            delay = min(delay * 2, RESTART_MAX)
+
+    async def _disengage(self, name: str, grace: float = 0.0, *, removed: bool = False) -> None:
         engaged = self.clusters.pop(name)
-        if engaged.worker is not None and engaged.task is not None:
+        if engaged.worker is not None and removed:
+            await engaged.worker.forget_cluster()
+        if engaged.worker is not None:
             await engaged.worker.stop(grace)
+        if engaged.task is not None:
             engaged.task.cancel()
             await asyncio.gather(engaged.task, return_exceptions=True)
-        log.info("cluster removed", cluster=name)
+        if removed:
+            metrics.forget_cluster(name)
+        log.info("cluster removed from the fleet" if removed else "cluster stopped", cluster=name)
 
     async def shutdown(self, grace: float) -> None:
         """Stop every worker; running reconciles get up to `grace` seconds to finish."""
         await asyncio.gather(*(e.worker.stop(grace) for e in self.clusters.values()
                                if e.worker is not None))
-        for name in list(self.clusters):
-            await self._disengage(name)
+        # then cancel what is still running, every cluster at once: each cancelled helm gets
+        # a bounded grace of its own (helm.STOP_GRACE), so the whole stop stays bounded
+        await asyncio.gather(*(self._disengage(name) for name in list(self.clusters)))
 
 
 def _cluster_values(spec: ClusterSpec) -> dict[str, Any]:
     if not spec.values:
         return {}
     try:
-        values = yaml.safe_load(spec.values)
-    except yaml.YAMLError as exc:
-        raise KubeconfigRejected("values.yaml in the Secret is not valid YAML",
-                                 reason="ValuesInvalid") from exc
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise KubeconfigRejected("values.yaml in the Secret is not a YAML mapping",
-                                 reason="ValuesInvalid")
-    return values
+        return safeyaml.load_values(spec.values, what="values.yaml in the Secret")
+    except safeyaml.YamlRejected as exc:
+        raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc

@@ -19,12 +19,13 @@ import binascii
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from . import safeyaml
 from .errors import KubeconfigRejected
 
 EXPIRY_WARNING = dt.timedelta(days=14)
@@ -141,9 +142,9 @@ def parse(
     if not data.strip():
         raise _reject("kubeconfig is empty")
     try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise _reject("kubeconfig is not valid YAML") from exc
+        doc = safeyaml.load(data, safeyaml.KUBECONFIG, what="kubeconfig")
+    except safeyaml.YamlRejected as exc:
+        raise _reject(str(exc)) from exc
     if not isinstance(doc, dict):
         raise _reject("kubeconfig is not a YAML mapping")
 
@@ -154,6 +155,8 @@ def parse(
     chosen = context or doc.get("current-context") or (names[0] if len(names) == 1 else None)
     if not chosen:
         raise _reject("kubeconfig has no usable context (no current-context)")
+    if not isinstance(chosen, str):
+        raise _reject("kubeconfig current-context is not a string")
     ctx = _named(contexts, "context", chosen)
     cluster_name, user_name = ctx.get("cluster"), ctx.get("user")
     if not cluster_name:
@@ -161,20 +164,27 @@ def parse(
     cluster = _named(doc.get("clusters"), "cluster", cluster_name)
     user = _named(doc.get("users"), "user", user_name) if user_name else {}
 
-    server = cluster.get("server")
-    parsed = urlparse(server) if isinstance(server, str) else None
-    if not parsed or parsed.scheme not in ("https", "http") or not parsed.hostname:
-        raise _reject(f"cluster {cluster_name!r} has no valid https server URL")
-
     risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
-    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, str(server))
+    server = _server_url(cluster, str(cluster_name))
+    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, server)
     if risky and not trust and not in_cluster:
         raise _reject(
             f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
             "from Secrets (--trust-kubeconfig-secrets allows them)"
         )
+    insecure = _boolean(cluster, "insecure-skip-tls-verify", "cluster")
+    tls_server_name = _text(cluster, "tls-server-name", "cluster")
+    token = _text(user, "token", "user", header=True)
+    username = _text(user, "username", "user", header=True)
+    password = _text(user, "password", "user", header=True)
+    if (username is None) != (password is None):
+        raise _reject("user username and password must be given together")
+    sends_secret = bool(token or password or user.get("client-key-data"))
+    if server.startswith("http://") and sends_secret and not trust:
+        raise _reject(f"cluster {cluster_name!r} server uses http://: its credentials would be "
+                      "sent in clear; use https (--trust-kubeconfig-secrets allows http)")
 
     ca = cert = key = None
     if cluster.get("certificate-authority-data"):
@@ -187,10 +197,6 @@ def parse(
         cert = _b64(user["client-certificate-data"], "client-certificate-data")
         key = _b64(user["client-key-data"], "client-key-data")
         warnings += _check_client_pair(cert, key, now)
-    token = user.get("token")
-    if token is not None and not isinstance(token, str):
-        raise _reject("user token is not a string")
-
     reduced = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -201,20 +207,85 @@ def parse(
     }
     return Kubeconfig(
         context=chosen,
-        server=str(server).rstrip("/"),
+        server=server,
         config=reduced,
         ca_pem=ca,
         cert_pem=cert,
         key_pem=key,
         token=token,
-        username=user.get("username"),
-        password=user.get("password"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        tls_server_name=cluster.get("tls-server-name"),
+        username=username,
+        password=password,
+        insecure=insecure,
+        tls_server_name=tls_server_name,
         uses_plugins_or_files=bool(risky) and not in_cluster,
         in_cluster=in_cluster,
         warnings=tuple(warnings),
     )
+
+
+def _server_url(cluster: dict[str, Any], name: str) -> str:
+    """The cluster's API server URL: http(s), a host, a valid port, nothing else.
+
+    A path, query or fragment would be prefixed to every API path by the client; user info
+    would be a credential in the URL. Both are refused rather than silently used.
+    """
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.strip():
+        raise _reject(f"cluster {name!r} has no server URL")
+    if any(ch.isspace() or ord(ch) < 32 for ch in server):
+        raise _reject(f"cluster {name!r} server URL contains whitespace or control characters")
+    try:
+        parts = urlsplit(server)
+        port = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise _reject(f"cluster {name!r} server URL cannot be parsed: {exc}") from exc
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise _reject(f"cluster {name!r} server URL must be http(s)://host[:port]")
+    if parts.username is not None or parts.password is not None:
+        raise _reject(f"cluster {name!r} server URL must not contain user information")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise _reject(f"cluster {name!r} server URL must not have a path, query or fragment "
+                      "(krypton talks to the API server at its root)")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def _boolean(entry: dict[str, Any], key: str, where: str) -> bool:
+    """A YAML boolean; the string "false" is not one (it would read as true)."""
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise _reject(f"{where}.{key} must be a boolean (true or false, unquoted)")
+    return value
+
+
+def _text(entry: dict[str, Any], key: str, where: str, *, header: bool = False) -> str | None:
+    """A string field; one that goes into an HTTP header must be one printable Latin-1 line."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _reject(f"{where}.{key} is not a string")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise _reject(f"{where}.{key} contains a newline or control character")
+    if header:
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError as exc:
+            raise _reject(f"{where}.{key} contains characters an HTTP header cannot carry") \
+                from exc
+    return value
+
+
+def service_server() -> str | None:
+    """The API server a pod reaches through its environment, as the in-cluster client
+    configuration finds it (``KUBERNETES_SERVICE_HOST``/``_PORT``); None outside a pod."""
+    import os
+
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port or not port.isdigit():
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"https://{host}:{port}"
 
 
 def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str) -> bool:
@@ -223,16 +294,20 @@ def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str) -
     Such a kubeconfig cannot send the token anywhere else, and reading the token file on
     every use keeps it working across token rotation (SPEC D6).
     """
-    return (server.rstrip("/") in IN_CLUSTER_SERVERS
+    return ((server in IN_CLUSTER_SERVERS or server == service_server())
             and cluster.get("certificate-authority") == SA_CA
             and set(user) == {"tokenFile"} and user["tokenFile"] == SA_TOKEN)
 
 
 def in_cluster_kubeconfig(name: str) -> str:
-    """A kubeconfig that uses the pod's service account by reference, never by copy."""
+    """A kubeconfig that uses the pod's service account by reference, never by copy.
+
+    The server is the one the pod's environment names, so that helm reaches it the way the
+    operator's own client does (also in pods without cluster DNS or on the host network).
+    """
     return str(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": IN_CLUSTER_SERVERS[0],
+        "clusters": [{"name": name, "cluster": {"server": service_server() or IN_CLUSTER_SERVERS[0],
                                                 "certificate-authority": SA_CA}}],
         "users": [{"name": name, "user": {"tokenFile": SA_TOKEN}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
@@ -248,7 +323,10 @@ def inline_files(data: str, base_dir: str) -> str:
     """
     import os
 
-    doc = yaml.safe_load(data)
+    try:
+        doc = safeyaml.load(data, safeyaml.KUBECONFIG, what="kubeconfig")
+    except safeyaml.YamlRejected as exc:
+        raise _reject(str(exc)) from exc
     if not isinstance(doc, dict):
         raise _reject("kubeconfig is not a YAML mapping")
 

@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from . import redact
+
 
 def configure(fmt: str = "", level: str = "info") -> None:
     """Console output on a TTY unless `fmt` says otherwise; JSON elsewhere."""
@@ -23,6 +25,7 @@ def configure(fmt: str = "", level: str = "info") -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            redact.structlog_processor,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

@@ -31,3 +31,30 @@ TENANT_RELEASE = Gauge(
 BUILD = Info("krypton_build", "krypton version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")
+WORKER_FAILURES = Counter("krypton_worker_failures_total",
+                          "Cluster workers that ended with an unexpected error (then restarted)",
+                          ["cluster"])
+EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
+                       "How late the event loop's heartbeat ran last (0 when on time)")
+
+_PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
+                TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
+                WORKER_FAILURES)
+
+
+def forget_cluster(cluster: str) -> None:
+    """Drop every series of a cluster that is no longer discovered (its Secret is gone)."""
+    for metric in _PER_CLUSTER:
+        for sample_labels in _label_sets(metric):
+            if sample_labels and sample_labels[0] == cluster:
+                try:
+                    metric.remove(*sample_labels)
+                except KeyError:
+                    pass
+
+
+def _label_sets(metric: Counter | Gauge | Histogram) -> set[tuple[str, ...]]:
+    """The label values of every child of `metric`, from its public samples (a histogram's
+    bucket samples add an ``le`` label, which is not one of the metric's own)."""
+    return {tuple(v for k, v in sample.labels.items() if k != "le")
+            for family in metric.collect() for sample in family.samples}

@@ -22,6 +22,8 @@ OWNER_ANNOTATION = f"{GROUP}/owner"
 OWNER_LABEL = f"{GROUP}/tenant"
 REPORTING_CONTROLLER = f"{GROUP}/krypton"
 HELM_RELEASE_NAME_MAX = 53
+ADOPTED_ANNOTATION = f"{GROUP}/adopted"  # set on namespaces krypton took over (never deleted)
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -45,6 +47,26 @@ def release_name(tenant: str, cluster: str) -> str:
     return f"{prefix}-{digest}"
 
 
+ANNOTATION_NAME_MAX = 63
+CLUSTER_NAME_MAX = ANNOTATION_NAME_MAX - len("fingerprint-")  # 51
+_ANNOTATION_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def cluster_name_problem(cluster: str) -> str | None:
+    """Why `cluster` (a Secret name) cannot be a cluster name, or None.
+
+    The name is part of the fingerprint annotation's key, whose name part has at most 63
+    characters: a longer Secret name would make every annotation write fail.
+    """
+    key = f"fingerprint-{cluster}"
+    if len(key) > ANNOTATION_NAME_MAX:
+        return (f"cluster name {cluster[:20]}... has {len(cluster)} characters; at most "
+                f"{CLUSTER_NAME_MAX} fit the annotation {fingerprint_annotation('<cluster>')}")
+    if not _ANNOTATION_NAME.match(key):
+        return f"cluster name {cluster!r} cannot be part of an annotation key"
+    return None
+
+
 def fingerprint_annotation(cluster: str) -> str:
     return f"{FINGERPRINT_ANNOTATION}{cluster}"
 
@@ -62,7 +84,7 @@ class NamespaceState(enum.Enum):
     UNKNOWN = "unknown"  # not looked at yet
     ABSENT = "absent"
     OWNED = "owned"  # labelled as this Tenant's
-    UNMANAGED = "unmanaged"  # exists, not labelled by krypton: adopted
+    UNMANAGED = "unmanaged"  # exists, not created by krypton: adopted only with the flag
     CONFLICT = "conflict"  # owned by another Tenant
 
 
@@ -147,3 +169,6 @@ class Observation:
     release: ReleaseObservation = ReleaseObservation()
     namespace: NamespaceState = NamespaceState.UNKNOWN
     namespace_owner: str | None = None
+    reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces
+    adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
+    own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)

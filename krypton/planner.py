@@ -7,13 +7,18 @@ decision table, in order:
 2. paused            -> Pause
 3. targeted elsewhere -> NotTargeted
 4. invalid name      -> Blocked InvalidTenantName (permanent)
+   reserved name     -> Blocked ReservedNamespace (permanent): kube-system, kube-public,
+                        kube-node-lease, default and the operator's own namespaces
 5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
    chart problem     -> Blocked with the chart reason
 6. no finalizer      -> AddFinalizer (then plan again)
 7. in sync           -> Skip (fingerprint annotation matches, release deployed at the
                         revision we recorded)
+   annotation lost   -> Annotate (the release is deployed at the revision and fingerprint we
+                        recorded; only the annotation is missing or wrong: write it, no helm)
 8. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
-9. namespace owned by another Tenant -> Blocked NamespaceConflict (permanent)
+9. namespace owned by another Tenant, or existing and not created by krypton (unless
+   adoption is allowed) -> Blocked NamespaceConflict (permanent)
 10. release locked by a recent pending operation -> Wait (retry later, no writes)
 11. release pending or failed without a good revision -> Recover, then install/upgrade
 12. release absent   -> Install, else Upgrade
@@ -25,6 +30,7 @@ import enum
 from dataclasses import dataclass
 
 from .model import (
+    SYSTEM_NAMESPACES,
     ChartProblem,
     NamespaceState,
     Observation,
@@ -45,6 +51,7 @@ class Action(enum.Enum):
     OBSERVE_NAMESPACE = "observe-namespace"
     RESOLVE_CHART = "resolve-chart"
     WAIT = "wait"
+    ANNOTATE = "annotate"
     ADD_FINALIZER = "add-finalizer"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
@@ -85,6 +92,11 @@ def plan(obs: Observation) -> Plan:
                     f"tenant name {t.key.name!r} is not a valid namespace name "
                     "(lower-case alphanumerics and '-', at most 63 characters)",
                     permanent=True)
+    if obs.own_namespace and (t.key.name in SYSTEM_NAMESPACES
+                              or t.key.name in obs.reserved_namespaces):
+        return Plan(Action.BLOCKED, "ReservedNamespace",
+                    f"namespace {t.key.name!r} is reserved (system or krypton's own namespace); "
+                    "krypton never installs into it", permanent=True)
     if obs.chart is None:
         return Plan(Action.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
     if isinstance(obs.chart, ChartProblem):
@@ -100,6 +112,13 @@ def plan(obs: Observation) -> Plan:
     )
     if in_sync:
         return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
+    if (t.recorded_fingerprint == obs.chart.fingerprint and rel.status is ReleaseStatus.DEPLOYED
+            and t.applied_revision is not None and t.applied_revision == rel.revision):
+        why = ("fingerprint annotation missing" if t.applied_fingerprint is None
+               else "fingerprint annotation differs from the deployed release")
+        return Plan(Action.ANNOTATE, "NoChange",
+                    f"{why}: chart {obs.chart.version} is deployed at revision {rel.revision} as "
+                    "recorded; write the annotation", drift=t.applied_fingerprint is None)
     drift = obs.chart.fingerprint in (t.applied_fingerprint, t.recorded_fingerprint)
     if obs.namespace is NamespaceState.UNKNOWN:
         return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
@@ -107,6 +126,10 @@ def plan(obs: Observation) -> Plan:
         return Plan(Action.BLOCKED, "NamespaceConflict",
                     f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
                     permanent=True)
+    if obs.namespace is NamespaceState.UNMANAGED and not obs.adopt_namespaces:
+        return Plan(Action.BLOCKED, "NamespaceConflict",
+                    f"namespace {t.key.name!r} exists and was not created by krypton "
+                    "(--adopt-namespaces allows taking it over)", permanent=True)
     version = obs.chart.version
     if rel.locked:
         return Plan(Action.WAIT, "ReleaseLocked",

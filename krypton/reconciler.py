@@ -18,13 +18,15 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from . import conditions as cond
-from . import metrics
+from . import metrics, ownership, redact
 from .charts import ChartSource
 from .conditions import Change
 from .errors import (
     ChartNotLoaded,
     HelmFailed,
     KryptonError,
+    OwnershipConflict,
+    PermanentError,
     TemporaryError,
     VersionInvalid,
     VersionNotFound,
@@ -34,12 +36,14 @@ from .fingerprint import fingerprint
 from .helm import Helm
 from .kube import AlreadyExists, Conflict, Kube, NotFound, now_rfc3339
 from .model import (
+    ADOPTED_ANNOTATION,
     FINALIZER,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     OWNER_ANNOTATION,
     OWNER_LABEL,
     PAUSED_ANNOTATION,
+    SYSTEM_NAMESPACES,
     ChartProblem,
     ChartTarget,
     NamespaceState,
@@ -123,6 +127,16 @@ def namespace_state(ns: dict[str, Any] | None, key: TenantKey) -> tuple[Namespac
     return NamespaceState.CONFLICT, owner
 
 
+def created_by_krypton(ns: dict[str, Any] | None, key: TenantKey) -> bool:
+    """The namespace carries this Tenant's owner annotation and was not adopted."""
+    annotations = ((ns or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(OWNER_ANNOTATION) == str(key) and ADOPTED_ANNOTATION not in annotations
+
+
+class NamespaceNotOwned(PermanentError):
+    reason = "NamespaceConflict"
+
+
 class Reconciler:
     def __init__(self, rt: ClusterRuntime) -> None:
         self.rt = rt
@@ -141,18 +155,26 @@ class Reconciler:
     def observe(self, obj: dict[str, Any]) -> Observation:
         view = tenant_view(obj, self.rt.name)
         release = release_name(view.key.name, self.rt.name)
-        ours = self.rt.releases.ours(view.key.name, release)
-        if ours is not None and (view.applied_revision is None or ours > view.applied_revision):
+        namespace = self.rt.settings.release_namespace_for(view.key.name)
+        own = self.rt.settings.shared_release_namespace is None
+        ours = self.rt.releases.ours(namespace, release)
+        if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
             # Our status write may not have reached the watch cache yet: a revision our own
-            # helm run made is applied, not drift.
-            view = dataclasses.replace(view, applied_revision=ours)
+            # helm run made, with the fingerprint it applied, is what is recorded, not drift.
+            view = dataclasses.replace(view, applied_revision=ours[0],
+                                       recorded_fingerprint=ours[1])
         return Observation(
             cluster=self.rt.name,
             tenant=view,
             chart=None,
             release=self.rt.releases.observe(
-                view.key.name, release, now=time.time(),
+                namespace, release, now=time.time(),
                 lock_timeout=self.rt.settings.helm_timeout + LOCK_MARGIN),
+            reserved_namespaces=self.rt.settings.reserved_namespaces,
+            adopt_namespaces=self.rt.settings.adopt_namespaces,
+            # with one shared release namespace there is no Tenant namespace to look after
+            own_namespace=own,
+            namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
         )
 
     # -- one pass --------------------------------------------------------------------------
@@ -203,6 +225,8 @@ class Reconciler:
         if a is Action.BLOCKED:
             return await self._blocked(obj, p, changes, log)
         assert isinstance(obs.chart, ChartTarget)
+        if a is Action.ANNOTATE:
+            return await self._annotate(obj, obs, p, release, changes, log)
         if a is Action.SKIP:
             self._publish(obs.tenant.key, release, obs.chart)
             changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
@@ -215,6 +239,21 @@ class Reconciler:
         return await self._helm(obj, obs, p, release, changes, log)
 
     # -- actions ---------------------------------------------------------------------------
+
+    async def _annotate(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
+                        changes: list[Change], log: Any) -> Outcome:
+        """The release is deployed as recorded; only the fingerprint annotation is missing or
+        wrong (a failed write, or removed by hand). Write it; never run helm for it."""
+        assert isinstance(obs.chart, ChartTarget)
+        obj = await self._set_fingerprint(obj, obs.chart.fingerprint, log)  # raises on failure
+        self._publish(obs.tenant.key, release, obs.chart)
+        changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
+        await self._commit(obj, changes, log)
+        if p.drift:
+            log.info("drift repaired", detail=p.message)
+            await self.rt.recorder.emit(involved_tenant(obj), "Normal", "DriftRepaired",
+                                        f"{p.message}: restored")
+        return Outcome()
 
     async def _blocked(self, obj: dict[str, Any], p: Plan, changes: list[Change],
                        log: Any) -> Outcome:
@@ -270,17 +309,19 @@ class Reconciler:
         obj = await self._commit(obj, changes + [start], log,
                                  event=("Normal", f"Helm{verb}Start", p.message))
         log.info(f"helm {verb.lower()} start", chart_version=chart.version, action=p.action.value)
+        namespace = self.rt.settings.release_namespace_for(key.name)
         try:
             async with self.rt.slots.slot(c):
                 if p.action is Action.UNINSTALL_THEN_INSTALL and \
                         obs.release.status is not ReleaseStatus.ABSENT:
-                    await self.rt.helm.uninstall(release, key.name)
+                    await self._check_ownership(release, namespace)
+                    await self.rt.helm.uninstall(release, namespace)
                 elif p.action is Action.ROLLBACK_THEN_UPGRADE:
-                    await self.rt.helm.rollback(release, key.name)
+                    await self.rt.helm.rollback(release, namespace)
                 result = await self.rt.helm.install_or_upgrade(
-                    release, chart.path, key.name, chart.values, operation=verb.lower())
+                    release, chart.path, namespace, chart.values, operation=verb.lower())
         except HelmFailed as exc:
-            reason = f"{verb}Failed"
+            reason = exc.reason if isinstance(exc, OwnershipConflict) else f"{verb}Failed"
             log.error(f"helm {verb.lower()} failed", error=str(exc))
             await self._commit(obj, [
                 Change(cond.cluster_type(cond.ERROR, c), True, reason, str(exc)),
@@ -291,21 +332,33 @@ class Reconciler:
             metrics.RECONCILE_ERRORS.labels(c, reason).inc()
             return Outcome(retry=True, reason=reason)
         revision = int(result.get("version") or 0)
-        self.rt.releases.note(key.name, release, revision,
-                              ReleaseStatus.parse((result.get("info") or {}).get("status")))
+        self.rt.releases.note(namespace, release, revision,
+                              ReleaseStatus.parse((result.get("info") or {}).get("status")),
+                              chart.fingerprint)
         done = "Installed" if installing else "Upgraded"
         message = f"chart {chart.name} {chart.version} {done.lower()} as {release} revision {revision}"
         log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
-        obj = await self._set_fingerprint(obj, chart.fingerprint, log)
+        applied = {"release": release, "chartVersion": chart.version,
+                   "fingerprint": chart.fingerprint, "revision": revision,
+                   "failedFingerprint": "", "lastAppliedTime": now_rfc3339()}
+        try:
+            obj = await self._set_fingerprint(obj, chart.fingerprint, log)
+        except KryptonError as exc:
+            # The release is right; the record of it is not. Keep what was applied so the next
+            # pass only retries the annotation (with backoff), never helm.
+            message = f"{message}; writing the fingerprint annotation failed: {exc}"
+            await self._commit(obj, [
+                Change(cond.cluster_type(cond.ERROR, c), True, "FingerprintUpdateFailed", message),
+                Change(cond.cluster_type(cond.PROGRESS, c), False, f"{verb}Complete", message),
+            ], log, applied=applied, last_chart=chart.ref)
+            metrics.RECONCILE_ERRORS.labels(c, "FingerprintUpdateFailed").inc()
+            return Outcome(retry=True, reason="FingerprintUpdateFailed")
         self._publish(key, release, chart)
         success = [
             Change(cond.cluster_type(cond.READY, c), True, done, message),
             Change(cond.cluster_type(cond.ERROR, c), False, done, "no error"),
             Change(cond.cluster_type(cond.PROGRESS, c), False, f"{verb}Complete", message),
         ]
-        applied = {"release": release, "chartVersion": chart.version,
-                   "fingerprint": chart.fingerprint, "revision": revision,
-                   "failedFingerprint": "", "lastAppliedTime": now_rfc3339()}
         obj = await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
                                  applied=applied, last_chart=chart.ref)
         if p.drift:
@@ -314,21 +367,40 @@ class Reconciler:
                                         f"{p.message}; now {message}")
         return Outcome()
 
+    async def _check_ownership(self, release: str, namespace: str) -> None:
+        """Refuse to uninstall a failed release whose manifest lists objects that another
+        release (or nobody) owns: helm would delete them (SPEC R17)."""
+        live = {}
+        for ref in ownership.manifest_objects(await self.rt.helm.manifest(release, namespace)):
+            annotations = await self.rt.kube.object_annotations(
+                ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
+            if annotations is not None:
+                live[ref] = annotations
+        found = ownership.conflicts(live, release, namespace)
+        if found:
+            raise OwnershipConflict(
+                f"release {release} failed and cannot be recovered by uninstalling it without "
+                f"deleting objects it does not own: {'; '.join(found[:5])}"
+                + (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
+
     async def _uninstall(self, obj: dict[str, Any], release: str, log: Any) -> Outcome:
         key = tenant_view(obj, self.rt.name).key
         involved = involved_tenant(obj)
+        namespace = self.rt.settings.release_namespace_for(key.name)
         try:
             async with self.rt.slots.slot(self.rt.name):
-                await self.rt.helm.uninstall(release, key.name)
-            if self.rt.settings.delete_namespace_on_uninstall:
+                await self.rt.helm.uninstall(release, namespace)
+            if self.rt.settings.delete_namespace_on_uninstall and \
+                    self.rt.settings.shared_release_namespace is None:
                 ns = await self.rt.kube.get_namespace(key.name)
-                if namespace_state(ns, key)[0] is NamespaceState.OWNED:
+                if created_by_krypton(ns, key) and \
+                        key.name not in self.rt.settings.reserved_namespaces | SYSTEM_NAMESPACES:
                     await self.rt.kube.delete_namespace(key.name)
         except (HelmFailed, TemporaryError) as exc:
             log.error("helm uninstall failed", error=str(exc))
             await self.rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
             return Outcome(retry=True, reason="UninstallFailed")
-        self.rt.releases.forget(key.name, release)
+        self.rt.releases.forget(namespace, release)
         self.unpublish(key)
         log.info("helm uninstall success")
         await self.rt.recorder.emit(involved, "Normal", "HelmUninstalled",
@@ -342,6 +414,36 @@ class Reconciler:
         except Conflict:
             return Outcome(retry=True, reason="Conflict")
         return Outcome()
+
+    async def forget(self, obj: dict[str, Any]) -> None:
+        """Remove this cluster's traces from a Tenant when the cluster leaves the fleet.
+
+        Its conditions, its ``status.clusters`` record, its fingerprint annotation and the
+        release-cleanup finalizer go (no worker is left to honour the finalizer); the phase
+        is recomputed from what remains. The release itself is kept.
+        """
+        c = self.rt.name
+        meta = obj["metadata"]
+        key = TenantKey(meta["namespace"], meta["name"])
+        status = dict(obj.get("status") or {})
+        mine = [cond.cluster_type(t, c) for t in (cond.READY, cond.ERROR, cond.PROGRESS)]
+        remaining = cond.remove(status.get("conditions") or [], mine)
+        generation = int(meta.get("generation") or 1)
+        phase, conditions = cond.summarize(remaining, allow_chart_skip=self.rt.settings.allow_chart_skip,
+                                           generation=generation, now=now_rfc3339())
+        if c in (status.get("clusters") or {}) or len(remaining) != len(status.get("conditions") or []):
+            metrics.API_WRITES.labels(c, "status").inc()
+            obj = await self.rt.kube.patch_tenant_status(key, {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "status": {"phase": phase, "conditions": conditions, "clusters": {c: None}}})
+        annotation = fingerprint_annotation(c)
+        finalizers = list(obj["metadata"].get("finalizers") or [])
+        if annotation in (obj["metadata"].get("annotations") or {}) or FINALIZER in finalizers:
+            await self._patch_meta(key, {"metadata": {
+                "annotations": {annotation: None},
+                "finalizers": [f for f in finalizers if f != FINALIZER],
+                "resourceVersion": obj["metadata"]["resourceVersion"]}})
+        self.unpublish(key)
 
     # -- metrics ---------------------------------------------------------------------------
 
@@ -386,6 +488,10 @@ class Reconciler:
             except AlreadyExists:
                 state = NamespaceState.UNMANAGED
         if state is NamespaceState.UNMANAGED:
+            if not self.rt.settings.adopt_namespaces:
+                raise NamespaceNotOwned(f"namespace {key.name!r} exists and was not created by "
+                                        "krypton (--adopt-namespaces allows taking it over)")
+            annotations[ADOPTED_ANNOTATION] = "true"  # adopted namespaces are never deleted
             await self.rt.kube.patch_namespace(
                 key.name, {"metadata": {"labels": labels, "annotations": annotations}})
             metrics.API_WRITES.labels(self.rt.name, "namespace").inc()
@@ -407,7 +513,7 @@ class Reconciler:
             log.error("fingerprint update failed", error=str(exc))
             await self.rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
                                         f"{annotation}: {exc}")
-            return obj
+            raise
         await self.rt.recorder.emit(involved_tenant(obj), "Normal", "FingerprintUpdated",
                                     f"{annotation}={fp}")
         return obj
@@ -419,6 +525,7 @@ class Reconciler:
         """Patch the status if it changed (retrying on conflicts), then emit `event` if so."""
         key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
         settings = self.rt.settings
+        changes = [dataclasses.replace(c, message=redact.scrub(c.message)) for c in changes]
         for attempt in range(CONFLICT_RETRIES):
             status = dict(obj.get("status") or {})
             generation = int(obj["metadata"].get("generation") or 1)

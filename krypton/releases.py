@@ -36,7 +36,8 @@ class ReleaseIndex:
         self._records: dict[Key, dict[int, ReleaseStatus]] = {}
         self._modified: dict[Key, float] = {}
         self._noted: dict[Key, tuple[int, ReleaseStatus]] = {}
-        self._ours: dict[Key, int] = {}  # the last revision our own helm runs produced
+        # the last revision our own helm runs produced, and the fingerprint it applied
+        self._ours: dict[Key, tuple[int, str]] = {}
 
     def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
         """Apply one watch event; returns the (namespace, release) it concerns."""
@@ -57,17 +58,19 @@ class ReleaseIndex:
                 self._modified[key] = _modified(meta)
         return key
 
-    def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus) -> None:
+    def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus,
+             fingerprint: str) -> None:
         """Record the outcome of our own helm run until the watch catches up."""
         self._noted[(namespace, release)] = (revision, status)
-        self._ours[(namespace, release)] = revision
+        self._ours[(namespace, release)] = (revision, fingerprint)
 
     def forget(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
         self._ours.pop((namespace, release), None)
 
-    def ours(self, namespace: str, release: str) -> int | None:
-        """The revision krypton's last helm run on this release produced, if any."""
+    def ours(self, namespace: str, release: str) -> tuple[int, str] | None:
+        """The revision krypton's last helm run on this release produced and the fingerprint
+        it applied, if any."""
         return self._ours.get((namespace, release))
 
     def observe(self, namespace: str, release: str, *, now: float = 0.0,

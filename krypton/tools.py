@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as dt
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import yaml
 
 from . import kubeconfig as kubeconfigs
+from . import redact, safeyaml
 from .app import watch_cluster
 from .charts import ChartSource
 from .discovery import desired_clusters
@@ -81,11 +84,39 @@ async def _tenants(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
                                                            t["metadata"]["name"]))
 
 
+FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed")
+FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the cluster failing
+
+
+async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
+    """Clusters whose Secret carries a recent failure Event from the operator (D8, D9)."""
+    body = home.plain(await home.call("list events", home.core.list_namespaced_event,
+                                      settings.namespace))
+    now = time.time()
+    latest: dict[str, tuple[float, str]] = {}
+    for e in body.get("items") or []:
+        involved = e.get("involvedObject") or {}
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
+            continue
+        try:
+            when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        name = str(involved.get("name"))
+        if now - when < FAILING_WINDOW and when >= latest.get(name, (0.0, ""))[0]:
+            latest[name] = (when, f"{e['reason']}: {e.get('message', '')}")
+    return {name: detail for name, (_, detail) in latest.items()}
+
+
 async def collect_status(settings: Settings) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
         home, clusters = await _clusters(settings, Path(tmp))
         rows: list[Row] = []
+        failing = await _failing(home, settings)
         for c in clusters:
+            if c.name in failing:
+                rows.append(Row(c.name, "", "", phase="Failing", detail=failing[c.name]))
             if c.kube is None:
                 rows.append(Row(c.name, "", "", phase="-", detail=c.error))
                 continue
@@ -93,6 +124,9 @@ async def collect_status(settings: Settings) -> list[Row]:
                 tenants = await _tenants(c.kube, settings)
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", phase="-", detail=f"unreachable: {exc}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - one cluster's garbage must not hide the fleet
+                rows.append(Row(c.name, "", "", phase="-", detail=redact.describe(exc)))
                 continue
             for t in tenants:
                 status = t.get("status") or {}
@@ -175,10 +209,11 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
     for t in await _tenants(kube, settings):
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
+        namespace = settings.release_namespace_for(meta["name"])
         records = await kube.call("list release records", kube.release_lister(
-            settings.helm_driver), label_selector=f"owner=helm,name={release}")
+            settings.helm_driver, namespace), label_selector=f"owner=helm,name={release}")
         for record in kube.plain(records).get("items") or []:
-            if record["metadata"].get("namespace") == meta["name"]:
+            if record["metadata"].get("namespace") == namespace:
                 rt.releases.on_event("ADDED", record)
         obs = reconciler.observe(t)
         obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
@@ -210,7 +245,7 @@ def _action_word(action: Action) -> str:
 
 
 def changes_pending(rows: list[Row]) -> bool:
-    return any(r.action in ("install", "upgrade", "uninstall") for r in rows)
+    return any(r.action in ("install", "upgrade", "uninstall", "annotate") for r in rows)
 
 
 def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
@@ -251,10 +286,14 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
             probe.close()
         data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
         if values_path:
-            raw = Path(values_path).read_bytes()
-            if not isinstance(yaml.safe_load(raw) or {}, dict):
-                raise KubeconfigRejected(f"{values_path} is not a YAML mapping",
-                                         reason="ValuesInvalid")
+            try:
+                raw = Path(values_path).read_bytes()
+                safeyaml.load_values(raw, what=values_path)
+            except OSError as exc:
+                raise KubeconfigRejected(f"cannot read {values_path}: {exc.strerror}",
+                                         reason="ValuesInvalid") from exc
+            except safeyaml.YamlRejected as exc:
+                raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc
             data["values.yaml"] = base64.b64encode(raw).decode()
         home = await watch_cluster(settings, Path(tmp))
         body: dict[str, Any] = {

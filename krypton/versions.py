@@ -23,8 +23,13 @@ _OPS = ("<=", ">=", "!=", "=>", "=<", "<", ">", "=", "~>", "~", "^")
 Check = Callable[[semver.Version], bool]
 
 
+MAX_SPEC = 256  # longer constraints or versions are refused before parsing
+
+
 def parse_version(text: str) -> semver.Version:
     """A full semver (leading ``v`` allowed); raises VersionInvalid."""
+    if len(text) > MAX_SPEC:
+        raise VersionInvalid(f"version is {len(text)} characters long (at most {MAX_SPEC})")
     try:
         return semver.Version.parse(text[1:] if text.startswith("v") else text)
     except ValueError as exc:
@@ -161,6 +166,9 @@ def parse_constraint(spec: str) -> Constraint:
     """Parse a pin or range; raises VersionInvalid with the reason."""
     if not spec or not spec.strip():
         raise VersionInvalid("empty chart version")
+    if len(spec) > MAX_SPEC:
+        raise VersionInvalid(f"chart version constraint is {len(spec)} characters long "
+                             f"(at most {MAX_SPEC})")
     groups = []
     for group in spec.split("||"):
         terms = _normalise(group)

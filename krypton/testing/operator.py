@@ -9,6 +9,7 @@ file, captures its log, scrapes its Prometheus metrics and stops it like ``make 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -53,6 +54,9 @@ def kubeconfig_secret(name: str, kubeconfig: str | bytes, *, namespace: str = "d
             "type": "Opaque", "data": data}
 
 
+STARTED: list[OperatorProcess] = []  # every operator this process started (for log scans)
+
+
 class OperatorProcess:
     """``python -m krypton run`` in the background."""
 
@@ -73,7 +77,9 @@ class OperatorProcess:
         tmp = Path(tempfile.mkdtemp(prefix="krypton-op-"))
         self.log_path = log_path or tmp / "operator.log"
         self.pid_file = pid_file or tmp / "operator.pid"
+        self.metrics_path = self.log_path.with_name("metrics.txt")
         self.popen: subprocess.Popen[bytes] | None = None
+        STARTED.append(self)
 
     def start(self) -> OperatorProcess:
         with self.log_path.open("ab") as out:
@@ -96,8 +102,12 @@ class OperatorProcess:
         def ready() -> bool:
             if not self.alive():
                 raise RuntimeError(f"operator exited:\n{self.log_tail()}")
-            return self._get(f"http://127.0.0.1:{self.health_port}/readyz") == "ok"
+            return self.readyz().startswith("ok")
         wait_for(ready, timeout, what="operator /readyz")
+
+    def readyz(self) -> str:
+        """The body of /readyz ("ok" plus one line per cluster that is not serving)."""
+        return self._get(f"http://127.0.0.1:{self.health_port}/readyz")
 
     def _get(self, url: str) -> str:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -126,13 +136,34 @@ class OperatorProcess:
         except OSError:
             return ""
 
+    def log_events(self, event: str, **fields: str) -> list[dict[str, Any]]:
+        """The JSON log lines whose ``event`` is `event` and whose fields include `fields`."""
+        out = []
+        for line in self.log_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("event") == event and \
+                    all(entry.get(k) == v for k, v in fields.items()):
+                out.append(entry)
+        return out
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def stop(self, grace: float = 5.0) -> int | None:
-        """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit status."""
+        """SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the exit status.
+
+        The last metrics are kept next to the log (`metrics_path`), for tests that look at
+        everything the operator ever published (the credential scan)."""
         if self.popen is None:
             return None
+        if self.alive():
+            try:
+                self.metrics_path.write_text(self.metrics_text())
+            except OSError:
+                pass
         code = terminate(self.popen, grace)
         self.pid_file.unlink(missing_ok=True)
         return code

@@ -98,6 +98,13 @@ class Cluster:
         items = self.core.list_namespaced_event(namespace).items
         return [e for e in items if name is None or e.involved_object.name == name]
 
+    def wait_event(self, namespace: str, name: str, reason: str, timeout: float = 30) -> Any:
+        """The first Event about `name` with `reason` (Events are written after the status
+        they explain, so a test that saw the status must still wait for them)."""
+        return wait_for(lambda: next((e for e in self.events(namespace, name)
+                                      if e.reason == reason), None),
+                        timeout, what=f"{self.name} event {reason} on {namespace}/{name}")
+
 
 @pytest.fixture(scope="session")
 def home_cluster(home: ControlPlane) -> Cluster:

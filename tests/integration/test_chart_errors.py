@@ -10,10 +10,6 @@ from krypton.testing import free_port
 from .conftest import Fleet, unique
 
 
-def _reasons(events: list) -> set[str]:  # type: ignore[type-arg]
-    return {e.reason for e in events}
-
-
 def test_missing_and_invalid_versions_and_unreachable_repo(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
     op = fleet.start(version="9.9.9")
@@ -22,13 +18,13 @@ def test_missing_and_invalid_versions_and_unreachable_repo(fleet: Fleet) -> None
                                     "VersionNotFound")
     assert "9.9.9" in c["message"]
     assert fleet.remote.phase(fleet.tenant_ns, name) == "Pending"
-    assert "ChartVersionNotFound" in _reasons(fleet.remote.events(fleet.tenant_ns, name))
+    fleet.remote.wait_event(fleet.tenant_ns, name, "ChartVersionNotFound")
     op.stop()
 
     op = fleet.start(version="not-a-version")
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
                                 "VersionInvalid")
-    assert "ChartVersionInvalid" in _reasons(fleet.remote.events(fleet.tenant_ns, name))
+    fleet.remote.wait_event(fleet.tenant_ns, name, "ChartVersionInvalid")
     op.stop()
 
     dead = f"http://127.0.0.1:{free_port()}"
@@ -39,7 +35,7 @@ def test_missing_and_invalid_versions_and_unreachable_repo(fleet: Fleet) -> None
     fleet.operators.append(op)
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
                                 "ChartNotLoaded")
-    assert "ChartNotLoaded" in _reasons(fleet.remote.events(fleet.tenant_ns, name))
+    fleet.remote.wait_event(fleet.tenant_ns, name, "ChartNotLoaded")
     assert fleet.remote.phase(fleet.tenant_ns, name) == "Pending"
 
 
@@ -67,7 +63,7 @@ def test_failed_install_then_fix_clears_the_error(fleet: Fleet, tmp_path: Path) 
                                     "InstallFailed")
     assert "refuses to render" in c["message"]
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Error")
-    assert "HelmInstallFailed" in _reasons(fleet.remote.events(fleet.tenant_ns, name))
+    fleet.remote.wait_event(fleet.tenant_ns, name, "HelmInstallFailed")
     op.stop()
 
     fleet.start()

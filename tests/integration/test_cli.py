@@ -46,10 +46,10 @@ def test_plan_shows_install_skip_upgrade_then_nothing(fleet: Fleet) -> None:
     rows = {line.split()[2]: line for line in result.stdout.splitlines()[1:]}
     assert " install " in rows[new] and "- -> 0.2.0" in rows[new]
     assert " skip " in rows[same] and "NoChange" in rows[same]
-    assert " upgrade " in rows[drift] and "0.2.0 -> 0.2.0" in rows[drift]
+    assert " annotate " in rows[drift] and "annotation missing" in rows[drift]
     as_json = json.loads(krypton(fleet, "plan", *run_flags(fleet), "-o", "json").stdout)
     assert {r["tenant"]: r["action"] for r in as_json} == {new: "install", same: "skip",
-                                                           drift: "upgrade"}
+                                                           drift: "annotate"}
     bump = krypton(fleet, "plan", *run_flags(fleet, version="0.3.0"), "-o", "json")
     assert bump.returncode == 2
     assert sorted(r["action"] for r in json.loads(bump.stdout)) == ["install", "upgrade", "upgrade"]

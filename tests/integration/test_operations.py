@@ -107,6 +107,11 @@ def _lease_holder(fleet: Fleet, namespace: str, name: str) -> str:
     return lease.spec.holder_identity or ""
 
 
+def _renew_time(fleet: Fleet, namespace: str, name: str) -> object:
+    lease = client.CoordinationV1Api(fleet.home.api).read_namespaced_lease(name, namespace)
+    return lease.spec.renew_time
+
+
 def test_leader_election_standby_takes_over(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
     lease = unique("lease")
@@ -115,7 +120,17 @@ def test_leader_election_standby_takes_over(fleet: Fleet) -> None:
     first = fleet.start(*args)
     wait_for(lambda: _lease_holder(fleet, fleet.tenant_ns, lease), 30, what="a leader")
     second = fleet.start(*args)
-    time.sleep(3)
+    # the standby waits while the leader renews: two renewals after it started means it had
+    # at least one attempt of its own (--retry-period 1s) and lost it
+    wait_for(lambda: "standby: waiting for the leader Lease" in second.readyz(), 30,
+             what="standby")
+    seen: set[object] = set()
+
+    def renewed_twice() -> bool:
+        seen.add(_renew_time(fleet, fleet.tenant_ns, lease))
+        return len(seen) >= 3
+
+    wait_for(renewed_twice, 30, what="two renewals by the leader")
     leaders = [op for op in (first, second) if "became leader" in op.log_text()]
     assert leaders == [first]
     name = fleet.tenant(fleet.remote, unique("le"))
@@ -165,5 +180,13 @@ def test_two_namespaced_instances_side_by_side(fleet: Fleet) -> None:
     assert b.metric("krypton_helm_processes_total", operation="install") == 1
     # distinct leases, each in its instance's watch namespace
     assert _lease_holder(fleet, ns_a, "krypton") and _lease_holder(fleet, ns_b, "krypton")
-    time.sleep(2)
+    # a change to each Tenant makes each instance pass again; still no cross-talk afterwards
+    passes = (a.metric("krypton_reconciles_total"), b.metric("krypton_reconciles_total"))
+    for ns, name in ((ns_a, ta), (ns_b, tb)):
+        fleet.remote.patch_tenant(ns, name, {"metadata": {"annotations": {"touched": "1"}}})
+    wait_for(lambda: a.metric("krypton_reconciles_total") > passes[0]
+             and b.metric("krypton_reconciles_total") > passes[1], 30, what="passes after a change")
     assert fleet.remote.tenant(ns_a, ta)["status"]["clusters"]["remote"]["chartVersion"] == "0.2.0"
+    assert fleet.remote.tenant(ns_b, tb)["status"]["clusters"]["remote"]["chartVersion"] == "0.3.0"
+    assert a.metric("krypton_helm_processes_total", operation="install") == 1
+    assert b.metric("krypton_helm_processes_total", operation="install") == 1

@@ -1,5 +1,5 @@
-"""F1: progressive rollout over three clusters (two of them names for the same control plane):
-canary first, halt and auto-revert on a failing version, resume after an operator restart."""
+"""F1: progressive rollout over three clusters: canary first, halt and auto-revert on a
+failing version, resume after an operator restart."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.conftest import CHARTS
 
-from .conftest import Fleet, unique
+from .conftest import Cluster, Fleet, unique
 
 ROLLOUT = ["--rollout-canary-clusters", "home", "--rollout-max-parallel-clusters", "1"]
 
@@ -45,26 +45,36 @@ def start(fleet: Fleet, repo: ChartRepository, version: str, *extra: str) -> Ope
     return op
 
 
-def versions(fleet: Fleet, h: str, r: str) -> dict[str, tuple[str, list[tuple[int, str]]]]:
+@pytest.fixture
+def remote2(third: Any, fleet: Fleet) -> Cluster:
+    cluster = Cluster("remote2", third)
+    cluster.ensure_namespace(fleet.tenant_ns)
+    return cluster
+
+
+def versions(fleet: Fleet, h: str, r: str, r2: str,
+             remote2: Cluster) -> dict[str, tuple[str, list[tuple[int, str]]]]:
     out = {}
     for cluster, tenant, name in ((fleet.home, h, "home"), (fleet.remote, r, "remote"),
-                                  (fleet.remote, r, "remote2")):
+                                  (remote2, r2, "remote2")):
         release = f"tenant-{tenant}-{name}"
         cm = cluster.core.read_namespaced_config_map(release, tenant).data["chartVersion"]
         out[name] = (cm, cluster.release_records(tenant, release))
     return out
 
 
-def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartRepository) -> None:
+def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartRepository,
+                                                      remote2: Cluster) -> None:
     fleet.register("home", fleet.home)
     fleet.register("remote", fleet.remote)
-    fleet.register("remote2", fleet.remote)
+    fleet.register("remote2", remote2)
     op = start(fleet, repo, "0.2.0")
     h = fleet.tenant(fleet.home, unique("h"))
     r = fleet.tenant(fleet.remote, unique("r"))
+    r2 = fleet.tenant(remote2, unique("r2"))
     fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
-    wait_for(lambda: fleet.remote.condition(fleet.tenant_ns, r, "ClusterReady/remote2"), 60)
-    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterReady/remote2", "True")
+    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
+    remote2.wait_condition(fleet.tenant_ns, r2, "ClusterReady/remote2", "True")
     wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 60)
     op.stop()
 
@@ -74,16 +84,17 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
                      what="rollout halted")
     assert state["failed"] == ["home"] and state["version"] == "0.9.0"
     wait_for(lambda: (rollout_state(fleet) or {}).get("reverted"), 30, what="reverted")
-    wait_for(lambda: versions(fleet, h, r)["home"][1][-1][1] == "deployed", 60,
+    wait_for(lambda: versions(fleet, h, r, r2, remote2)["home"][1][-1][1] == "deployed", 60,
              what="canary rolled back")
-    now = versions(fleet, h, r)
+    now = versions(fleet, h, r, r2, remote2)
     assert now["home"][0] == "0.2.0"  # the canary is back on the previous version
     assert "failed" in [s for _, s in now["home"][1]]
     assert now["remote"] == ("0.2.0", [(1, "deployed")])  # never touched
     assert now["remote2"] == ("0.2.0", [(1, "deployed")])
     fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
                                 "RolloutHalted")
-    assert [e for e in fleet.home.events(fleet.discovery_ns) if e.reason == "RolloutHalted"]
+    wait_for(lambda: [e for e in fleet.home.events(fleet.discovery_ns)
+                      if e.reason == "RolloutHalted"], 30, what="RolloutHalted event")
     assert op.metric("krypton_rollout_halted") == 1
     op.stop()
 
@@ -91,8 +102,8 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     op = start(fleet, repo, "0.3.0", "--rollout-wave-soak", "6s")
     wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0" and s["wave"] >= 1,
              90, what="canary wave done")
-    wait_for(lambda: versions(fleet, h, r)["home"][0] == "0.3.0", 30, what="canary on 0.3.0")
-    canary_records = versions(fleet, h, r)["home"][1]
+    wait_for(lambda: versions(fleet, h, r, r2, remote2)["home"][0] == "0.3.0", 30, what="canary on 0.3.0")
+    canary_records = versions(fleet, h, r, r2, remote2)["home"][1]
     assert canary_records[-1][1] == "deployed"
     op.kill(group=True)
     resumed = rollout_state(fleet)
@@ -102,7 +113,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
              what="rollout complete")
     assert "rollout state loaded" in op.log_text() and "rollout started" not in op.log_text()
-    final = versions(fleet, h, r)
+    final = versions(fleet, h, r, r2, remote2)
     assert {k: v[0] for k, v in final.items()} == {"home": "0.3.0", "remote": "0.3.0",
                                                   "remote2": "0.3.0"}
     assert final["home"][1] == canary_records  # the canary was not upgraded again

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from krypton.fingerprint import fingerprint
 from krypton.testing.operator import wait_for
 
 from .conftest import Fleet, unique
+
+pytestmark = pytest.mark.helm3lane  # also run on Helm 3 (make test-helm3)
 
 
 def test_two_clusters_install_and_become_ready(fleet: Fleet) -> None:
@@ -56,11 +60,16 @@ def test_second_pass_changes_nothing(fleet: Fleet) -> None:
                (fleet.remote, fleet.tenant(fleet.remote, unique("q")))]
     for cluster, name in tenants:
         cluster.wait_phase(fleet.tenant_ns, name, "Ready")
-    # let the watch echoes of our own writes settle, then take the baseline
+    # let the watch echoes of our own writes settle, then take the baseline: settled means
+    # passes and writes unchanged over three consecutive polls
     wait_for(lambda: op.metric("krypton_reconciles_total") >= 6, 30, what="passes")
-    import time
+    polls: list[tuple[float, float]] = []
 
-    time.sleep(2.5)
+    def settled() -> bool:
+        polls.append((op.metric("krypton_reconciles_total"), op.metric("krypton_api_writes_total")))
+        return len(polls) >= 3 and len(set(polls[-3:])) == 1
+
+    wait_for(settled, 30, interval=0.5, what="echoes settled")
     before = _snapshot(fleet, tenants)
     helm_before = op.metric("krypton_helm_processes_total")
     writes_before = op.metric("krypton_api_writes_total")

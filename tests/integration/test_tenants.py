@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
+
+import pytest
 
 from krypton.testing.operator import wait_for
 
 from ..conftest import CHARTS
 from .conftest import Fleet, unique
+
+pytestmark = pytest.mark.helm3lane  # also run on Helm 3 (make test-helm3)
 
 
 def test_invalid_tenant_name(fleet: Fleet) -> None:
@@ -53,6 +56,7 @@ def test_cluster_ref_to_another_cluster_is_skipped(fleet: Fleet) -> None:
     assert "elsewhere" in c["message"]
     assert fleet.remote.release_records(name, f"tenant-{name}-remote") == []
     assert op.metric("krypton_helm_processes_total", operation="install") == 0
+    fleet.remote.wait_event(fleet.tenant_ns, name, "NotTargeted")
     skipped = [e for e in fleet.remote.events(fleet.tenant_ns, name) if e.reason == "NotTargeted"]
     assert len(skipped) == 1 and skipped[0].count == 1
 
@@ -62,7 +66,9 @@ def test_pause_and_resume(fleet: Fleet) -> None:
     op = fleet.start()
     name = fleet.tenant(fleet.remote, unique("p"), annotations={"mesh.openkcm.io/paused": "true"})
     fleet.remote.wait_condition(fleet.tenant_ns, name, "Paused", "True")
-    time.sleep(2)
+    # the pass that set Paused and the one its own status write caused have both run
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") >= 2, 30,
+             what="two passes over the paused Tenant")
     assert op.metric("krypton_helm_processes_total") == 0
     fleet.remote.patch_tenant(fleet.tenant_ns, name,
                               {"metadata": {"annotations": {"mesh.openkcm.io/paused": None}}})
@@ -74,7 +80,9 @@ def test_release_left_pending_install_is_recovered(fleet: Fleet, helm_bin: str,
                                                    tmp_path) -> None:  # type: ignore[no-untyped-def]
     name = unique("pend")
     release = f"tenant-{name}-remote"
-    fleet.remote.ensure_namespace(name)
+    # the namespace krypton created for the Tenant before the crash
+    fleet.remote.core.create_namespace({"metadata": {"name": name, "annotations": {
+        "mesh.openkcm.io/owner": f"{fleet.tenant_ns}/{name}"}}})
     kubeconfig = tmp_path / "kc"
     kubeconfig.write_text(fleet.remote.cp.kubeconfig.read_text())
     # helm --wait on a Deployment that can never become ready (no nodes), killed mid-run:

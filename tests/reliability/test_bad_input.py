@@ -118,7 +118,34 @@ def secret_cases(home: ControlPlane, remote: ControlPlane) -> list[tuple[str, An
          "ClusterUnreachable", "CERTIFICATE_VERIFY_FAILED"),
         ("expiring-soon", _with_user(home, _pair(soon.cert, soon.key)), "CredentialsExpiringSoon",
          "expires"),
+        # issue 9: every field of an untrusted kubeconfig is checked in the D3/D4 path
+        ("ipv6-unterminated", _with_cluster(remote, server="https://[::1"), "KubeconfigRejected",
+         "cannot be parsed"),
+        ("token-newline", _with_user(remote, {"token": f"{_token(remote)}\n"}),
+         "KubeconfigRejected", "newline"),
+        ("username-number", _with_user(remote, {"username": 12345, "password": "pw-secret-1"}),
+         "KubeconfigRejected", "not a string"),
+        ("tls-name-number", _with_cluster(remote, **{"tls-server-name": 42}),
+         "KubeconfigRejected", "not a string"),
+        ("insecure-string", _with_cluster(remote, **{"insecure-skip-tls-verify": "false"}),
+         "KubeconfigRejected", "must be a boolean"),
+        ("token-over-http", _with_cluster(remote, server=f"http://127.0.0.1:{free_port()}"),
+         "KubeconfigRejected", "in clear"),
+        ("server-with-path", _with_cluster(remote, server=remote.server + "/api/v1/namespaces"),
+         "KubeconfigRejected", "path"),
+        ("alias-bomb-kubeconfig", ALIAS_BOMB + yaml.safe_dump(_doc(remote)), "KubeconfigRejected",
+         "expands"),
+        ("x" * 52, remote.kubeconfig.read_text(), "ClusterNameInvalid", "at most 51"),
     ]
+
+
+ALIAS_BOMB = "".join(f"{k}: &{k} [" + ",".join([f"*{p}"] * 9 if p else ["lol"] * 9) + "]\n"
+                     for p, k in zip(["", "a", "b", "c", "d", "e", "f", "g"],
+                                     ["a", "b", "c", "d", "e", "f", "g", "h"], strict=True))
+
+
+def _token(cp: ControlPlane) -> str:
+    return str(_doc(cp)["users"][0]["user"]["token"])
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +168,10 @@ def bad_fleet(home: ControlPlane, remote: ControlPlane, chart_repo: Any,
                                namespace=f.discovery_ns, values="- not\n- a mapping\n")
     f.home.core.create_namespaced_secret(f.discovery_ns, values)
     expected["bad-values"] = ("ValuesInvalid", "not a YAML mapping")
+    bomb = kubeconfig_secret("values-bomb", remote.kubeconfig.read_text(),
+                             namespace=f.discovery_ns, values=ALIAS_BOMB)
+    f.home.core.create_namespaced_secret(f.discovery_ns, bomb)
+    expected["values-bomb"] = ("ValuesInvalid", "expands to more than")
     f.register("remote", f.remote)
     f.start()
     yield f, expected
@@ -150,10 +181,13 @@ def bad_fleet(home: ControlPlane, remote: ControlPlane, chart_repo: Any,
 
 SECRET_NAMES = ["missing-key", "empty", "garbage", "no-context", "exec", "auth-provider",
                 "token-file", "cert-file", "bad-ca-pem", "key-mismatch", "expired", "unreachable",
-                "wrong-token", "wrong-ca", "expiring-soon", "bad-values"]
+                "wrong-token", "wrong-ca", "expiring-soon", "bad-values", "values-bomb",
+                "ipv6-unterminated", "token-newline", "username-number", "tls-name-number",
+                "insecure-string", "token-over-http", "server-with-path", "alias-bomb-kubeconfig",
+                "x" * 52]
 
 
-@pytest.mark.parametrize("secret", SECRET_NAMES)
+@pytest.mark.parametrize("secret", SECRET_NAMES, ids=[n[:24] for n in SECRET_NAMES])
 def test_bad_cluster_secret(bad_fleet: tuple[Fleet, dict[str, tuple[str, str]]],
                             secret: str) -> None:
     f, expected = bad_fleet
@@ -218,5 +252,5 @@ def test_bad_chart(fleet: Fleet, what: str, value: str, reason: str, event: str)
     op.wait_ready()
     name = fleet.tenant(fleet.remote, f"chart-{uuid.uuid4().hex[:5]}")
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True", reason)
-    assert [e for e in fleet.remote.events(fleet.tenant_ns, name) if e.reason == event]
+    fleet.remote.wait_event(fleet.tenant_ns, name, event)
     assert fleet.remote.phase(fleet.tenant_ns, name) == "Pending"

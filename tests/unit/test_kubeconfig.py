@@ -80,6 +80,32 @@ BAD = [
     ("expired", config(user=pair(EXPIRED)), "expired"),
     ("not yet valid", config(user=pair(FUTURE)), "not valid before"),
     ("token not a string", config(user={"token": 12}), "not a string"),
+    # every field of an untrusted kubeconfig is checked inside the D3/D4 path (issue 9.1, 9.9)
+    ("unterminated ipv6", config(cluster={"server": "https://[::1"}), "cannot be parsed"),
+    ("port out of range", config(cluster={"server": "https://h:99999"}), "cannot be parsed"),
+    ("port not a number", config(cluster={"server": "https://h:port"}), "cannot be parsed"),
+    ("server not a string", config(cluster={"server": 6443}), "no server URL"),
+    ("server with path", config(cluster={"server": "https://h/api/v1/proxy"}), "path"),
+    ("server with query", config(cluster={"server": "https://h?x=1"}), "query"),
+    ("server with userinfo", config(cluster={"server": "https://u:p@h"}), "user information"),
+    ("server with newline", config(cluster={"server": "https://h\n"}), "control characters"),
+    ("insecure as string", config(cluster={"server": "https://h",
+                                           "insecure-skip-tls-verify": "false"}),
+     "must be a boolean"),
+    ("insecure as number", config(cluster={"server": "https://h",
+                                           "insecure-skip-tls-verify": 0}), "must be a boolean"),
+    ("tls-server-name number", config(cluster={"server": "https://h", "tls-server-name": 5}),
+     "not a string"),
+    ("token with newline", config(user={"token": SECRET_TOKEN + "\n"}), "newline"),
+    ("token not latin-1", config(user={"token": "t\u00f6k\u20ac"}), "HTTP header"),
+    ("username number", config(user={"username": 42, "password": "pw-123456"}), "not a string"),
+    ("username without password", config(user={"username": "admin"}), "together"),
+    ("token over http", config(cluster={"server": "http://h:8080"}), "in clear"),
+    ("current-context number", config(**{"current-context": 7}), "not a string"),
+    ("alias bomb", "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+     "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+     "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", "expands"),
+    ("too large", "a: " + "x" * (1 << 20) + "\n", "over the limit"),
 ]
 
 
@@ -91,6 +117,18 @@ def test_rejected(data: str | bytes | None, fragment: str) -> None:
     assert err.value.reason == "KubeconfigRejected"
     assert SECRET_TOKEN not in str(err.value)
     assert "PRIVATE KEY" not in str(err.value)
+
+
+def test_http_allowed_when_trusted_and_without_credentials() -> None:
+    assert parse(config(cluster={"server": "http://h:8080"}), trust=True).server == "http://h:8080"
+    assert parse(config(cluster={"server": "http://h:8080"}, user={})).server == "http://h:8080"
+
+
+@pytest.mark.parametrize(("server", "normal"), [
+    ("https://h:6443/", "https://h:6443"), ("https://[::1]:6443", "https://[::1]:6443"),
+    ("https://H.example", "https://h.example")])
+def test_server_url_normalised(server: str, normal: str) -> None:
+    assert parse(config(cluster={"server": server})).server == normal
 
 
 def test_good_token_config_is_reduced_to_its_context() -> None:
@@ -143,3 +181,18 @@ def test_in_cluster_reference_only_for_the_self_cluster() -> None:
     doc["clusters"][0]["cluster"]["server"] = "https://attacker.example"
     with pytest.raises(KubeconfigRejected):
         parse(yaml.safe_dump(doc), allow_in_cluster=True)
+
+
+def test_in_cluster_server_follows_the_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a pod the API server is the one KUBERNETES_SERVICE_HOST/_PORT name (as client-go's
+    in-cluster configuration reads it); the reference is accepted for that server only."""
+    from krypton.kubeconfig import in_cluster_kubeconfig
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    text = in_cluster_kubeconfig("self-cluster")
+    kc = parse(text, allow_in_cluster=True)
+    assert kc.in_cluster and kc.server == "https://10.96.0.1:6443"
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "7443")  # another server: a plain file reference
+    with pytest.raises(KubeconfigRejected, match="tokenFile"):
+        parse(text, allow_in_cluster=True)

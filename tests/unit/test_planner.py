@@ -28,8 +28,14 @@ ABSENT = ReleaseObservation()
 
 def obs(tenant: TenantView = TENANT, chart: object = CHART,
         release: ReleaseObservation = ABSENT,
-        namespace: NamespaceState = NamespaceState.OWNED) -> Observation:
-    return Observation("c1", tenant, chart, release, namespace, "ns/other")  # type: ignore[arg-type]
+        namespace: NamespaceState = NamespaceState.OWNED, *, adopt: bool = False,
+        own_namespace: bool = True) -> Observation:
+    return Observation("c1", tenant, chart, release, namespace, "ns/other",  # type: ignore[arg-type]
+                       reserved_namespaces=frozenset({"krypton-system"}), adopt_namespaces=adopt,
+                       own_namespace=own_namespace)
+
+
+RECORDED = replace(SYNCED, recorded_fingerprint=FP)  # status.clusters[c1] says FP at revision 1
 
 
 R = ReleaseStatus
@@ -66,8 +72,42 @@ CASES = [
     ("namespace of another tenant", obs(namespace=NamespaceState.CONFLICT), Action.BLOCKED,
      "NamespaceConflict", True),
     ("absent", obs(namespace=NamespaceState.ABSENT), Action.INSTALL, "Installing", False),
-    ("unmanaged namespace is adopted", obs(namespace=NamespaceState.UNMANAGED), Action.INSTALL,
+    # R16: a namespace krypton did not create is not taken over unless allowed
+    ("unmanaged namespace refused", obs(namespace=NamespaceState.UNMANAGED), Action.BLOCKED,
+     "NamespaceConflict", True),
+    ("unmanaged namespace adopted with the flag", obs(namespace=NamespaceState.UNMANAGED,
+                                                      adopt=True), Action.INSTALL,
      "Installing", False),
+    *[(f"reserved {ns}", obs(replace(TENANT, key=TenantKey("ns", ns))), Action.BLOCKED,
+       "ReservedNamespace", True)
+      for ns in ("kube-system", "kube-public", "kube-node-lease", "default", "krypton-system")],
+    ("reserved even when paused is off and in sync", obs(
+        replace(SYNCED, key=TenantKey("ns", "default")), release=DEPLOYED), Action.BLOCKED,
+     "ReservedNamespace", True),
+    # --release-namespace=watch: the release goes into the watch namespace, so a Tenant's
+    # name names no namespace (O5)
+    *[(f"shared release namespace, tenant named {ns}", obs(
+        replace(TENANT, key=TenantKey("ns", ns)), own_namespace=False), Action.INSTALL,
+       "Installing", False) for ns in ("kube-system", "default", "krypton-system")],
+    ("shared release namespace, still a valid name needed", obs(
+        replace(TENANT, key=TenantKey("ns", "a.b")), own_namespace=False), Action.BLOCKED,
+     "InvalidTenantName", True),
+    # issue 9.11: a lost or failed annotation write is repaired by writing it, never by helm
+    ("annotation missing, release as recorded", obs(replace(RECORDED, applied_fingerprint=None),
+                                                    release=DEPLOYED), Action.ANNOTATE,
+     "NoChange", False),
+    ("annotation wrong, release as recorded", obs(replace(RECORDED, applied_fingerprint="0" * 64),
+                                                  release=DEPLOYED), Action.ANNOTATE,
+     "NoChange", False),
+    ("annotation missing, release moved on", obs(replace(RECORDED, applied_fingerprint=None),
+                                                 release=ReleaseObservation(R.DEPLOYED, 2, True)),
+     Action.UPGRADE, "Upgrading", False),
+    ("annotation missing, release failed", obs(replace(RECORDED, applied_fingerprint=None),
+                                               release=ReleaseObservation(R.FAILED, 1, False)),
+     Action.UNINSTALL_THEN_INSTALL, "Installing", False),
+    ("annotation missing, desired changed", obs(
+        replace(RECORDED, applied_fingerprint=None, recorded_fingerprint="0" * 64),
+        release=DEPLOYED), Action.UPGRADE, "Upgrading", False),
     ("uninstalled history", obs(release=ReleaseObservation(R.UNINSTALLED, 2, True)),
      Action.INSTALL, "Installing", False),
     ("fingerprint changed", obs(replace(SYNCED, applied_fingerprint="0" * 64), release=DEPLOYED),
@@ -115,6 +155,8 @@ DRIFT = [
     ("annotation removed, status remembers", obs(replace(SYNCED, applied_fingerprint=None,
                                                          recorded_fingerprint=FP),
                                                  release=DEPLOYED), True),
+    ("annotation rewritten by hand", obs(replace(RECORDED, applied_fingerprint="0" * 64),
+                                         release=DEPLOYED), False),
     ("left failed", obs(SYNCED, release=ReleaseObservation(R.FAILED, 2, True)), True),
     ("new chart version", obs(replace(SYNCED, applied_fingerprint="0" * 64), release=DEPLOYED),
      False),

@@ -1,0 +1,276 @@
+"""Pure pieces of the hardening work (issue 9): bounded YAML, redaction, ownership, the
+health server's stall detection and connection cap (in-process, loopback only)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from krypton import health, ownership, redact, safeyaml
+from krypton.charts import index_versions
+from krypton.errors import ChartNotLoaded
+from krypton.helm import _safe_component
+from krypton.testing import free_port
+
+BOMB = "".join(f"{k}: &{k} [" + ",".join([f"*{p}"] * 9 if p else ["lol"] * 9) + "]\n"
+               for p, k in zip(["", "a", "b", "c", "d", "e"], ["a", "b", "c", "d", "e", "f"],
+                               strict=True))
+
+
+@pytest.mark.parametrize(("text", "limits", "fragment"), [
+    (BOMB, safeyaml.VALUES, "expands to more than"),
+    ("[" * 100 + "]" * 100, safeyaml.VALUES, "nested deeper"),
+    ("a: &a [*a]", safeyaml.VALUES, "recursive alias"),
+    ("a: " + "x" * (2 << 20), safeyaml.VALUES, "over the limit"),
+    ("a: [", safeyaml.VALUES, "not valid YAML (line"),
+    ("- 1\n- 2\n", None, "not a YAML mapping"),
+])
+def test_bounded_yaml_refuses(text: str, limits: safeyaml.Limits | None, fragment: str) -> None:
+    with pytest.raises(safeyaml.YamlRejected, match=fragment.replace("(", r"\(")):
+        if limits is None:
+            safeyaml.load_values(text, what="values")
+        else:
+            safeyaml.load(text, limits)
+
+
+def test_bounded_yaml_keeps_ordinary_aliases() -> None:
+    assert safeyaml.load_values("base: &b {x: 1}\nother: *b\n", what="v") == \
+        {"base": {"x": 1}, "other": {"x": 1}}
+    assert safeyaml.load_values("", what="v") == {}
+
+
+def test_bomb_is_refused_quickly() -> None:
+    bigger = BOMB + "g: &g [" + ",".join(["*f"] * 9) + "]\nh: [" + ",".join(["*g"] * 9) + "]\n"
+    start = time.process_time()
+    with pytest.raises(safeyaml.YamlRejected):
+        safeyaml.load_values(bigger, what="v")
+    assert time.process_time() - start < 1.0  # linear in the text, not in the expansion
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("GET / Authorization: Bearer abc.def-ghi", "abc.def-ghi"),
+    ("{'authorization': 'Basic dXNlcjpwYXNz'}", "dXNlcjpwYXNz"),
+    ("key -----BEGIN PRIVATE KEY-----\nMIIEv\n-----END PRIVATE KEY----- end", "MIIEv"),
+    ("data LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t", "LS0tLS1CRUdJTiBQUklWQVRF"),
+])
+def test_redaction_patterns(text: str, masked: str) -> None:
+    assert masked not in redact.scrub(text)
+    assert redact.MASK in redact.scrub(text)
+
+
+def test_registered_credentials_are_masked_everywhere() -> None:
+    redact.register("s3cr3t-t0ken-value", "short", None)
+    assert redact.scrub("failed with s3cr3t-t0ken-value in it") == \
+        f"failed with {redact.MASK} in it"
+    assert redact.scrub("short stays") == "short stays"  # too short to be registered
+    event = redact.structlog_processor(None, "error", {"error": ValueError("s3cr3t-t0ken-value"),
+                                                       "n": 3})
+    assert event == {"error": f"{redact.MASK}", "n": 3}
+    assert redact.describe(RuntimeError("x s3cr3t-t0ken-value")) == f"RuntimeError: x {redact.MASK}"
+
+
+def test_ownership_conflicts() -> None:
+    docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+            {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+             "metadata": {"name": "w.example"}}, None, "junk", {"kind": "NoMeta"}]
+    refs = ownership.manifest_objects(docs)
+    assert [str(r) for r in refs] == ["ConfigMap c", "CustomResourceDefinition w.example"]
+    mine = {ownership.RELEASE_NAME: "r", ownership.RELEASE_NAMESPACE: "ns"}
+    theirs = {ownership.RELEASE_NAME: "other", ownership.RELEASE_NAMESPACE: "o"}
+    assert ownership.conflicts({refs[0]: mine, refs[1]: mine}, "r", "ns") == []
+    assert ownership.conflicts({refs[0]: mine, refs[1]: theirs}, "r", "ns") == [
+        "CustomResourceDefinition w.example is owned by release o/other"]
+    assert ownership.conflicts({refs[0]: {}}, "r", "ns") == [
+        "ConfigMap c is owned by no Helm release (not created by this release)"]
+    same_name_other_ns = {ownership.RELEASE_NAME: "r", ownership.RELEASE_NAMESPACE: "x"}
+    assert ownership.conflicts({refs[0]: same_name_other_ns}, "r", "ns")
+
+
+@pytest.mark.parametrize(("index", "fragment"), [
+    ([], "not a YAML mapping"), ({"entries": []}, "entries is not a mapping"),
+    ({"entries": {"other": []}}, "is not in repository"),
+    ({"entries": {"sample": {"version": 1}}}, "entries.sample is not a list"),
+])
+def test_malformed_index(index: object, fragment: str) -> None:
+    with pytest.raises(ChartNotLoaded, match=fragment):
+        index_versions(index, "sample", "http://r")
+
+
+def test_index_versions_skips_junk_entries() -> None:
+    assert index_versions({"entries": {"sample": [{"version": "1.0.0"}, "x", {"v": 1}]}},
+                          "sample", "http://r") == ["1.0.0"]
+
+
+@pytest.mark.parametrize(("text", "safe"), [
+    ("sample-1.0.0", "sample-1.0.0"), ("sample-../../etc", "sample-.._.._etc"), ("..", "_"),
+    ("a/b", "a_b")])
+def test_safe_path_component(text: str, safe: str) -> None:
+    assert _safe_component(text) == safe
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_healthz_fails_while_the_event_loop_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "STALL_LIMIT", 1.0)
+    watch = health.LoopWatch()
+    port = free_port()
+    server = health.HealthServer(f"127.0.0.1:{port}", "0", lambda: (True, ["cluster x: failing"]),
+                                 watch)
+    results: list[tuple[int, str]] = []
+
+    async def scenario() -> None:
+        beat = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.7)
+        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))
+        probe = threading.Timer(2.0, lambda: results.append(
+            _get(f"http://127.0.0.1:{port}/healthz")))
+        probe.start()
+        time.sleep(3.0)  # the loop is blocked: the probe runs in another thread meanwhile
+        probe.join()
+        await asyncio.sleep(0.7)
+        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))
+        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz"))
+        beat.cancel()
+
+    server.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert results[0] == (200, "ok")
+    assert results[1][0] == 503 and "event loop blocked" in results[1][1]
+    assert results[2] == (200, "ok")
+    assert results[3] == (200, "ok\ncluster x: failing")
+
+
+def test_idle_connections_are_capped() -> None:
+    port = free_port()
+    server = health.HealthServer(f"127.0.0.1:{port}", "0", lambda: (True, []), health.LoopWatch())
+    server.start()
+    idle = []
+    try:
+        for _ in range(health.MAX_CONNECTIONS * 3):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        before = threading.active_count()
+        # past the cap a connection is closed at once instead of held
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert extra.recv(100) == b""
+        except ConnectionResetError:
+            pass  # closed before our request was read: also refused, not held
+        extra.close()
+        assert threading.active_count() == before
+    finally:
+        for s in idle:
+            s.close()
+        server.stop()
+
+
+def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """D8 with a fake of our own Worker port: an unexpected exception is reported once per
+    failure (credential-free), counted, shown as failing, and the worker runs again."""
+    from krypton import fleet as fleet_mod
+    from krypton import metrics
+    from krypton.discovery import ClusterSpec
+    from krypton.kubeconfig import parse
+    from krypton.settings import Settings
+
+    redact.register("worker-secret-token")
+    runs: list[int] = []
+
+    class FailingWorker:
+        engaged = False
+        last_error = ""
+
+        def __init__(self, *_args: object) -> None:
+            pass
+
+        async def run(self) -> None:
+            runs.append(1)
+            if len(runs) < 3:
+                raise KeyError("boom with worker-secret-token")
+            await asyncio.sleep(3600)
+
+        async def stop(self, grace: float = 0.0) -> None:
+            pass
+
+    monkeypatch.setattr(fleet_mod, "Worker", FailingWorker)
+    monkeypatch.setattr(fleet_mod, "RESTART_MIN", 0.05)
+    reports: list[tuple[str, str, str]] = []
+
+    class Recorder:
+        async def emit(self, _involved: object, type_: str, reason: str, message: str) -> None:
+            reports.append((type_, reason, message))
+
+    kc = "\n".join(["apiVersion: v1", "clusters: [{name: c, cluster: {server: 'https://h'}}]",
+                    "users: [{name: u, user: {token: worker-secret-token}}]",
+                    "contexts: [{name: x, context: {cluster: c, user: u}}]",
+                    "current-context: x"])
+    assert parse(kc).token == "worker-secret-token"
+    fleet = fleet_mod.Fleet(Settings(), None, Recorder())  # type: ignore[arg-type]
+    before = metrics.WORKER_FAILURES.labels("flaky")._value.get()
+    spec = ClusterSpec("flaky", "ns", "uid", kc.encode(), None, "digest")
+
+    async def scenario() -> dict[str, str]:
+        await fleet._engage(spec)
+        health_seen = {}
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(runs) == 1 and reports:
+                health_seen = fleet.health()
+            if len(runs) >= 3:
+                break
+        await fleet.shutdown(0)
+        return health_seen
+
+    seen = asyncio.run(scenario())
+    assert len(runs) == 3  # failed twice, restarted twice, then kept running
+    assert [r[1] for r in reports] == ["WorkerFailed", "WorkerFailed"]
+    assert all(r[0] == "Warning" and "KeyError" in r[2] and "restarting in" in r[2]
+               and "worker-secret-token" not in r[2] for r in reports)
+    assert seen.get("flaky", "").startswith("failing: WorkerFailed: KeyError")
+    assert metrics.WORKER_FAILURES.labels("flaky")._value.get() - before == 2
+
+
+def test_helm_ownership_error_names_object_and_owner() -> None:
+    from pyhelm3 import errors as helm_errors
+
+    from krypton.errors import OwnershipConflict
+    from krypton.helm import _helm_error
+
+    stderr = ('Error: Unable to continue with install: CustomResourceDefinition "w.example" in '
+              'namespace "" exists and cannot be imported into the current release: invalid '
+              'ownership metadata; annotation validation error: key "meta.helm.sh/release-name" '
+              'must equal "tenant-b-c": current value is "tenant-a-c"; annotation validation '
+              'error: key "meta.helm.sh/release-namespace" must equal "b": current value is "a"')
+    err = _helm_error(helm_errors.Error(1, b"", stderr.encode()))
+    assert isinstance(err, OwnershipConflict)
+    assert str(err).startswith("CustomResourceDefinition w.example is owned by release a/tenant-a-c")
+
+
+def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
+    from prometheus_client import generate_latest
+
+    from krypton import metrics
+
+    for cluster in ("gone-x", "kept-x"):
+        metrics.RECONCILES.labels(cluster).inc()
+        metrics.RECONCILE_SECONDS.labels(cluster).observe(0.3)
+        metrics.TENANT_RELEASE.labels(cluster, "ns", "t", "r", "1.0.0", "f" * 8).set(1)
+    metrics.forget_cluster("gone-x")
+    text = generate_latest().decode()
+    assert 'cluster="gone-x"' not in text
+    assert text.count('cluster="kept-x"') >= 3
