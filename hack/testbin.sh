@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Builds the tool binaries of the krypton test bed (SPEC T2) from their Go modules:
-# helm, kube-apiserver, kube-controller-manager, kubectl and etcd, at pinned versions,
-# into a cache outside the work tree. Idempotent: a binary that is already there is kept.
+# Builds the tool binaries of the krypton test bed (SPEC T2, H1) from their Go modules:
+# helm (Helm 4, the default), helm3 (Helm 3, for the Helm 3 lane and migration tests),
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (simulated
+# nodes, with the stage definitions its module ships), at pinned versions, into a cache
+# outside the work tree. Idempotent: a binary that is already there at its version is kept.
+# Also writes lane-helm3/, the same tools with helm being Helm 3.
 # Prints the cache directory on its last line.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
-HELM_VERSION="${HELM_VERSION:-v3.19.5}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+HELM_VERSION="${HELM_VERSION:-v4.2.4}"
+HELM3_VERSION="${HELM3_VERSION:-v3.19.5}"
 
-key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}"
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_helm3-${HELM3_VERSION}_kwok-${KWOK_VERSION}"
 dir="${KRYPTON_TESTBIN:-${HOME}/.cache/krypton/testbin/${key}}"
 work="${dir}/.src"
 mkdir -p "${dir}" "${work}"
@@ -19,12 +24,49 @@ have() { [ -x "${dir}/$1" ] && "${dir}/$1" "${@:2}" >/dev/null 2>&1; }
 
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
+# build_helm NAME VERSION: helm.sh/helm/<major> at VERSION, installed as NAME.
 build_helm() {
-  if have helm version; then say "helm ${HELM_VERSION}: cached"; return; fi
-  say "helm ${HELM_VERSION}: building"
-  GOBIN="${dir}" go install \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
-    "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+  local name=$1 version=$2 major
+  major="v${version#v}"; major="${major%%.*}"
+  if [ -x "${dir}/${name}" ] && \
+      [ "$("${dir}/${name}" version --template '{{.Version}}' 2>/dev/null)" = "${version}" ]; then
+    say "${name} ${version}: cached"; return
+  fi
+  say "${name} ${version}: building"
+  local bin="${work}/helm-${version}"
+  mkdir -p "${bin}"
+  GOBIN="${bin}" go install \
+    -ldflags "-s -w -X helm.sh/helm/${major}/internal/version.version=${version}" \
+    "helm.sh/helm/${major}/cmd/helm@${version}"
+  mv -f "${bin}/helm" "${dir}/${name}"
+}
+
+# kwok and the stage definitions of its module (node initialise and heartbeat, pod ready,
+# complete and delete), read by krypton.testing.ControlPlane at run time.
+build_kwok() {
+  local stages="${dir}/kwok-stages" src
+  if have kwok --version && [ -f "${stages}/pod-ready.yaml" ]; then
+    say "kwok ${KWOK_VERSION}: cached"; return
+  fi
+  say "kwok ${KWOK_VERSION}: building"
+  GOBIN="${dir}" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  src=$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+  mkdir -p "${stages}"
+  cp -f "${src}/kustomize/stage/node/fast/node-initialize.yaml" \
+    "${src}/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+    "${src}/kustomize/stage/pod/fast/pod-ready.yaml" \
+    "${src}/kustomize/stage/pod/fast/pod-complete.yaml" \
+    "${src}/kustomize/stage/pod/fast/pod-delete.yaml" "${stages}/"
+  chmod u+w "${stages}"/*.yaml
+}
+
+helm3_lane() {
+  local lane="${dir}/lane-helm3" b
+  mkdir -p "${lane}"
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwok-stages; do
+    ln -sfn "../${b}" "${lane}/${b}"
+  done
+  ln -sfn ../helm3 "${lane}/helm"
 }
 
 build_etcd() {
@@ -45,7 +87,7 @@ GOMOD
 
 build_kubernetes() {
   local missing=()
-  for b in kube-apiserver kube-controller-manager kubectl; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     local probe=(--version)
     [ "$b" = kubectl ] && probe=(version --client)
     if have "$b" "${probe[@]}"; then say "$b ${K8S_VERSION}: cached"; else missing+=("$b"); fi
@@ -72,8 +114,11 @@ build_kubernetes() {
   (cd "${mod}" && go build -mod=mod -ldflags "${ld}" -o "${dir}/" "${pkgs[@]}")
 }
 
-build_helm
+build_helm helm "${HELM_VERSION}"
+build_helm helm3 "${HELM3_VERSION}"
 build_etcd
 build_kubernetes
+build_kwok
+helm3_lane
 say "all tools ready in ${dir}"
 echo "${dir}"

@@ -27,10 +27,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def testbin() -> Path:
+def tools() -> Path:
+    """The tool directory as built: helm is Helm 4, helm3 is Helm 3."""
     from krypton.testing import testbin as find
 
     return find()
+
+
+@pytest.fixture(scope="session")
+def testbin(tools: Path) -> Path:
+    """The tools the suite runs with: ``KRYPTON_TEST_HELM=3`` selects the Helm 3 lane (the
+    same tools with helm being Helm 3), otherwise helm is Helm 4 (SPEC H1)."""
+    return tools / "lane-helm3" if os.environ.get("KRYPTON_TEST_HELM") == "3" else tools
 
 
 @pytest.fixture(scope="session")
@@ -43,26 +51,33 @@ def kubectl_bin(testbin: Path) -> str:
     return str(testbin / "kubectl")
 
 
-@pytest.fixture(scope="session")
-def home(testbin: Path) -> Iterator[object]:
+def _control_plane(name: str, testbin: Path, **kwargs: object) -> Iterator[object]:
     from krypton.testing import ControlPlane
 
-    cp = ControlPlane("home", testbin, auth="cert", controller_manager=True).start()
-    try:
+    with ControlPlane(name, testbin, **kwargs).start() as cp:  # type: ignore[arg-type]
         yield cp
-    finally:
-        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def home(testbin: Path) -> Iterator[object]:
+    yield from _control_plane("home", testbin, auth="cert", controller_manager=True)
 
 
 @pytest.fixture(scope="session")
 def remote(testbin: Path) -> Iterator[object]:
-    from krypton.testing import ControlPlane
+    yield from _control_plane("remote", testbin, auth="token")
 
-    cp = ControlPlane("remote", testbin, auth="token").start()
-    try:
-        yield cp
-    finally:
-        cp.stop()
+
+@pytest.fixture(scope="session")
+def third(testbin: Path) -> Iterator[object]:
+    """A third cluster, started only for the tests that need three distinct API servers."""
+    yield from _control_plane("third", testbin, auth="token")
+
+
+@pytest.fixture(scope="session")
+def simulated(testbin: Path) -> Iterator[object]:
+    """A cluster with two simulated nodes (kwok): pods become Ready 1 s after scheduling."""
+    yield from _control_plane("sim", testbin, auth="token", nodes=2, pod_ready_delay=1.0)
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +87,7 @@ def chart_repo(helm_bin: str) -> Iterator[object]:
     repo = ChartRepository(helm_bin)
     for version in SAMPLE_VERSIONS:
         repo.publish(CHARTS / "sample", version)
+    repo.publish(CHARTS / "workload")
     repo.start()
     try:
         yield repo
@@ -88,7 +104,8 @@ def _our_control_plane_pids() -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if re.search(r"(etcd|kube-apiserver|kube-controller-manager) .*krypton-cp-", cmdline):
+        if re.search(r"(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok) .*krypton-cp-",
+                     cmdline):
             pids.append(int(entry))
     return pids
 

@@ -117,7 +117,8 @@ class Bed:
     def operator(self, discovery: str, ns: str, version: str, *extra: str) -> OperatorProcess:
         op = OperatorProcess([
             "--watch-kubeconfig", str(self.home.kubeconfig), "--namespace", discovery,
-            "--watch-namespace", ns, "--no-self-cluster", "--chart-repo", self.repo.url,
+            "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
+            "--chart-repo", self.repo.url,
             "--chart-name", "sample", "--chart-version", version, "--log-level", "info",
             *extra], helm_dir=self.tools)
         return op.start()

@@ -16,6 +16,7 @@ no nodes, so workloads never run; charts used with it should create plain object
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ import time
 import urllib.request
 import weakref
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -109,13 +110,20 @@ class ControlPlane:
         *,
         auth: Auth = "cert",
         controller_manager: bool = False,
+        nodes: int = 0,
+        pod_ready_delay: float = 1.0,
+        audit: bool = False,
         workdir: str | os.PathLike[str] | None = None,
         startup_timeout: float = 90.0,
     ) -> None:
         self.name = name
         self.bin_dir = Path(bin_dir)
         self.auth: Auth = auth
-        self.with_controller_manager = controller_manager
+        self.nodes = nodes
+        self.pod_ready_delay = pod_ready_delay
+        self.audit = audit
+        # simulated nodes need the workload controllers, so they bring a controller manager
+        self.with_controller_manager = controller_manager or nodes > 0
         self.startup_timeout = startup_timeout
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"krypton-cp-{name}-"))
@@ -127,6 +135,8 @@ class ControlPlane:
         self._etcd: _Process | None = None
         self._apiserver: _Process | None = None
         self._kcm: _Process | None = None
+        self._scheduler: _Process | None = None
+        self._kwok: _Process | None = None
         self._ca: pki.KeyPair | None = None
         self._admin: pki.KeyPair | None = None
 
@@ -142,17 +152,20 @@ class ControlPlane:
             self._write_kubeconfig()
             if self.with_controller_manager:
                 self._start_controller_manager()
+            if self.nodes:
+                self._start_simulated_nodes()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        """Stop every process (controller-manager, API server, etcd) and remove the workdir."""
-        for proc in (self._kcm, self._apiserver, self._etcd):
+        """Stop every process (kwok, scheduler, controller-manager, API server, etcd) and
+        remove the workdir."""
+        for proc in (self._kwok, self._scheduler, self._kcm, self._apiserver, self._etcd):
             if proc is not None:
                 proc.stop()
-        self._kcm = self._apiserver = self._etcd = None
+        self._kwok = self._scheduler = self._kcm = self._apiserver = self._etcd = None
         if self._own_workdir and os.environ.get("KRYPTON_KEEP_CONTROLPLANE") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
         _live.discard(self)
@@ -176,9 +189,29 @@ class ControlPlane:
         self._wait_ready()
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines), written when started with ``audit=True``."""
+        return self.workdir / "audit.log"
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log's events (stage ResponseComplete), of `user` only when given."""
+        if not self.audit_log.exists():
+            return []
+        out = []
+        for line in self.audit_log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line the API server is still writing
+            if user is None or (event.get("user") or {}).get("username") == user:
+                out.append(event)
+        return out
+
+    @property
     def pids(self) -> list[int]:
         """PIDs of the running processes of this control plane."""
-        return [p.pid for p in (self._etcd, self._apiserver, self._kcm) if p and p.alive() and p.pid]
+        return [p.pid for p in (self._etcd, self._apiserver, self._kcm, self._scheduler, self._kwok)
+                if p and p.alive() and p.pid]
 
     # -- credentials ---------------------------------------------------------------------
 
@@ -263,6 +296,10 @@ class ControlPlane:
         ]
         if self.auth == "token":
             argv += ["--token-auth-file", str(w / "tokens.csv")]
+        if self.audit:
+            (w / "audit-policy.yaml").write_text(AUDIT_POLICY)
+            argv += ["--audit-policy-file", str(w / "audit-policy.yaml"),
+                     "--audit-log-path", str(self.audit_log), "--audit-log-format", "json"]
         self._apiserver = _Process("kube-apiserver", argv, w / "kube-apiserver.log")
         self._apiserver.start()
         self._wait_ready()
@@ -312,7 +349,7 @@ class ControlPlane:
                 "--bind-address", "127.0.0.1",
                 "--secure-port", str(free_port()),
                 "--leader-elect=false",
-                "--controllers", "namespace,garbagecollector,serviceaccount,serviceaccount-token",
+                "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes else ())),
                 "--service-account-private-key-file", str(w / "sa.key"),
                 "--root-ca-file", str(w / "ca.crt"),
                 "--cert-dir", str(w / "kcm-certs"),
@@ -320,6 +357,56 @@ class ControlPlane:
             w / "kube-controller-manager.log",
         )
         self._kcm.start()
+
+    def _start_simulated_nodes(self) -> None:
+        """kube-scheduler, kwok with its stages, and `nodes` fake nodes (SPEC T6).
+
+        kwok plays the kubelet: nodes become Ready, pods scheduled onto them become Ready
+        after `pod_ready_delay` seconds, pods of Jobs complete, deleted pods go away.
+        """
+        w = self.workdir
+        self._scheduler = _Process("kube-scheduler", [
+            self._bin("kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
+            "--authentication-kubeconfig", str(self.kubeconfig),
+            "--authorization-kubeconfig", str(self.kubeconfig),
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--leader-elect=false", "--cert-dir", str(w / "scheduler-certs")],
+            w / "kube-scheduler.log")
+        self._scheduler.start()
+        stages = w / "kwok-stages.yaml"
+        stages.write_text(kwok_stages(self.bin_dir / "kwok-stages", self.pod_ready_delay))
+        self._kwok = _Process("kwok", [
+            self._bin("kwok"), "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
+            "--cidr", "10.244.0.0/16", "--node-ip", "127.0.0.1",
+            "--server-address", f"127.0.0.1:{free_port()}"],
+            w / "kwok.log")
+        self._kwok.start()
+        nodes = [self.node_manifest(f"{self.name}-node-{i}") for i in range(self.nodes)]
+        self._kubectl_apply(nodes)
+
+    @staticmethod
+    def node_manifest(name: str) -> dict[str, object]:
+        """A fake node that kwok manages: 32 CPUs, 256 GiB, 110 pods."""
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"},
+                             "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+                "status": {"capacity": capacity, "allocatable": capacity}}
+
+    def _kubectl_apply(self, objects: list[dict[str, object]]) -> None:
+        manifest = self.workdir / "apply.yaml"
+        manifest.write_text(yaml.safe_dump_all(objects))
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            done = subprocess.run([self._bin("kubectl"), "--kubeconfig", str(self.kubeconfig),
+                                   "apply", "-f", str(manifest)], capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"kubectl apply failed: {done.stderr[-500:]}")
+            time.sleep(0.5)
 
     def _wait(self, ready: object, proc: _Process, what: str) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -331,6 +418,33 @@ class ControlPlane:
             time.sleep(0.2)
         raise ControlPlaneError(f"{what} of {self.name} not ready in {self.startup_timeout}s:\n"
                                 f"{proc.tail()}")
+
+
+# Who did what and with which answer, without bodies: enough to find every 401/403.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+CONTROLLERS = ("namespace", "garbagecollector", "serviceaccount", "serviceaccount-token")
+WORKLOAD_CONTROLLERS = ("nodelifecycle", "deployment", "replicaset", "statefulset", "daemonset", "job",
+                        "endpoint", "endpointslice", "podgc", "ttl-after-finished")
+KWOK_STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete",
+               "pod-delete")
+
+
+def kwok_stages(directory: Path, pod_ready_delay: float) -> str:
+    """The stage definitions kwok's module ships (copied next to the binaries by
+    hack/testbin.sh), with the pod-ready stage delayed by `pod_ready_delay` seconds."""
+    docs = []
+    for name in KWOK_STAGES:
+        stage = yaml.safe_load((directory / f"{name}.yaml").read_text())
+        if name == "pod-ready":
+            stage["spec"]["delay"] = {"durationMilliseconds": int(pod_ready_delay * 1000)}
+        docs.append(stage)
+    return str(yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -1,9 +1,11 @@
 """``make demo``: krypton on two local clusters, from nothing (SPEC O11).
 
-Starts a home and a remote control plane and a local chart repository, registers the
-remote cluster with ``krypton register-cluster``, runs the operator in the background
-(the home cluster engages itself as ``self-cluster``), applies the sample Tenants of
-``examples/``, waits for them, prints ``krypton status`` and ``krypton plan``, and leaves
+Starts a home and a remote control plane, each with two simulated nodes (kwok), and a local
+chart repository serving the ``workload`` test chart (a Deployment of two pods, a Service and a
+post-install hook Job), registers the remote cluster with ``krypton register-cluster``, runs
+the operator in the background (the home cluster engages itself as ``self-cluster``), applies
+the sample Tenants of ``examples/``, waits for them (helm waits for their pods), shows the
+pods, prints ``krypton status`` and ``krypton plan``, and leaves
 the clusters up for exploring with kubectl until Enter or Ctrl-C (when run from a
 terminal; otherwise, or with ``DEMO_HOLD=0``, it tears down at once).
 """
@@ -48,17 +50,19 @@ def main() -> int:
     WORK.mkdir(parents=True)
     home = remote = repo = op = None
     try:
-        step("starting two local control planes (etcd + kube-apiserver)")
-        home = ControlPlane("home", tools, auth="cert", controller_manager=True,
+        step("starting two local control planes (etcd + kube-apiserver), each with two "
+             "simulated nodes (kube-scheduler + kwok)")
+        home = ControlPlane("home", tools, auth="cert", controller_manager=True, nodes=2,
                             workdir=WORK / "home").start()
-        remote = ControlPlane("remote", tools, auth="token", workdir=WORK / "remote").start()
+        remote = ControlPlane("remote", tools, auth="token", nodes=2,
+                              workdir=WORK / "remote").start()
         print(f"home   {home.server}  kubeconfig {home.kubeconfig}  (client certificate)")
         print(f"remote {remote.server}  kubeconfig {remote.kubeconfig}  (bearer token)")
 
-        step("serving the sample chart (0.1.0, 0.2.0, 0.3.0) from a local chart repository")
+        step("serving the workload chart (1.0.0, 1.1.0) from a local chart repository")
         repo = ChartRepository(tools / "helm", WORK / "charts")
-        for version in ("0.1.0", "0.2.0", "0.3.0"):
-            repo.publish(ROOT / "tests" / "charts" / "sample", version)
+        for version in ("1.0.0", "1.1.0"):
+            repo.publish(ROOT / "tests" / "charts" / "workload", version)
         repo.start()
         print(f"chart repository {repo.url}")
 
@@ -72,7 +76,7 @@ def main() -> int:
         if reg.returncode != 0:
             return 1
 
-        chart = ["--chart-repo", repo.url, "--chart-name", "sample", "--chart-version", "~0.2"]
+        chart = ["--chart-repo", repo.url, "--chart-name", "workload", "--chart-version", "~1.0"]
         step("starting the operator in the background (home engages itself as self-cluster)")
         op = OperatorProcess([*common, *chart, "--helm-timeout", "60s"], helm_dir=tools,
                              env={"KUBECONFIG": str(home.kubeconfig)},
@@ -94,18 +98,24 @@ def main() -> int:
                            check=True, capture_output=True)
         print("acme and globex are Ready; initech is paused")
 
+        step("the pods of acme on remote (scheduled onto simulated nodes, Ready)")
+        print(subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "-n", "acme",
+                              "get", "pods", "-o", "wide"], capture_output=True, text=True,
+                             check=True).stdout)
+
         step("krypton status")
         print(krypton(tools, "status", *common, *chart).stdout)
-        step("krypton plan (with --chart-version 0.3.0: what an upgrade would do)")
+        step("krypton plan (with --chart-version 1.1.0: what an upgrade would do)")
         print(krypton(tools, "plan", *common, "--chart-repo", repo.url, "--chart-name",
-                      "sample", "--chart-version", "0.3.0").stdout)
+                      "workload", "--chart-version", "1.1.0").stdout)
 
         step("explore")
         print(f"""  export KUBECONFIG={remote.kubeconfig}   # or {home.kubeconfig}
   {kubectl} get tenants -A
   {kubectl} get tenant acme -o yaml
   {kubectl} get events -n default
-  {kubectl} -n acme get configmap tenant-acme-remote -o yaml
+  {kubectl} -n acme get deployment,pods,jobs -o wide
+  {kubectl} get nodes
   {kubectl} annotate tenant initech mesh.openkcm.io/paused- --kubeconfig {home.kubeconfig}
   {shlex.join([sys.executable, '-m', 'krypton', 'status', *common, *chart])}
   curl -s http://127.0.0.1:{op.metrics_port}/metrics | grep krypton_""")

@@ -18,6 +18,10 @@ def test_demo_runs_end_to_end(testbin, tmp_path) -> None:  # type: ignore[no-unt
     status = out.split("==> krypton status")[1].split("==>")[0]
     assert status.count(" Ready ") == 3
     assert "initech" in status
+    pods = out.split("==> the pods of acme on remote")[1].split("==>")[0]
+    running = [ln for ln in pods.splitlines() if ln.startswith("tenant-acme-remote-")
+               and " 1/1 " in ln and " Running " in ln and "remote-node-" in ln]
+    assert len(running) == 2, pods
     plan = out.split("==> krypton plan")[1].split("==>")[0]
     actions = [line.split()[3] for line in plan.strip().splitlines()[2:]]
     assert sorted(actions) == ["paused", "upgrade", "upgrade", "upgrade"]

@@ -1,0 +1,93 @@
+"""Real workloads on simulated nodes (SPEC T6): pods are scheduled by kube-scheduler onto kwok
+nodes and become Ready after the configured delay; a chart with a Deployment, a Service and a
+post-install hook Job is Ready only once its pods are, and fails when they never become Ready."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from krypton.testing import ControlPlane
+from krypton.testing.operator import kubeconfig_secret, wait_for
+
+from .conftest import Cluster, Fleet, unique
+
+
+def _when(text: Any) -> dt.datetime:
+    return text if isinstance(text, dt.datetime) else dt.datetime.fromisoformat(str(text))
+
+
+def test_pods_become_ready_after_the_configured_delay(testbin: Path) -> None:
+    with ControlPlane("delay", testbin, auth="token", nodes=1, pod_ready_delay=3.0).start() as cp:
+        core = Cluster("delay", cp).core
+        core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c", "image": "registry.example/x:1"}]}})
+
+        def ready() -> dict[str, Any] | None:
+            pod = core.read_namespaced_pod("p", "default")
+            conds = {c.type: c for c in pod.status.conditions or []}
+            if "Ready" in conds and conds["Ready"].status == "True":
+                return conds
+            return None
+        conds = wait_for(ready, 60, what="pod Ready on a simulated node")
+        scheduled = _when(conds["PodScheduled"].last_transition_time)
+        became_ready = _when(conds["Ready"].last_transition_time)
+        # timestamps have second resolution: a 3 s delay shows as at least 2 s
+        assert (became_ready - scheduled).total_seconds() >= 2
+        assert core.read_namespaced_pod("p", "default").spec.node_name == "delay-node-0"
+
+
+def _register_simulated(fleet: Fleet, simulated: Any, values: str | None = None) -> Cluster:
+    sim = Cluster("sim", simulated)
+    sim.ensure_namespace(fleet.tenant_ns)
+    fleet.home.core.create_namespaced_secret(fleet.discovery_ns, kubeconfig_secret(
+        "sim", simulated.kubeconfig.read_text(), namespace=fleet.discovery_ns, values=values))
+    return sim
+
+
+def _workload_args(fleet: Fleet, *extra: str) -> list[str]:
+    args = fleet.args(*extra)
+    args[args.index("--chart-name") + 1] = "workload"
+    args[args.index("--chart-version") + 1] = "1.0.0"
+    return args
+
+
+def test_tenant_is_ready_when_its_pods_are(fleet: Fleet, simulated: Any) -> None:
+    from krypton.testing.operator import OperatorProcess
+
+    sim = _register_simulated(fleet, simulated)
+    op = OperatorProcess(_workload_args(fleet), helm_dir=fleet.testbin)
+    fleet.operators.append(op)
+    op.start()
+    op.wait_ready()
+    name = fleet.tenant(sim, unique("web"))
+    release = f"tenant-{name}-sim"
+    sim.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
+    apps = client.AppsV1Api(sim.api)
+    deployment = apps.read_namespaced_deployment(release, name)
+    assert deployment.status.ready_replicas == 2  # helm waited for the pods
+    job = client.BatchV1Api(sim.api).read_namespaced_job(f"{release}-smoke", name)
+    assert job.status.succeeded == 1  # the post-install hook ran to completion
+    pods = sim.core.list_namespaced_pod(name).items
+    assert {p.spec.node_name for p in pods if p.metadata.name.startswith(release + "-")} <= \
+        {"sim-node-0", "sim-node-1"}
+
+
+def test_pods_that_never_become_ready_fail_the_install(fleet: Fleet, simulated: Any) -> None:
+    from krypton.testing.operator import OperatorProcess
+
+    sim = _register_simulated(fleet, simulated, values="unschedulable: true\n")
+    op = OperatorProcess(_workload_args(fleet, "--helm-timeout", "15s"), helm_dir=fleet.testbin)
+    fleet.operators.append(op)
+    op.start()
+    op.wait_ready()
+    name = fleet.tenant(sim, unique("stuck"))
+    cond = sim.wait_condition(fleet.tenant_ns, name, "ClusterError/sim", "True", "InstallFailed",
+                              timeout=120)
+    assert cond["message"]
+    assert sim.phase(fleet.tenant_ns, name) == "Error"
+    deployment = client.AppsV1Api(sim.api).read_namespaced_deployment(f"tenant-{name}-sim", name)
+    assert not deployment.status.ready_replicas
