@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import os
 import socket
@@ -22,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from . import metrics
-from .errors import ClusterUnreachable, CRDEnsureFailed, TemporaryError
+from .errors import ClusterUnreachable, CRDEnsureFailed, SettingsError, TemporaryError
 from .kubeconfig import Kubeconfig
 from .model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
@@ -71,6 +73,9 @@ def _translate(exc: BaseException, what: str) -> Exception:
         return TemporaryError(f"{what}: HTTP {status}: {detail}", reason="APIError")
     if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
         return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(exc)}")
+    if isinstance(exc, ValueError):  # e.g. a body that is not JSON: not an API server's answer
+        return TemporaryError(f"{what}: the server's answer is not a Kubernetes API response "
+                              f"({type(exc).__name__})", reason="BadResponse")
     return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
 
@@ -128,11 +133,22 @@ def configuration_for(kc: Kubeconfig, workdir: Path, *, trust: bool = False) -> 
     return cfg
 
 
-def configuration_from_file(path: str, context: str | None = None) -> k8s.Configuration:
-    """Configuration from a kubeconfig file trusted by the operator's owner (watch cluster)."""
+def configuration_from_file(path: str, context: str | None = None, *,
+                            what: str = "kubeconfig") -> k8s.Configuration:
+    """Configuration from a kubeconfig file trusted by the operator's owner (watch cluster).
+
+    Raises SettingsError with one line when the file is missing, unreadable or unusable.
+    """
+    if not os.path.isfile(path):
+        raise SettingsError(f"{what} {path} does not exist")
     cfg = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=path, context=context or None,
-                                client_configuration=cfg, persist_config=False)
+    try:
+        k8s_config.load_kube_config(config_file=path, context=context or None,
+                                    client_configuration=cfg, persist_config=False)
+    except (k8s_config.ConfigException, OSError, ValueError, TypeError, AttributeError,
+            yaml.YAMLError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SettingsError(f"{what} {path} is not usable: {reason[:200]}") from exc
     return cfg
 
 
@@ -161,6 +177,7 @@ class Kube:
         self.ext = k8s.ApiextensionsV1Api(self.api)
         self.coordination = k8s.CoordinationV1Api(self.api)
         self.version_api = k8s.VersionApi(self.api)
+        self._dynamic: Any = None  # kubernetes.dynamic.DynamicClient, built on first use
 
     def close(self) -> None:
         try:
@@ -188,6 +205,20 @@ class Kube:
     async def server_version(self) -> str:
         info = await self.call("GET /version", self.version_api.get_code)
         return str(info.git_version)
+
+    async def cluster_identity(self, *, by_uid: bool = True) -> str:
+        """What makes this API server the same cluster under another name (SPEC D9): the
+        UID of its kube-system namespace, else its URL and CA (also when not `by_uid`:
+        credentials limited to one namespace are not asked for what they cannot read)."""
+        if by_uid:
+            try:
+                ns = await self.call("get namespace kube-system", self.core.read_namespace,
+                                     "kube-system")
+                return f"uid:{ns.metadata.uid}"
+            except (NotFound, Forbidden):
+                pass
+        ca = Path(self.config.ssl_ca_cert).read_bytes() if self.config.ssl_ca_cert else b""
+        return f"server:{self.config.host}|{hashlib.sha256(ca).hexdigest()}"
 
     async def ensure_crd(self, manifest: Obj, *, upgrade: bool) -> str:
         """Create the CRD when absent; replace it only when `upgrade` and its revision differs.
@@ -266,6 +297,28 @@ class Kube:
             return fn(*args, _content_type="application/merge-patch+json", **kwargs)
         return call
 
+    # -- any object ------------------------------------------------------------------------
+
+    async def object_annotations(self, api_version: str, kind: str, name: str,
+                                 namespace: str) -> dict[str, str] | None:
+        """Annotations of a live object of any kind, or None when it does not exist (or its
+        kind is not served). `namespace` is used only for namespaced kinds."""
+        from kubernetes.dynamic import DynamicClient
+        from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+        def get(_request_timeout: float | None = None) -> dict[str, str] | None:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api)
+            try:
+                resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+                obj = resource.get(name=name, namespace=namespace if resource.namespaced else None,
+                                   _request_timeout=_request_timeout)
+            except (NotFoundError, ResourceNotFoundError):
+                return None
+            return dict(obj.to_dict().get("metadata", {}).get("annotations") or {})
+
+        return await self.call(f"get {kind} {name}", get)  # type: ignore[no-any-return]
+
     # -- namespaces, secrets, events -------------------------------------------------------
 
     async def get_namespace(self, name: str) -> Obj | None:
@@ -314,9 +367,12 @@ class Kube:
             return lambda **kw: self.core.list_namespaced_config_map(namespace, **kw)
         return lambda **kw: self.core.list_config_map_for_all_namespaces(**kw)
 
-    def release_lister(self, driver: str) -> Callable[..., Any]:
-        """Lister of Helm release records (Secrets or ConfigMaps, as helm stores them)."""
-        return self.configmap_lister(None) if driver == "configmap" else self.secret_lister(None)
+    def release_lister(self, driver: str, namespace: str | None = None) -> Callable[..., Any]:
+        """Lister of Helm release records (Secrets or ConfigMaps, as helm stores them), in
+        `namespace` or in all namespaces."""
+        if driver == "configmap":
+            return self.configmap_lister(namespace)
+        return self.secret_lister(namespace)
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         return self.plain(await self.call(f"create event in {namespace}",

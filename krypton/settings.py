@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from . import safeyaml
 from .errors import SettingsError
 from .fingerprint import deep_merge
 
@@ -137,8 +136,12 @@ OPTIONS: tuple[Opt, ...] = (
     # reconcile (R2, R3, R9, R14)
     Opt("watch_namespace", "Only reconcile Tenants in this namespace (namespaced mode)", "",
         env=("WATCH_NAMESPACE",)),
-    Opt("crd_policy", "create: only create a missing CRD; upgrade: also replace an older one",
-        "create", choice("create", "upgrade")),
+    Opt("release_namespace", "Where a Tenant's release goes: tenant (a namespace named after "
+        "the Tenant, created by krypton) or watch (the --watch-namespace itself; namespaced "
+        "mode under a Role only)", "tenant", choice("tenant", "watch")),
+    Opt("crd_policy", "create: only create a missing CRD; upgrade: also replace an older one; "
+        "skip: never read or write CRDs (they are applied beforehand)",
+        "create", choice("create", "upgrade", "skip")),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
@@ -148,8 +151,14 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",
         choice("secret", "configmap"), env=("HELM_DRIVER",)),
-    Opt("delete_namespace_on_uninstall", "Delete the Tenant namespace after uninstalling", False,
-        boolean),
+    Opt("allow_duplicate_clusters", "Engage Secrets that reach an already engaged API server "
+        "(test beds that register one server under many names)", False, boolean),
+    Opt("chart_fetch_timeout", "Deadline for downloading the chart repository's index.yaml",
+        60.0, duration),
+    Opt("delete_namespace_on_uninstall", "Delete the Tenant namespace after uninstalling "
+        "(only a namespace krypton created)", False, boolean),
+    Opt("adopt_namespaces", "Install into a Tenant namespace that exists but was not created "
+        "by krypton (it is then never deleted)", False, boolean),
     # progressive rollout (F1)
     Opt("rollout_canary_clusters", "Clusters that take a fleet-wide change first (comma list)",
         "", env=("KRYPTON_ROLLOUT_CANARY_CLUSTERS",)),
@@ -206,6 +215,7 @@ class Settings:
     watch_kubeconfig_secret_key: str = "kubeconfig"
     ensure_watch_crds: bool = False
     watch_namespace: str = ""
+    release_namespace: str = "tenant"
     crd_policy: str = "create"
     max_concurrent_reconciles: int = 4
     max_concurrent_helm: int = 8
@@ -215,7 +225,10 @@ class Settings:
     helm_timeout: float = 180.0
     helm_executable: str = "helm"
     helm_driver: str = "secret"
+    allow_duplicate_clusters: bool = False
+    chart_fetch_timeout: float = 60.0
     delete_namespace_on_uninstall: bool = False
+    adopt_namespaces: bool = False
     rollout_canary_clusters: str = ""
     rollout_max_parallel_clusters: int = 0
     rollout_max_failures: int = 0
@@ -240,6 +253,24 @@ class Settings:
     @property
     def lease_namespace(self) -> str:
         return self.watch_namespace or self.leader_election_namespace
+
+    @property
+    def shared_release_namespace(self) -> str | None:
+        """The one namespace every release goes to (--release-namespace=watch), else None:
+        each Tenant's release goes to the namespace named after it."""
+        return self.watch_namespace if self.release_namespace == "watch" else None
+
+    def release_namespace_for(self, tenant: str) -> str:
+        """The namespace of the release of the Tenant named `tenant`."""
+        return self.shared_release_namespace or tenant
+
+    @property
+    def reserved_namespaces(self) -> frozenset[str]:
+        """The operator's own namespaces (discovery, Lease, watch Secret, its pod's): a
+        Tenant of the same name would let krypton install into or delete them (SPEC R16)."""
+        names = {self.namespace, self.leader_election_namespace,
+                 self.watch_kubeconfig_secret_namespace, os.environ.get("POD_NAMESPACE", "")}
+        return frozenset(n for n in names if n)
 
 
 assert {o.name for o in OPTIONS} | {"chart_values", "helm_path"} == {f.name for f in fields(Settings)}
@@ -309,23 +340,20 @@ def _check(s: Settings) -> None:
     if not re.match(r"^(https?|oci)://\S+$", s.chart_repo):
         raise SettingsError(f"invalid --chart-repo: {s.chart_repo!r} is not an http(s):// or "
                             "oci:// URL")
+    if s.release_namespace == "watch" and not s.watch_namespace:
+        raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
         raise SettingsError("invalid --renew-deadline: must be shorter than --lease-duration")
 
 
 def read_values_file(path: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        return safeyaml.load_values(Path(path).read_bytes(), what=path)
     except OSError as exc:
         raise SettingsError(f"invalid --chart-values-file: cannot read {path}: "
                             f"{exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"invalid --chart-values-file: {path} is not valid YAML") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"invalid --chart-values-file: {path} is not a YAML mapping")
-    return data
+    except safeyaml.YamlRejected as exc:
+        raise SettingsError(f"invalid --chart-values-file: {exc}") from exc
 
 
 def resolve_helm(executable: str) -> str:

@@ -116,3 +116,16 @@ def test_help_documents_every_flag_and_env() -> None:
     for opt in OPTIONS:
         assert opt.flag in out
         assert f"${opt.envs[0]}" in out
+
+
+def test_release_namespace_watch_puts_every_release_in_the_watch_namespace() -> None:
+    s = settings(["--release-namespace", "watch", "--watch-namespace", "team"])
+    assert s.shared_release_namespace == "team"
+    assert s.release_namespace_for("acme") == "team"
+    default = settings(["--watch-namespace", "team"])
+    assert default.shared_release_namespace is None
+    assert default.release_namespace_for("acme") == "acme"
+    with pytest.raises(SettingsError, match="needs --watch-namespace"):
+        settings(["--release-namespace", "watch"])
+    with pytest.raises(SettingsError, match="--release-namespace"):
+        settings(["--release-namespace", "elsewhere"])
