@@ -9,7 +9,7 @@ PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install testbin test unit integration e2e e2e-kind demo bench lint run run-pid stop clean
+.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean
 
 install: $(STAMP) testbin
 
@@ -23,8 +23,14 @@ testbin:
 	bash hack/testbin.sh >/dev/null
 
 # pytest exits 5 when a selection ran no test; that is not a failure of the suite.
+# The whole suite runs on Helm 4; the tests marked helm3lane run again on Helm 3 (SPEC H1).
 test: install lint
-	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
+	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3
+
+test-helm3: install
+	KRYPTON_TEST_HELM=3 KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(PYTEST_ARGS); \
+	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 unit: $(STAMP)
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
@@ -55,7 +61,7 @@ run: install
 run-pid: install
 	@if [ -f $(PIDFILE) ] && kill -0 $$(cat $(PIDFILE)) 2>/dev/null; then \
 	  echo "krypton already running with PID $$(cat $(PIDFILE))"; exit 1; fi
-	PATH=$(TESTBIN_DIR):$$PATH nohup $(BIN)/krypton run $(RUN_ARGS) >/tmp/krypton-operator.log 2>&1 & echo $$! > $(PIDFILE)
+	PATH=$(TESTBIN_DIR):$$PATH setsid nohup $(BIN)/krypton run $(RUN_ARGS) >/tmp/krypton-operator.log 2>&1 & echo $$! > $(PIDFILE)
 	@echo "krypton started with PID $$(cat $(PIDFILE)); log in /tmp/krypton-operator.log"
 
 stop:

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pyhelm3 import errors as helm_errors
-from pyhelm3.command import Command
+from pyhelm3.command import CHART_NOT_FOUND, Command
 
-from . import metrics
-from .errors import ChartNotLoaded, HelmFailed, ReleaseLocked, VersionNotFound
+from . import metrics, safeyaml
+from .errors import (
+    ChartNotLoaded,
+    HelmFailed,
+    OwnershipConflict,
+    ReleaseLocked,
+    VersionInvalid,
+    VersionNotFound,
+)
+from .versions import parse_version
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
 
@@ -31,11 +42,82 @@ def _stderr(exc: helm_errors.Error) -> str:
     return message.removeprefix("Error: ")[:900]
 
 
+_FOREIGN = re.compile(r'(?P<kind>\w+) "(?P<name>[^"]+)" in namespace "(?P<ns>[^"]*)" exists and '
+                      r'cannot be imported into the current release')
+_OWNER = re.compile(r'key "meta\.helm\.sh/release-(?P<field>name|namespace)" must equal "[^"]*": '
+                    r'current value is "(?P<value>[^"]*)"')
+
+
+def _foreign_owner(message: str) -> str:
+    """"release <namespace>/<name>" from helm's ownership error, as far as it says."""
+    found = {m["field"]: m["value"] for m in _OWNER.finditer(message)}
+    if "name" in found and "namespace" in found:
+        return f"release {found['namespace']}/{found['name']}"
+    if "name" in found:
+        return f"release {found['name']}"
+    if "namespace" in found:
+        return f"a release in namespace {found['namespace']}"
+    return "no Helm release"
+
+
 def _helm_error(exc: helm_errors.Error) -> HelmFailed:
     message = _stderr(exc)
     if "another operation" in message and "in progress" in message:
         return ReleaseLocked(message)
+    found = _FOREIGN.search(message)
+    if found:
+        where = f" in namespace {found['ns']}" if found["ns"] else ""
+        return OwnershipConflict(f"{found['kind']} {found['name']}{where} is owned by "
+                                 f"{_foreign_owner(message)}: {message}")
     return HelmFailed(message)
+
+
+STOP_GRACE = 5.0  # seconds a cancelled helm gets after SIGTERM, before SIGKILL
+
+
+class _Command(Command):
+    """pyhelm3's argument building, with helm started directly (no shell in between) and
+    stopped within bounds when the caller gives up: SIGTERM, at most `STOP_GRACE` seconds,
+    then SIGKILL. pyhelm3's own ``run`` starts ``sh -c helm ...`` and, when cancelled, waits
+    for helm without a limit: shutdown then takes as long as helm's own ``--timeout``.
+
+    Only the options krypton uses are supported: the per-cluster kubeconfig file (never a
+    token on the command line).
+    """
+
+    async def run(self, command: list[Any], input: bytes | None = None) -> bytes:  # noqa: A002
+        argv = [self._executable, *command]
+        if self._kubeconfig:
+            argv += ["--kubeconfig", self._kubeconfig]
+        proc = await asyncio.create_subprocess_exec(
+            *(str(a) for a in argv),
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            stdout, stderr = await proc.communicate(input)
+        except asyncio.CancelledError:
+            await stop_process(proc, STOP_GRACE)
+            raise
+        if proc.returncode == 0:
+            return stdout
+        text = stderr.decode(errors="replace").lower()
+        error = helm_errors.ChartNotFoundError if CHART_NOT_FOUND.search(text) else \
+            helm_errors.Error
+        raise error(proc.returncode, stdout, stderr)
+
+
+async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM, up to `grace` seconds to exit, then SIGKILL; returns once it is gone."""
+    try:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+            return
+        except TimeoutError:
+            proc.kill()
+        await proc.wait()
+    except ProcessLookupError:
+        pass  # it had already exited
 
 
 class Helm:
@@ -45,7 +127,7 @@ class Helm:
                  wait: bool = True) -> None:
         self.timeout = timeout
         self.wait = wait
-        self._command = Command(executable=executable, kubeconfig=kubeconfig,
+        self._command = _Command(executable=executable, kubeconfig=kubeconfig,
                                 default_timeout=f"{int(timeout)}s")
 
     async def _run(self, operation: str, coro: Any) -> Any:
@@ -77,6 +159,14 @@ class Helm:
             release, revision, namespace=namespace, wait=self.wait, force=force,
             timeout=f"{int(self.timeout)}s"))
 
+    async def manifest(self, release: str, namespace: str) -> list[Any]:
+        """The documents of the release's latest manifest (``helm get manifest``)."""
+        docs = await self._run("get", self._command.get_resources(release, namespace=namespace))
+        try:
+            return [d for d in docs if d is not None]
+        except yaml.YAMLError as exc:
+            raise HelmFailed(f"manifest of {release} is not valid YAML") from exc
+
     async def uninstall(self, release: str, namespace: str) -> None:
         try:
             await self._run("uninstall", self._command.uninstall(
@@ -85,34 +175,79 @@ class Helm:
             if "not found" not in str(exc):
                 raise
 
-    async def pull(self, name: str, *, repo: str | None, version: str, dest: Path) -> Path:
-        """Fetch and unpack a chart; returns the chart directory.
+    async def pull(self, name: str, *, repo: str | None, version: str, dest: Path,
+                   expect_name: str, expect_version: str | None) -> Path:
+        """Fetch and unpack a chart; returns the chart directory under `dest`.
 
-        `name` is a chart name in `repo`, or a full oci:// reference with `repo` None.
+        `name` is a chart name in `repo`, or a full oci:// reference with `repo` None. The
+        unpacked chart must be `expect_name` (and `expect_version` when given); its directory
+        name is built from those checked values, never from the archive's own metadata, so
+        a hostile Chart.yaml cannot place files outside `dest`. helm's scratch directory is
+        removed whatever happens.
         """
         dest.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="pull-", dir=dest))
         metrics.HELM_RUNS.labels("pull").inc()
         try:
-            unpacked = await asyncio.wait_for(
-                self._command.pull(name, repo=repo, version=version), self.timeout)
-        except TimeoutError as exc:
-            raise ChartNotLoaded(f"pulling chart {name} {version} timed out") from exc
-        except helm_errors.ChartNotFoundError as exc:
-            raise VersionNotFound(_stderr(exc)) from exc
-        except helm_errors.Error as exc:
-            message = _stderr(exc)
-            if "not found" in message and "version" in message:
-                raise VersionNotFound(message) from exc
-            raise ChartNotLoaded(f"cannot load chart {name} {version}: {message}") from exc
-        charts = [p for p in unpacked.iterdir() if (p / "Chart.yaml").exists()]
-        if len(charts) != 1:
-            raise ChartNotLoaded(f"chart archive for {name} {version} has no single chart")
-        target = dest / f"{charts[0].name}-{chart_version(charts[0])}"
-        if not target.exists():
-            charts[0].rename(target)
-        return target
+            command = _Command(executable=self._command._executable,  # noqa: SLF001
+                              unpack_directory=str(scratch))
+            try:
+                unpacked = await asyncio.wait_for(
+                    command.pull(name, repo=repo, version=version), self.timeout)
+            except TimeoutError as exc:
+                raise ChartNotLoaded(f"pulling chart {name} {version} timed out") from exc
+            except helm_errors.ChartNotFoundError as exc:
+                raise VersionNotFound(_stderr(exc)) from exc
+            except helm_errors.Error as exc:
+                message = _stderr(exc)
+                if "not found" in message and "version" in message:
+                    raise VersionNotFound(message) from exc
+                raise ChartNotLoaded(f"cannot load chart {name} {version}: {message}") from exc
+            charts = [p for p in unpacked.iterdir()
+                      if not p.is_symlink() and (p / "Chart.yaml").is_file()]
+            if len(charts) != 1:
+                raise ChartNotLoaded(f"chart archive for {name} {version} has no single chart")
+            meta = chart_metadata(charts[0])
+            got_name, got_version = str(meta.get("name", "")), str(meta.get("version", ""))
+            if got_name != expect_name:
+                raise ChartNotLoaded(f"chart archive for {name} {version} contains chart "
+                                     f"{got_name[:64]!r}, not {expect_name!r}")
+            if expect_version is not None and got_version != expect_version:
+                raise ChartNotLoaded(f"chart archive for {name} {version} contains version "
+                                     f"{got_version[:64]!r}, not {expect_version!r}")
+            try:
+                parse_version(got_version)
+            except VersionInvalid as exc:
+                raise ChartNotLoaded(f"chart {expect_name} has an invalid version "
+                                     f"{got_version[:64]!r}") from exc
+            target = dest / _safe_component(f"{expect_name}-{got_version}")
+            if target.resolve().parent != dest.resolve():
+                raise ChartNotLoaded(f"chart {expect_name} {got_version[:64]!r} cannot be "
+                                     "stored safely")
+            if not target.exists():
+                charts[0].rename(target)
+            return target
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _safe_component(text: str) -> str:
+    """One path component: letters, digits, '.', '_', '+' and '-'; never '.' or '..'."""
+    cleaned = re.sub(r"[^A-Za-z0-9._+-]", "_", text)[:200]
+    return cleaned if cleaned.strip(".") else "_"
+
+
+def chart_metadata(chart_dir: Path) -> dict[str, Any]:
+    """Chart.yaml of an unpacked chart, parsed within limits; ChartNotLoaded if unusable."""
+    try:
+        meta = safeyaml.load((chart_dir / "Chart.yaml").read_bytes(), safeyaml.CHART_METADATA,
+                             what="Chart.yaml")
+    except (OSError, safeyaml.YamlRejected) as exc:
+        raise ChartNotLoaded(f"chart {chart_dir.name}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise ChartNotLoaded(f"chart {chart_dir.name}: Chart.yaml is not a mapping")
+    return meta
 
 
 def chart_version(chart_dir: Path) -> str:
-    meta = yaml.safe_load((chart_dir / "Chart.yaml").read_text()) or {}
-    return str(meta.get("version", ""))
+    return str(chart_metadata(chart_dir).get("version", ""))

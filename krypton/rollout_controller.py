@@ -18,7 +18,7 @@ from .charts import ChartSource
 from .errors import KryptonError, TemporaryError
 from .events import EventRecorder
 from .fingerprint import fingerprint
-from .kube import Kube, NotFound
+from .kube import AlreadyExists, Conflict, Kube, NotFound
 from .pause import pause
 from .rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
 
@@ -38,6 +38,7 @@ class RolloutController:
         self.state: RolloutState | None = None
         self.current_target: str | None = None
         self._loaded = False
+        self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
         self._waiting_since: float | None = None
 
     def gate(self, cluster: str) -> tuple[bool, str]:
@@ -97,8 +98,8 @@ class RolloutController:
         metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
         if old is None or state.to_json() != old.to_json():
             newly = state.reached() - (old.reached() if old and old.target == state.target else set())
+            await self._save(state)  # the gate follows only what was written
             self.state = state
-            await self._save(state)
             for name in newly:
                 if name in workers:
                     workers[name].requeue_all()
@@ -117,7 +118,9 @@ class RolloutController:
             cm = await self.home.call("get configmap", self.home.core.read_namespaced_config_map,
                                       CONFIGMAP, self.namespace)
         except NotFound:
+            self._version = None
             return None
+        self._version = cm.metadata.resource_version
         data = cm.data or {}
         if "state.json" not in data:
             return None
@@ -127,16 +130,26 @@ class RolloutController:
         return state
 
     async def _save(self, state: RolloutState) -> None:
-        body = {"metadata": {"name": CONFIGMAP, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "krypton"}},
-                "data": {"state.json": state.to_json(), "phase": state.phase,
-                         "version": state.version, "message": state.message}}
+        """Write the state over exactly the version last read or written (create it when
+        there was none). Another writer in between (a second leader, a person) makes the
+        write fail: the state is read again on the next step instead of overwritten."""
+        body: dict[str, Any] = {
+            "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "krypton"}},
+            "data": {"state.json": state.to_json(), "phase": state.phase,
+                     "version": state.version, "message": state.message}}
         try:
-            await self.home.call("replace configmap", self.home.core.replace_namespaced_config_map,
-                                 CONFIGMAP, self.namespace, body)
-        except NotFound:
-            await self.home.call("create configmap", self.home.core.create_namespaced_config_map,
-                                 self.namespace, body)
-        except TemporaryError:
-            raise
-
+            if self._version is None:
+                cm = await self.home.call("create configmap",
+                                          self.home.core.create_namespaced_config_map,
+                                          self.namespace, body)
+            else:
+                body["metadata"]["resourceVersion"] = self._version
+                cm = await self.home.call("replace configmap",
+                                          self.home.core.replace_namespaced_config_map,
+                                          CONFIGMAP, self.namespace, body)
+        except (Conflict, AlreadyExists, NotFound) as exc:
+            self._loaded = False
+            raise TemporaryError(f"rollout state changed by another writer; reading it again: "
+                                 f"{exc}", reason="RolloutStateConflict") from exc
+        self._version = cm.metadata.resource_version

@@ -14,7 +14,7 @@ import functools
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class Shared:
     report: Reporter  # (cluster, event type, reason, message) -> Event on its Secret
     workdir: Path
     gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")  # rollout (F1)
+    claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
 
 class Worker:
@@ -72,6 +73,8 @@ class Worker:
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
         self._dir = shared.workdir / name
         self.reconciles = 0
+        self.last_error = ""  # why engagement failed last, "" once engaged
+        self._identity: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -97,6 +100,7 @@ class Worker:
                 await self._engage()
                 return
             except KryptonError as exc:
+                self.last_error = f"{exc.reason}: {exc}"
                 self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
                                  retry_in=delay)
                 await self.shared.report(self.name, "Warning", exc.reason, str(exc))
@@ -117,7 +121,14 @@ class Worker:
         except TemporaryError as exc:
             raise TemporaryError(f"cluster {self.name} unreachable: {exc}",
                                  reason="ClusterUnreachable") from exc
-        result = await self.kube.ensure_crd(crd_manifest(), upgrade=settings.crd_policy == "upgrade")
+        if not settings.allow_duplicate_clusters:
+            self._claim(await self.kube.cluster_identity(
+                by_uid=settings.shared_release_namespace is None))
+        result = "not checked (--crd-policy=skip)"
+        if settings.crd_policy != "skip":
+            result = await self.kube.ensure_crd(crd_manifest(),
+                                                upgrade=settings.crd_policy == "upgrade")
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
@@ -128,7 +139,18 @@ class Worker:
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
             gate=lambda cluster: self.shared.gate(cluster))
+        self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
+
+    def _claim(self, identity: str) -> None:
+        """One worker per API server: a second name for an engaged cluster is refused, or
+        every Tenant there would be installed twice (SPEC D9)."""
+        owner = self.shared.claims.setdefault(identity, self.name)
+        if owner != self.name:
+            raise TemporaryError(
+                f"cluster {self.name} reaches the same API server as engaged cluster {owner} "
+                f"({identity.split('|')[0]}); not engaged while {owner} is", reason="DuplicateCluster")
+        self._identity = identity
 
     async def _serve(self) -> None:
         assert self.kube is not None and self.runtime is not None
@@ -157,13 +179,19 @@ class Worker:
                            on_tenant, on_error=on_error)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
-                            self.kube.release_lister(settings.helm_driver), on_release,
+                            self.kube.release_lister(settings.helm_driver,
+                                                     settings.shared_release_namespace),
+                            on_release,
                             label_selector=HELM_RELEASE_SELECTOR, on_error=on_error,
                             metadata_only=True)
         self._informers = [releases.start()]
-        # Release records first, so the first Tenant passes see real release state.
-        await asyncio.to_thread(releases.synced.wait, settings.api_timeout)
+        # Release records first, so the first Tenant passes see real release state: before
+        # that list every release looks missing, and "missing" means install or upgrade.
+        await self._await_sync(releases, "Helm release records")
         self._informers.append(tenants.start())
+        # Engaged means its Tenants are known: before their first list a cluster looks empty,
+        # and an empty cluster would count as a finished rollout wave (F1).
+        await self._await_sync(tenants, "Tenants")
         self.engaged = True
         metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
         metrics.ENGAGED.inc()
@@ -183,6 +211,39 @@ class Worker:
             for task in self._consumers:
                 task.cancel()
             await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    async def _await_sync(self, informer: Informer, what: str) -> None:
+        """Wait, however long it takes, until `informer` has listed once; no Tenant is
+        reconciled from a cache that is not synced. The wait shows in /readyz."""
+        waited = 0.0
+        timeout = self.shared.settings.api_timeout
+        while not await asyncio.to_thread(informer.synced.wait, timeout):
+            waited += timeout
+            self.last_error = f"CacheNotSynced: {what} not listed after {waited:.0f}s"
+            self.log.warning("cache not synced yet; not reconciling", cache=what, waited=waited)
+
+    async def forget_cluster(self, timeout: float = 30.0) -> None:
+        """The cluster left the fleet (its Secret is gone): stop taking work, let short passes
+        end, then remove this cluster's traces from its Tenants (best effort, bounded)."""
+        await self.stop(grace=min(timeout, 10.0))
+        if not self.engaged or self.runtime is None:
+            return
+        reconciler = Reconciler(self.runtime)
+
+        async def forget_all() -> None:
+            for obj in list(self.runtime.tenants.values()) if self.runtime else []:
+                try:
+                    await reconciler.forget(obj)
+                except KryptonError as exc:
+                    self.log.warning("could not clear the cluster from a Tenant",
+                                     tenant=f"{obj['metadata'].get('namespace')}/"
+                                            f"{obj['metadata'].get('name')}", error=str(exc))
+
+        try:
+            await asyncio.wait_for(forget_all(), timeout)
+        except TimeoutError:
+            self.log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
+        self.log.info("cluster cleared from its Tenants")
 
     # -- rollout (F1) -------------------------------------------------------------------
 
@@ -324,6 +385,8 @@ class Worker:
             self.kube = None
 
     async def _teardown(self) -> None:
+        if self._identity is not None and self.shared.claims.get(self._identity) == self.name:
+            del self.shared.claims[self._identity]
         for informer in self._informers:
             informer.stop()
         self._informers = []

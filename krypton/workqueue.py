@@ -87,7 +87,7 @@ class WorkQueue(Generic[K]):
     async def get(self) -> K:
         async with self._ready:
             await self._ready.wait_for(lambda: bool(self._queue) or self._closed)
-            if not self._queue:
+            if self._closed:  # draining: queued keys wait for the next leader or start
                 raise asyncio.CancelledError("queue closed")
             key = self._queue.popleft()
             self._dirty.discard(key)

@@ -59,7 +59,7 @@ def test_release_index_tracks_latest_revision() -> None:
 def test_release_index_prefers_our_note_until_the_watch_catches_up() -> None:
     idx = ReleaseIndex()
     idx.on_event("ADDED", record("ns", "r", 1, "pending-install"))
-    idx.note("ns", "r", 2, ReleaseStatus.DEPLOYED)
+    idx.note("ns", "r", 2, ReleaseStatus.DEPLOYED, "fp2")
     assert idx.observe("ns", "r").status is ReleaseStatus.DEPLOYED
     idx.on_event("ADDED", record("ns", "r", 2, "deployed"))
     idx.on_event("MODIFIED", record("ns", "r", 2, "failed"))
@@ -88,6 +88,23 @@ def test_work_queue_deduplicates_and_never_hands_out_a_key_twice() -> None:
         return [first, second, third]
 
     assert asyncio.run(scenario()) == ["a", "b", "a"]
+
+
+def test_a_closed_queue_hands_out_no_key() -> None:
+    """Draining (shutdown, lost lease, re-engage): keys still queued are not handed out, or
+    new helm runs would start after the decision to stop (issue 11)."""
+    async def scenario() -> bool:
+        q: WorkQueue[str] = WorkQueue()
+        q.add("a")
+        q.add("b")
+        await q.close()
+        try:
+            await q.get()
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(scenario())
 
 
 def test_fair_slots_cap_a_cluster_at_its_share() -> None:
@@ -191,9 +208,9 @@ def test_echoes_during_a_failed_attempt_wait_for_the_backoff() -> None:
 def test_release_index_remembers_our_own_revisions() -> None:
     idx = ReleaseIndex()
     assert idx.ours("ns", "r") is None
-    idx.note("ns", "r", 3, ReleaseStatus.DEPLOYED)
+    idx.note("ns", "r", 3, ReleaseStatus.DEPLOYED, "fp3")
     idx.on_event("ADDED", record("ns", "r", 3, "deployed"))
     idx.observe("ns", "r")  # the watch caught up: the note is dropped, ours is kept
-    assert idx.ours("ns", "r") == 3
+    assert idx.ours("ns", "r") == (3, "fp3")
     idx.forget("ns", "r")
     assert idx.ours("ns", "r") is None

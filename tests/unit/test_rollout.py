@@ -1,9 +1,16 @@
-"""F1: the pure rollout state machine."""
+"""F1: the pure rollout state machine, and how its state is written."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
+
+from krypton.errors import TemporaryError
+from krypton.kube import AlreadyExists, Conflict, NotFound
 from krypton.rollout import (
     COMPLETE,
     HALTED,
@@ -94,3 +101,64 @@ def test_new_target_supersedes_and_state_round_trips() -> None:
     s2 = start("t2", "2.0.1", ["a", "c"], POLICY, now=5, previous=s)
     assert s2.phase == PROGRESSING and s2.history == ("initial 2.0.0", "2.0.0 -> 2.0.1")
     assert RolloutState.from_json(s.to_json()) == s
+
+
+class _ConfigMaps:
+    """The rollout controller's port to the home cluster (``Kube.call`` and the three
+    ConfigMap calls), keeping resourceVersions as the API server does."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, Any] | None = None
+        self.version = 0
+        self.core = self
+
+    async def call(self, _what: str, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    def _object(self) -> Any:
+        assert self.stored is not None
+        meta = SimpleNamespace(resource_version=str(self.version))
+        return SimpleNamespace(metadata=meta, data=self.stored["data"])
+
+    def read_namespaced_config_map(self, _name: str, _ns: str) -> Any:
+        if self.stored is None:
+            raise NotFound("get configmap: not found")
+        return self._object()
+
+    def create_namespaced_config_map(self, _ns: str, body: dict[str, Any]) -> Any:
+        if self.stored is not None:
+            raise AlreadyExists("create configmap: already exists")
+        return self._write(body)
+
+    def replace_namespaced_config_map(self, _name: str, _ns: str, body: dict[str, Any]) -> Any:
+        if self.stored is None:
+            raise NotFound("replace configmap: not found")
+        wanted = body["metadata"].get("resourceVersion")  # absent: unconditional, as a PUT
+        if wanted is not None and wanted != str(self.version):
+            raise Conflict("replace configmap: the object has been modified")
+        return self._write(body)
+
+    def _write(self, body: dict[str, Any]) -> Any:
+        self.stored, self.version = body, self.version + 1
+        return self._object()
+
+
+def test_rollout_state_is_never_written_over_another_writer() -> None:
+    """Two leaders (or a person) writing the rollout state: a write based on an older read
+    fails instead of overwriting, and the state is read again (issue 11, item 4)."""
+    from krypton.rollout_controller import RolloutController
+
+    home = _ConfigMaps()
+    controller = RolloutController(home, "ns", POLICY, None, {}, None, dict)  # type: ignore[arg-type]
+    ours = start("t1", "1.0.0", ["a", "b"], POLICY, 0.0)
+    asyncio.run(controller._save(ours))  # created
+    asyncio.run(controller._save(ours))  # replaced over its own version
+    theirs = start("t2", "2.0.0", ["a", "b"], POLICY, 0.0)
+    home.stored = {"data": {"state.json": theirs.to_json()}}
+    home.version += 1  # the other writer
+    with pytest.raises(TemporaryError, match="another writer"):
+        asyncio.run(controller._save(ours))
+    assert RolloutState.from_json(home.stored["data"]["state.json"]).target == "t2"
+    assert asyncio.run(controller._load()) == theirs
+    asyncio.run(controller._save(ours))  # based on the fresh read: accepted
+    assert RolloutState.from_json(home.stored["data"]["state.json"]).target == "t1"
