@@ -113,6 +113,7 @@ class Operator:
         self.elector: LeaderElector | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self.exit_code = 0
+        self.lease_lost = False
         self._rollout_task: asyncio.Task[None] | None = None
 
     def ready(self) -> tuple[bool, list[str]]:
@@ -188,6 +189,8 @@ class Operator:
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters")
+        if self.elector is not None:
+            shared.fence = self.elector.holds
         fleet = Fleet(s, shared, home_events)
         self.fleet = fleet
         policy = Policy(
@@ -197,7 +200,8 @@ class Operator:
             auto_revert=s.rollout_auto_revert)
         if policy.enabled:
             controller = RolloutController(self.home, s.namespace, policy, chart, s.chart_values,
-                                           home_events, lambda: fleet.workers)
+                                           home_events, lambda: fleet.workers,
+                                           fence=shared.fence)
             shared.gate = controller.gate
             self._rollout_task = asyncio.create_task(controller.run(self.stopping))
         loop = asyncio.get_running_loop()
@@ -224,16 +228,20 @@ class Operator:
         await elector.hold(self.stopping)
         if not self.stopping.is_set():
             self.exit_code = 1  # lost the lease: stop working at once, let a standby lead
+            self.lease_lost = True
             self.stopping.set()
 
     async def _shutdown(self) -> None:
-        log.info("shutting down", grace=self.settings.shutdown_timeout)
+        # A lost Lease leaves no grace: another replica leads already, so running helm
+        # operations are stopped at once rather than finished.
+        grace = 0.0 if self.lease_lost else self.settings.shutdown_timeout
+        log.info("shutting down", grace=grace, lease_lost=self.lease_lost)
         if self.discovery is not None:
             self.discovery.stop()
         if self._rollout_task is not None:
             self._rollout_task.cancel()
         if self.fleet is not None:
-            await self.fleet.shutdown(self.settings.shutdown_timeout)
+            await self.fleet.shutdown(grace)
         if self.elector is not None:
             if self._lease_task is not None:
                 self._lease_task.cancel()

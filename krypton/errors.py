@@ -7,7 +7,8 @@
     │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
     │   │   ├── ReleaseLocked     another helm operation holds the release
     │   │   └── OwnershipConflict an object of the release belongs to another release (R17)
-    │   └── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
+    │   ├── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
+    │   └── NotLeader             leadership is not held (fresh) any more: nothing may start
     └── PermanentError            reported as a condition; not retried until the input changes
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
         ├── VersionInvalid        chart version is not a semver or a valid range
@@ -64,6 +65,10 @@ class OwnershipConflict(HelmFailed):
 
 class CRDEnsureFailed(TemporaryError):
     reason = "CRDEnsureFailed"
+
+
+class NotLeader(TemporaryError):
+    reason = "NotLeader"
 
 
 class KubeconfigRejected(PermanentError):

@@ -57,7 +57,9 @@ class Fleet:
         """Every discovered cluster and its state, for /readyz and logs."""
         out = {}
         for name, e in sorted(self.clusters.items()):
-            if e.worker is not None and e.worker.engaged:
+            if e.worker is not None and e.worker.engaged and e.worker.problem:
+                out[name] = f"failing: {e.worker.problem}"
+            elif e.worker is not None and e.worker.engaged:
                 out[name] = "engaged"
             elif e.problem:
                 out[name] = e.problem

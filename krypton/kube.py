@@ -422,6 +422,7 @@ class Informer:
     def __init__(self, kube: Kube, what: str, lister: Callable[..., Any], handler: EventHandler,
                  *, label_selector: str | None = None, watch_timeout: int = 290,
                  on_error: Callable[[Exception], None] | None = None,
+                 on_listed: Callable[[], None] | None = None,
                  metadata_only: bool = False) -> None:
         self.kube, self.what, self.lister, self.handler = kube, what, lister, handler
         # Ask the API server for PartialObjectMetadata: names, labels, versions, no payload.
@@ -429,6 +430,7 @@ class Informer:
         self.label_selector = label_selector
         self.watch_timeout = watch_timeout
         self.on_error = on_error
+        self.on_listed = on_listed  # after every successful list (recovery from errors)
         self.store: dict[tuple[str, str], Obj] = {}
         self.synced = threading.Event()
         self._stop = threading.Event()
@@ -508,6 +510,8 @@ class Informer:
                     item["metadata"].get("resourceVersion"):
                 self.handler("ADDED" if old is None else "MODIFIED", item)
         self.synced.set()
+        if self.on_listed:
+            self.on_listed()
         return str(body["metadata"]["resourceVersion"])
 
     def _watch(self, rv: str) -> str:

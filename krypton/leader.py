@@ -39,9 +39,23 @@ class LeaderElector:
         self.identity = identity or f"{reporting_instance()}_{uuid.uuid4().hex[:8]}"
         self._seen: tuple[str, str] | None = None
         self._seen_at = 0.0
+        self._renewed_at = 0.0  # monotonic time of the start of the last successful write
         self.is_leader = False
 
+    def holds(self) -> bool:
+        """Leadership held and renewed within the renew deadline: a fence that needs no
+        I/O. A process paused past its Lease (SIGSTOP, a long GC, a frozen VM) fails it the
+        moment it runs again, before it can start anything."""
+        return self.is_leader and time.monotonic() - self._renewed_at < self.renew_deadline
+
     async def _try(self) -> bool:
+        started = time.monotonic()
+        if await self._write():
+            self._renewed_at = started  # counted from before the request, never after
+            return True
+        return False
+
+    async def _write(self) -> bool:
         now = dt.datetime.now(dt.UTC)
         lease = await self.kube.get_lease(self.namespace, self.name)
         spec_new: dict[str, Any] = {
@@ -92,18 +106,24 @@ class LeaderElector:
         return False
 
     async def hold(self, stopping: asyncio.Event) -> None:
-        """Renew until `stopping` is set; returns early when leadership is lost."""
-        last_renew = time.monotonic()
+        """Renew until `stopping` is set; returns early when leadership is lost.
+
+        One deadline for all attempts since the last successful renewal (client-go's
+        semantics): an attempt may only use the time left until ``renewed + renew_deadline``,
+        so loss is noticed within the renew deadline, well before the Lease expires for the
+        standbys."""
         while not stopping.is_set():
             if await pause(stopping, self.retry_period):
                 return
+            left = self._renewed_at + self.renew_deadline - time.monotonic()
             try:
-                if await asyncio.wait_for(self._try(), self.renew_deadline):
-                    last_renew = time.monotonic()
-                    continue
+                if left > 0:
+                    if await asyncio.wait_for(self._try(), left):
+                        continue
+                    self.is_leader = False  # another holder has the Lease
             except (TemporaryError, TimeoutError) as exc:
-                log.warning("lease renewal failed", error=str(exc))
-            if time.monotonic() - last_renew > self.renew_deadline:
+                log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
+            if not self.holds():
                 self.is_leader = False
                 log.error("leadership lost", lease=f"{self.namespace}/{self.name}")
                 return

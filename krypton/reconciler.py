@@ -25,6 +25,7 @@ from .errors import (
     ChartNotLoaded,
     HelmFailed,
     KryptonError,
+    NotLeader,
     OwnershipConflict,
     PermanentError,
     TemporaryError,
@@ -82,6 +83,15 @@ class ClusterRuntime:
     values: dict[str, Any] = field(default_factory=dict)
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
     gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")
+    fence: Callable[[], bool] = lambda: True  # leadership held and renewed recently
+
+
+def fenced(rt: ClusterRuntime) -> None:
+    """Raise NotLeader unless this process may still act: checked right before every helm
+    start (and before the status that announces one), so that a leader that lost its Lease,
+    or was paused past it, starts nothing (issue 11, item 4)."""
+    if not rt.fence():
+        raise NotLeader("leadership not held: no helm operation may start")
 
 
 @dataclass(frozen=True)
@@ -303,6 +313,7 @@ class Reconciler:
                 await self._commit(obj, changes + [Change(
                     cond.cluster_type(cond.PROGRESS, c), False, reason, message)], log)
                 return Outcome(reason=reason)
+        fenced(self.rt)
         await self._ensure_namespace(key, obs.namespace)
         start = Change(cond.cluster_type(cond.PROGRESS, c), True,
                        "Installing" if installing else "Upgrading", p.message)
@@ -312,6 +323,7 @@ class Reconciler:
         namespace = self.rt.settings.release_namespace_for(key.name)
         try:
             async with self.rt.slots.slot(c):
+                fenced(self.rt)  # waiting for the slot may have outlasted the Lease
                 if p.action is Action.UNINSTALL_THEN_INSTALL and \
                         obs.release.status is not ReleaseStatus.ABSENT:
                     await self._check_ownership(release, namespace)
@@ -389,6 +401,7 @@ class Reconciler:
         namespace = self.rt.settings.release_namespace_for(key.name)
         try:
             async with self.rt.slots.slot(self.rt.name):
+                fenced(self.rt)
                 await self.rt.helm.uninstall(release, namespace)
             if self.rt.settings.delete_namespace_on_uninstall and \
                     self.rt.settings.shared_release_namespace is None:
@@ -396,6 +409,8 @@ class Reconciler:
                 if created_by_krypton(ns, key) and \
                         key.name not in self.rt.settings.reserved_namespaces | SYSTEM_NAMESPACES:
                     await self.rt.kube.delete_namespace(key.name)
+        except NotLeader:
+            raise
         except (HelmFailed, TemporaryError) as exc:
             log.error("helm uninstall failed", error=str(exc))
             await self.rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))

@@ -15,7 +15,7 @@ import structlog
 
 from . import metrics
 from .charts import ChartSource
-from .errors import KryptonError, TemporaryError
+from .errors import KryptonError, NotLeader, TemporaryError
 from .events import EventRecorder
 from .fingerprint import fingerprint
 from .kube import AlreadyExists, Conflict, Kube, NotFound
@@ -30,11 +30,13 @@ ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster
 class RolloutController:
     def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
                  central_values: dict[str, Any], events: EventRecorder,
-                 workers: Callable[[], dict[str, Any]], interval: float = 2.0) -> None:
+                 workers: Callable[[], dict[str, Any]], interval: float = 2.0,
+                 fence: Callable[[], bool] = lambda: True) -> None:
         self.home, self.namespace, self.policy = home, namespace, policy
         self.chart, self.central_values, self.events = chart, central_values, events
         self.workers = workers
         self.interval = interval
+        self.fence = fence
         self.state: RolloutState | None = None
         self.current_target: str | None = None
         self._loaded = False
@@ -138,6 +140,8 @@ class RolloutController:
                          "labels": {"app.kubernetes.io/managed-by": "krypton"}},
             "data": {"state.json": state.to_json(), "phase": state.phase,
                      "version": state.version, "message": state.message}}
+        if not self.fence():
+            raise NotLeader("leadership not held: the rollout state is not written")
         try:
             if self._version is None:
                 cm = await self.home.call("create configmap",

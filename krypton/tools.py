@@ -84,7 +84,8 @@ async def _tenants(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
                                                            t["metadata"]["name"]))
 
 
-FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed")
+FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed",
+                   "ClusterAccessDenied", "TenantCRDMissing")
 FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the cluster failing
 
 

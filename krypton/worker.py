@@ -29,14 +29,16 @@ from .fingerprint import fingerprint
 from .helm import Helm
 from .kube import (
     HELM_RELEASE_SELECTOR,
+    Forbidden,
     Informer,
     Kube,
+    NotFound,
     configuration_for,
     configuration_in_cluster,
 )
 from .kubeconfig import Kubeconfig
 from .model import TenantKey, is_valid_namespace_name, release_name
-from .reconciler import ClusterRuntime, Reconciler, tenant_view
+from .reconciler import ClusterRuntime, Reconciler, fenced, tenant_view
 from .releases import ReleaseIndex
 from .rollout import ClusterObservation
 from .settings import Settings
@@ -56,6 +58,7 @@ class Shared:
     report: Reporter  # (cluster, event type, reason, message) -> Event on its Secret
     workdir: Path
     gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")  # rollout (F1)
+    fence: Callable[[], bool] = lambda: True  # still the leader? (checked before every helm start)
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
 
@@ -74,6 +77,8 @@ class Worker:
         self._dir = shared.workdir / name
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
+        self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self._reports: set[asyncio.Task[None]] = set()
         self._identity: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -138,7 +143,7 @@ class Worker:
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
-            gate=lambda cluster: self.shared.gate(cluster))
+            gate=lambda cluster: self.shared.gate(cluster), fence=lambda: self.shared.fence())
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 
@@ -174,16 +179,20 @@ class Worker:
 
         def on_error(exc: Exception) -> None:
             self.log.warning("watch failed, retrying", error=str(exc))
+            loop.call_soon_threadsafe(self._watch_failed, exc)
+
+        def on_listed() -> None:
+            loop.call_soon_threadsafe(self._watch_restored)
 
         tenants = Informer(self.kube, "tenants", self.kube.tenant_lister(settings.watch_namespace),
-                           on_tenant, on_error=on_error)
+                           on_tenant, on_error=on_error, on_listed=on_listed)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
                             self.kube.release_lister(settings.helm_driver,
                                                      settings.shared_release_namespace),
                             on_release,
                             label_selector=HELM_RELEASE_SELECTOR, on_error=on_error,
-                            metadata_only=True)
+                            on_listed=on_listed, metadata_only=True)
         self._informers = [releases.start()]
         # Release records first, so the first Tenant passes see real release state: before
         # that list every release looks missing, and "missing" means install or upgrade.
@@ -211,6 +220,41 @@ class Worker:
             for task in self._consumers:
                 task.cancel()
             await asyncio.gather(*self._consumers, return_exceptions=True)
+
+    # -- failures after engagement (D8) ----------------------------------------------------
+
+    def _watch_failed(self, exc: Exception) -> None:
+        """A watch of an engaged cluster failed. Lost access (401/403: revoked credentials,
+        an expired certificate, removed RBAC) and a deleted Tenant CRD are not passing
+        faults: the cluster is reported failing (Warning Event once per episode, metric,
+        /readyz, krypton status) until a list succeeds again."""
+        if isinstance(exc, Forbidden):
+            reason = "ClusterAccessDenied"
+        elif isinstance(exc, NotFound) and "tenants" in str(exc):
+            reason = "TenantCRDMissing"
+        else:
+            return
+        if self.problem:
+            return
+        self.problem = f"{reason}: {exc}"
+        metrics.CLUSTER_HEALTHY.labels(self.name).set(0)
+        self.log.error("cluster failing after engagement", reason=reason, error=str(exc))
+        self._spawn(self.shared.report(self.name, "Warning", reason,
+                                       f"{exc}; krypton keeps retrying"))
+
+    def _watch_restored(self) -> None:
+        metrics.CLUSTER_HEALTHY.labels(self.name).set(1)
+        if not self.problem:
+            return
+        self.problem = ""
+        self.log.info("cluster healthy again")
+        self._spawn(self.shared.report(self.name, "Normal", "ClusterRecovered",
+                                       "watches list again; the earlier failure is over"))
+
+    def _spawn(self, report: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(report)
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     async def _await_sync(self, informer: Informer, what: str) -> None:
         """Wait, however long it takes, until `informer` has listed once; no Tenant is
@@ -300,21 +344,24 @@ class Worker:
                 continue
             view = tenant_view(t, self.name)
             release = release_name(view.key.name, self.name)
+            namespace = self.shared.settings.release_namespace_for(view.key.name)
             good = view.applied_revision  # the last revision krypton saw Ready
             old_version = mine.get("chartVersion")
             if good is None or not old_version:
                 continue
             try:
                 async with rt.slots.slot(self.name):
+                    fenced(rt)
                     try:
-                        await rt.helm.rollback(release, view.key.name, good)
+                        await rt.helm.rollback(release, namespace, good)
                     except KryptonError as exc:
                         # A failed upgrade can leave objects helm's rollback trips over;
                         # applying the last good chart again reaches the same state.
                         self.log.warning("helm rollback failed, re-applying the last good "
                                          "chart", release=release, error=str(exc))
                         chart = await self.shared.chart.fetch(old_version)
-                        await rt.helm.install_or_upgrade(release, chart.path, view.key.name,
+                        fenced(rt)
+                        await rt.helm.install_or_upgrade(release, chart.path, namespace,
                                                          self.values, operation="revert")
             except KryptonError as exc:
                 self.log.error("rollout revert failed", tenant=str(view.key), release=release,

@@ -4,14 +4,18 @@ a cache that has not synced; SIGTERM with helm running is bounded and leaves not
 from __future__ import annotations
 
 import base64
+import os
+import signal
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from krypton.testing import ControlPlane
 from krypton.testing.operator import OperatorProcess, wait_for
-from tests.integration.conftest import Fleet, unique
+from tests.integration.conftest import Cluster, Fleet, unique
 
 # Everything the operator needs on a cluster (cluster-wide mode, helm's secret driver) but the
 # Secrets, where Helm keeps its release records.
@@ -119,3 +123,88 @@ def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Flee
     assert all(not _cmdline(p) for p in helm), "helm outlived the operator"
     assert not workdir.exists()
     assert op.log_events("stopped")
+
+
+def test_a_paused_leader_starts_nothing_once_its_lease_is_gone(fleet: Fleet) -> None:
+    """SIGSTOP the leader (a partition, a frozen VM), let the standby take over and install
+    a new Tenant, SIGCONT the old leader: its watches deliver the Tenant it missed, it notices
+    the lost Lease, starts no helm for that Tenant and exits with status 1; the release has
+    the standby's one revision only. (That the reconciler asks the fence before every helm
+    start is shown by tests/unit/test_leader.py; here the race rarely reaches it.)"""
+    fleet.register("remote", fleet.remote)
+    lease = unique("lease")
+    args = ("--leader-elect", "--leader-election-id", lease, "--lease-duration", "6s",
+            "--renew-deadline", "4s", "--retry-period", "1s")
+    old = fleet.start(*args)
+    wait_for(lambda: old.log_events("became leader"), 30, what="a leader")
+    standby = fleet.start(*args)
+    first = fleet.tenant(fleet.remote, unique("before"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: standby.log_events("became leader"), 30, what="the standby leads")
+        missed = fleet.tenant(fleet.remote, unique("missed"))
+        fleet.remote.wait_phase(fleet.tenant_ns, missed, "Ready")
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+    assert old.popen is not None
+    assert old.popen.wait(30) == 1, old.log_tail()
+    assert old.log_events("leadership lost") or old.log_events("shutting down")
+    key = f"{fleet.tenant_ns}/{missed}"
+    started = [e for kind in ("install", "upgrade")
+               for e in old.log_events(f"helm {kind} start", tenant=key)]
+    assert not started, old.log_tail()
+    assert fleet.remote.release_records(missed, f"tenant-{missed}-remote") == [(1, "deployed")]
+
+
+def test_access_lost_after_engagement_is_reported_and_recovered(fleet: Fleet,
+                                                                testbin: Path) -> None:
+    """The operator's rights on an engaged cluster are withdrawn (its RBAC binding deleted)
+    and its connections drop: a Warning Event ClusterAccessDenied on the cluster's Secret,
+    krypton_cluster_healthy 0 and a /readyz line; rights back: ClusterRecovered, healthy 1,
+    and the cluster serves again."""
+    with ControlPlane("revoked", testbin, auth="token").start() as cp:
+        cluster = Cluster("revoked", cp)
+        cluster.ensure_namespace(fleet.tenant_ns)
+
+        def kubectl(*args: str) -> str:
+            return subprocess.run([str(testbin / "kubectl"), "--kubeconfig", str(cp.kubeconfig),
+                                   *args], check=True, capture_output=True, text=True).stdout
+
+        kubectl("create", "serviceaccount", "operator", "-n", "default")
+        grant = ("create", "clusterrolebinding", "operator", "--clusterrole=cluster-admin",
+                 "--serviceaccount=default:operator")
+        kubectl(*grant)
+        token = kubectl("create", "token", "operator", "-n", "default", "--duration=1h").strip()
+        fleet.register("revoked", kubeconfig=yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {
+                "server": cp.server,
+                "certificate-authority-data": base64.b64encode(cp.ca_pem).decode()}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        op = fleet.start()
+        first = fleet.tenant(cluster, unique("first"))
+        cluster.wait_phase(fleet.tenant_ns, first, "Ready")
+
+        def events(reason: str) -> list[Any]:
+            return [e for e in fleet.home.events(fleet.discovery_ns, "revoked")
+                    if e.reason == reason]
+
+        kubectl("delete", "clusterrolebinding", "operator")
+        cp.stop_apiserver()
+        cp.restart_apiserver()  # the open watches drop and must list again
+        denied = wait_for(lambda: events("ClusterAccessDenied"), 60, what="ClusterAccessDenied")
+        assert denied[0].type == "Warning" and "forbidden" in denied[0].message
+        assert "cluster revoked: failing: ClusterAccessDenied" in op.readyz()
+        assert op.metric("krypton_cluster_healthy", cluster="revoked") == 0
+
+        kubectl(*grant)
+        wait_for(lambda: events("ClusterRecovered"), 60, what="ClusterRecovered")
+        assert op.metric("krypton_cluster_healthy", cluster="revoked") == 1
+        assert "cluster revoked" not in op.readyz()
+        second = fleet.tenant(cluster, unique("second"))
+        cluster.wait_phase(fleet.tenant_ns, second, "Ready")
+        # one episode, one report: the Event was not repeated on every failed list
+        assert [e.count for e in events("ClusterAccessDenied")] == [1]

@@ -1,0 +1,112 @@
+"""O4 / issue 11: the leader's fence. Leadership counts only while it was renewed within the
+renew deadline, judged on the local clock without any request, so a process that was paused
+past its Lease starts nothing when it runs again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from krypton import leader
+from krypton.leader import LeaderElector
+
+
+class _Leases:
+    """The elector's port to the API server: one Lease, resourceVersions kept."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+
+    async def get_lease(self, _ns: str, _name: str) -> dict[str, Any] | None:
+        return self.lease
+
+    async def create_lease(self, _ns: str, body: dict[str, Any]) -> None:
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+
+    async def replace_lease(self, _ns: str, _name: str, body: dict[str, Any]) -> None:
+        assert self.lease is not None
+        version = int(self.lease["metadata"]["resourceVersion"]) + 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(version)}}
+
+
+def test_leadership_goes_stale_at_the_renew_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(leader.time, "monotonic", lambda: clock[0])
+    leases = _Leases()
+    elector = LeaderElector(leases, "ns", "lease", lease_duration=15, renew_deadline=10,  # type: ignore[arg-type]
+                            retry_period=2, identity="me")
+    assert not elector.holds()
+    assert asyncio.run(elector.acquire(asyncio.Event()))
+    assert elector.holds()
+    clock[0] += 9.9
+    assert elector.holds()
+    clock[0] += 0.2  # paused past the deadline: stale before any request is made
+    assert not elector.holds()
+    assert asyncio.run(elector._try())  # a renewal restores it
+    assert elector.holds()
+
+
+def test_a_lease_taken_by_another_holder_is_lost_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(leader.time, "monotonic", lambda: clock[0])
+
+    async def no_pause(_stopping: asyncio.Event, _seconds: float) -> bool:
+        return False
+
+    monkeypatch.setattr(leader, "pause", no_pause)
+    leases = _Leases()
+    elector = LeaderElector(leases, "ns", "lease", lease_duration=15, renew_deadline=10,  # type: ignore[arg-type]
+                            retry_period=2, identity="me")
+    assert asyncio.run(elector.acquire(asyncio.Event()))
+    assert leases.lease is not None
+    leases.lease["spec"]["holderIdentity"] = "other"  # taken over while we were away
+    leases.lease["spec"]["renewTime"] = "later"
+    asyncio.run(asyncio.wait_for(elector.hold(asyncio.Event()), 5))
+    assert not elector.holds() and not elector.is_leader
+
+
+@pytest.mark.parametrize("stage", ["start", "slot"])
+def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
+    """The reconciler asks the fence before it announces a helm run and again once it has a
+    helm slot (waiting for one may outlast the Lease): a stale leader starts nothing."""
+    from krypton.errors import NotLeader
+    from krypton.model import FINALIZER, ChartTarget, NamespaceState, Observation
+    from krypton.planner import Action, plan
+    from krypton.reconciler import ClusterRuntime, Reconciler, tenant_view
+    from krypton.releases import ReleaseIndex
+    from krypton.settings import Settings
+    from krypton.slots import FairSlots
+
+    helm_calls: list[str] = []
+    answers = iter([True] if stage == "slot" else [])  # fresh at the start, stale at the slot
+
+    class Helm:
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            helm_calls.append("install")
+            return {"version": 1, "info": {"status": "deployed"}}
+
+    class Quiet:  # the status write and its Event (reached only in the "slot" case)
+        async def emit(self, *_a: object) -> None:
+            pass
+
+        async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
+            return {**obj, "status": patch.get("status") or {}}
+
+    rt = ClusterRuntime(name="c1", kube=Quiet(), helm=Helm(), recorder=Quiet(),  # type: ignore[arg-type]
+                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
+                        releases=ReleaseIndex(), tenants={},
+                        fence=lambda: next(answers, False))
+    obj: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u",
+                                        "resourceVersion": "1", "generation": 1,
+                                        "finalizers": [FINALIZER]}, "spec": {}}
+    obs = Observation("c1", tenant_view(obj, "c1"),
+                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
+                      namespace=NamespaceState.OWNED)
+    decided = plan(obs)
+    assert decided.action is Action.INSTALL
+    reconciler = Reconciler(rt)
+    with pytest.raises(NotLeader):
+        asyncio.run(reconciler._act(obj, obs, decided, "tenant-t-c1", reconciler.log))
+    assert helm_calls == []
