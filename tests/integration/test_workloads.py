@@ -91,3 +91,21 @@ def test_pods_that_never_become_ready_fail_the_install(fleet: Fleet, simulated: 
     assert sim.phase(fleet.tenant_ns, name) == "Error"
     deployment = client.AppsV1Api(sim.api).read_namespaced_deployment(f"tenant-{name}-sim", name)
     assert not deployment.status.ready_replicas
+
+
+def test_workload_chart_shared_objects_do_not_depend_on_the_release(helm_bin: str) -> None:
+    """The chart's sharedObjects value adds a CRD and an IngressClass whose names are the same
+    for every release (the shape of cert-manager's CRDs or ingress-nginx's IngressClass);
+    everything else is named after the release."""
+    from krypton.testing.pod import render_chart
+    from tests.conftest import CHARTS
+
+    def identities(release: str, shared: bool) -> set[tuple[str, str]]:
+        docs = render_chart(helm_bin, CHARTS / "workload", release=release, namespace=release,
+                            values={"sharedObjects": shared}, include_crds=False)
+        return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+    a, b = identities("tenant-a", True), identities("tenant-b", True)
+    assert a & b == {("CustomResourceDefinition", "gadgets.workload.krypton.test"),
+                     ("IngressClass", "krypton-test-workload")}
+    assert identities("tenant-a", False) & identities("tenant-b", False) == set()
