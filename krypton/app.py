@@ -206,6 +206,7 @@ class Operator:
             self._rollout_task = asyncio.create_task(controller.run(self.stopping))
         loop = asyncio.get_running_loop()
         dirty = asyncio.Event()
+        fleet.resync = dirty.set
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", self.home.secret_lister(s.namespace),
             lambda _t, _o: _notify(loop, dirty),

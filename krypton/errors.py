@@ -8,7 +8,7 @@
     │   │   ├── ReleaseLocked     another helm operation holds the release
     │   │   └── OwnershipConflict an object of the release belongs to another release (R17)
     │   ├── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
-    │   └── NotLeader             leadership is not held (fresh) any more: nothing may start
+    │   └── Fenced                nothing may start: leadership not held (fresh), or draining
     └── PermanentError            reported as a condition; not retried until the input changes
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
         ├── VersionInvalid        chart version is not a semver or a valid range
@@ -67,8 +67,8 @@ class CRDEnsureFailed(TemporaryError):
     reason = "CRDEnsureFailed"
 
 
-class NotLeader(TemporaryError):
-    reason = "NotLeader"
+class Fenced(TemporaryError):
+    reason = "Fenced"
 
 
 class KubeconfigRejected(PermanentError):

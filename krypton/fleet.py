@@ -47,7 +47,10 @@ class Fleet:
         self.shared = shared
         self.home_events = home_events
         self.clusters: dict[str, Engaged] = {}
-        self.on_change: Callable[[], None] | None = None
+        # clusters being disengaged (removed, or drained before re-engaging with new
+        # credentials): each in a task of its own, so that none waits for another
+        self._leaving: dict[str, asyncio.Task[None]] = {}
+        self.resync: Callable[[], None] = lambda: None  # ask for another sync
 
     @property
     def workers(self) -> dict[str, Worker]:
@@ -78,15 +81,34 @@ class Fleet:
                                     reason, message)
 
     async def sync(self, secrets: list[dict[str, Any]]) -> None:
+        """Match the engaged clusters to the discovered Secrets, stopping first.
+
+        A cluster whose Secret is gone, or whose kubeconfig changed, leaves in a task of its
+        own: a changed one is drained (no new work; running helm gets --shutdown-timeout to
+        finish, as on shutdown) and engages again with the new credentials when that task
+        ends. No engagement or disengagement waits for another cluster's.
+        """
         desired = desired_clusters(secrets, self.settings.kubeconfig_key)
         for name in list(self.clusters):
             if name not in desired:
-                await self._disengage(name, removed=True)
+                self._leave(name, removed=True)
             elif desired[name].digest != self.clusters[name].spec.digest:
-                await self._disengage(name)
+                self._leave(name, removed=False)
         for name, spec in desired.items():
-            if name not in self.clusters:
+            if name not in self.clusters and name not in self._leaving:
                 await self._engage(spec)
+
+    def _leave(self, name: str, *, removed: bool) -> None:
+        grace = 0.0 if removed else self.settings.shutdown_timeout
+
+        async def leave() -> None:
+            try:
+                await self._disengage(name, grace, removed=removed)
+            finally:
+                del self._leaving[name]
+                self.resync()  # engage the new credentials (or whatever is wanted now)
+
+        self._leaving[name] = asyncio.create_task(leave(), name=f"leave-{name}")
 
     async def _engage(self, spec: ClusterSpec) -> None:
         self.clusters[spec.name] = Engaged(spec, None, None)
@@ -151,6 +173,8 @@ class Fleet:
 
     async def _disengage(self, name: str, grace: float = 0.0, *, removed: bool = False) -> None:
         engaged = self.clusters.pop(name)
+        if grace > 0:
+            log.info("cluster draining", cluster=name, grace=grace)
         if engaged.worker is not None and removed:
             await engaged.worker.forget_cluster()
         if engaged.worker is not None:
@@ -165,7 +189,8 @@ class Fleet:
     async def shutdown(self, grace: float) -> None:
         """Stop every worker; running reconciles get up to `grace` seconds to finish."""
         await asyncio.gather(*(e.worker.stop(grace) for e in self.clusters.values()
-                               if e.worker is not None))
+                               if e.worker is not None),
+                             *list(self._leaving.values()), return_exceptions=True)
         # then cancel what is still running, every cluster at once: each cancelled helm gets
         # a bounded grace of its own (helm.STOP_GRACE), so the whole stop stays bounded
         await asyncio.gather(*(self._disengage(name) for name in list(self.clusters)))

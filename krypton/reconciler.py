@@ -23,9 +23,9 @@ from .charts import ChartSource
 from .conditions import Change
 from .errors import (
     ChartNotLoaded,
+    Fenced,
     HelmFailed,
     KryptonError,
-    NotLeader,
     OwnershipConflict,
     PermanentError,
     TemporaryError,
@@ -83,15 +83,16 @@ class ClusterRuntime:
     values: dict[str, Any] = field(default_factory=dict)
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
     gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")
-    fence: Callable[[], bool] = lambda: True  # leadership held and renewed recently
+    fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
 
 
 def fenced(rt: ClusterRuntime) -> None:
-    """Raise NotLeader unless this process may still act: checked right before every helm
+    """Raise Fenced unless this worker may still act: checked right before every helm
     start (and before the status that announces one), so that a leader that lost its Lease,
-    or was paused past it, starts nothing (issue 11, item 4)."""
+    or was paused past it, and a worker being drained start nothing (issue 11, items 2, 4)."""
     if not rt.fence():
-        raise NotLeader("leadership not held: no helm operation may start")
+        raise Fenced("no helm operation may start: the cluster's worker is draining or this "
+                     "replica is not the leader")
 
 
 @dataclass(frozen=True)
@@ -409,7 +410,7 @@ class Reconciler:
                 if created_by_krypton(ns, key) and \
                         key.name not in self.rt.settings.reserved_namespaces | SYSTEM_NAMESPACES:
                     await self.rt.kube.delete_namespace(key.name)
-        except NotLeader:
+        except Fenced:
             raise
         except (HelmFailed, TemporaryError) as exc:
             log.error("helm uninstall failed", error=str(exc))

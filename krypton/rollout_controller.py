@@ -15,7 +15,7 @@ import structlog
 
 from . import metrics
 from .charts import ChartSource
-from .errors import KryptonError, NotLeader, TemporaryError
+from .errors import Fenced, KryptonError, TemporaryError
 from .events import EventRecorder
 from .fingerprint import fingerprint
 from .kube import AlreadyExists, Conflict, Kube, NotFound
@@ -141,7 +141,8 @@ class RolloutController:
             "data": {"state.json": state.to_json(), "phase": state.phase,
                      "version": state.version, "message": state.message}}
         if not self.fence():
-            raise NotLeader("leadership not held: the rollout state is not written")
+            raise Fenced("leadership not held: the rollout state is not written",
+                         reason="NotLeader")
         try:
             if self._version is None:
                 cm = await self.home.call("create configmap",

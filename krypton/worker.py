@@ -78,6 +78,7 @@ class Worker:
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self.draining = False  # set by stop(): no key handed out, no helm started
         self._reports: set[asyncio.Task[None]] = set()
         self._identity: str | None = None
 
@@ -91,7 +92,9 @@ class Worker:
             await self._teardown()
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop taking work; give running reconciles up to `grace` seconds to finish."""
+        """Drain: stop taking work and starting helm (a reconcile still waiting for a helm
+        slot gives up); give running reconciles up to `grace` seconds to finish."""
+        self.draining = True
         await self.queue.close()
         if grace > 0 and self._busy:
             deadline = time.monotonic() + grace
@@ -143,7 +146,8 @@ class Worker:
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
-            gate=lambda cluster: self.shared.gate(cluster), fence=lambda: self.shared.fence())
+            gate=lambda cluster: self.shared.gate(cluster),
+            fence=lambda: not self.draining and self.shared.fence())
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 

@@ -40,11 +40,14 @@ from typing import Any
 
 import yaml
 
+import krypton
+
 from ..fingerprint import deep_merge
 from .controlplane import ControlPlane
 from .operator import OperatorProcess
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+KEEP = "/run/krypton-pod-keep"  # where program paths a volume would hide are parked
 CHART = Path(__file__).resolve().parents[2] / "chart"
 IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -217,12 +220,29 @@ class PodOperator(OperatorProcess):
             if user is not None:
                 os.chown(source, *user)
             source.chmod(0o755)
+        # The program itself (Python, the virtualenv, krypton's source, helm) lives where
+        # the image has it; here it may sit below a volume's mount path (a checkout in /tmp).
+        # Such paths are parked in a private spot first and put back on top of the volume.
+        kept = self._covered_program_paths([target for _s, target, _r in mounts])
+        for i, path in enumerate(kept):
+            lines += self._make_mountpoint(f"{KEEP}/{i}", overlays)
+            lines.append(f"mount --bind {q(path)} {q(f'{KEEP}/{i}')}")
         for source, target, read_only in mounts:
             lines.append(f"mount --bind {q(source)} {q(target)}")
             if read_only:
                 lines.append(f"mount -o remount,bind,ro {q(target)}")
+        for i, path in enumerate(kept):
+            lines += [f"mkdir -p {q(path)}", f"mount --bind {q(f'{KEEP}/{i}')} {q(path)}",
+                      f"umount {q(f'{KEEP}/{i}')}"]
         lines.append("exec " + " ".join(q(a) for a in argv))
         return "\n".join(lines)
+
+    def _covered_program_paths(self, targets: list[str]) -> list[Path]:
+        """The directories the operator runs from that a volume would hide (outermost only)."""
+        program = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+                   Path(krypton.__file__).resolve().parents[1], self.bin_dir.resolve()}
+        covered = sorted(p for p in program if any(p.is_relative_to(t) for t in targets))
+        return [p for p in covered if not any(p != o and p.is_relative_to(o) for o in covered)]
 
     def _make_mountpoint(self, target: str, overlays: set[str]) -> list[str]:
         """Commands that make `target` exist in the private view: an overlay over its

@@ -208,3 +208,47 @@ def test_access_lost_after_engagement_is_reported_and_recovered(fleet: Fleet,
         cluster.wait_phase(fleet.tenant_ns, second, "Ready")
         # one episode, one report: the Event was not repeated on every failed list
         assert [e.count for e in events("ClusterAccessDenied")] == [1]
+
+
+def test_new_credentials_drain_running_helm_and_block_no_other_cluster(fleet: Fleet,
+                                                                        testbin: Path) -> None:
+    """A cluster's kubeconfig Secret changes while helm waits for pods that take 8 s to become
+    Ready: the old worker is drained (helm finishes, one revision, no failure) and the cluster
+    engages again; a cluster registered meanwhile engages without waiting for the drain."""
+    with ControlPlane("rotating", testbin, auth="token", nodes=1,
+                      pod_ready_delay=8.0).start() as cp:
+        cluster = Cluster("rotating", cp)
+        cluster.ensure_namespace(fleet.tenant_ns)
+        fleet.register("rotating", cluster)
+        args = fleet.args()
+        args[args.index("--chart-name") + 1] = "workload"
+        args[args.index("--chart-version") + 1] = "1.0.0"
+        op = OperatorProcess(args, helm_dir=fleet.testbin)
+        fleet.operators.append(op)
+        op.start()
+        op.wait_ready()
+        name = fleet.tenant(cluster, unique("busy"))
+        key = f"{fleet.tenant_ns}/{name}"
+        wait_for(lambda: op.log_events("helm install start", tenant=key), 60,
+                 what="helm install running")
+
+        rotated = yaml.safe_load(cp.kubeconfig.read_text())
+        rotated["contexts"][0]["name"] = rotated["current-context"] = "rotated"
+        secret = fleet.home.core.read_namespaced_secret("rotating", fleet.discovery_ns)
+        secret.data["kubeconfig"] = base64.b64encode(yaml.safe_dump(rotated).encode()).decode()
+        fleet.home.core.replace_namespaced_secret("rotating", fleet.discovery_ns, secret)
+        fleet.register("remote", fleet.remote)
+        wait_for(lambda: op.log_events("cluster engaged", cluster="remote"), 30,
+                 what="another cluster engaged during the drain")
+        assert not op.log_events("helm install success", tenant=key), \
+            "the drain had ended: this run shows nothing about waiting"
+
+        cluster.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
+        # the one helm run finished: nothing was stopped, recovered or installed again
+        assert len(op.log_events("helm install start", tenant=key)) == 1
+        assert len(op.log_events("helm install success", tenant=key)) == 1
+        assert not op.log_events("helm install failed", tenant=key)
+        assert cluster.release_records(name, f"tenant-{name}-rotating") == [(1, "deployed")]
+        wait_for(lambda: len(op.log_events("cluster engaged", cluster="rotating")) == 2, 60,
+                 what="engaged again with the new kubeconfig")
+        assert op.log_events("cluster draining", cluster="rotating")

@@ -71,7 +71,7 @@ def test_a_lease_taken_by_another_holder_is_lost_at_once(monkeypatch: pytest.Mon
 def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     """The reconciler asks the fence before it announces a helm run and again once it has a
     helm slot (waiting for one may outlast the Lease): a stale leader starts nothing."""
-    from krypton.errors import NotLeader
+    from krypton.errors import Fenced
     from krypton.model import FINALIZER, ChartTarget, NamespaceState, Observation
     from krypton.planner import Action, plan
     from krypton.reconciler import ClusterRuntime, Reconciler, tenant_view
@@ -107,6 +107,6 @@ def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     decided = plan(obs)
     assert decided.action is Action.INSTALL
     reconciler = Reconciler(rt)
-    with pytest.raises(NotLeader):
+    with pytest.raises(Fenced):
         asyncio.run(reconciler._act(obj, obs, decided, "tenant-t-c1", reconciler.log))
     assert helm_calls == []
