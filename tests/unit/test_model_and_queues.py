@@ -107,6 +107,53 @@ def test_a_closed_queue_hands_out_no_key() -> None:
     assert asyncio.run(scenario())
 
 
+def test_a_freed_slot_goes_to_the_starving_cluster() -> None:
+    """Two slots, both held by a hanging cluster that has three more runs queued; a second
+    cluster arrives and waits. When one slot frees, it must go to the second cluster: a plain
+    semaphore would hand it to the hanging cluster's next queued run (first come, first
+    served), and the second cluster would wait for every hung run in turn (R3)."""
+    async def scenario() -> tuple[int, bool]:
+        slots = FairSlots(2)
+        hanging = {"held": 0}
+        gates = [asyncio.Event() for _ in range(5)]
+
+        async def slow(i: int) -> None:
+            async with slots.slot("slow"):
+                hanging["held"] += 1
+                await gates[i].wait()
+                hanging["held"] -= 1
+
+        slow_tasks = []
+        for i in range(5):  # queued in this order, before the other cluster asks
+            slow_tasks.append(asyncio.create_task(slow(i)))
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        assert hanging["held"] == 2
+        got = asyncio.Event()
+
+        async def fast() -> None:
+            async with slots.slot("fast"):
+                got.set()
+                await asyncio.sleep(3600)
+
+        fast_task = asyncio.create_task(fast())
+        await asyncio.sleep(0.01)
+        gates[0].set()  # one hung run ends
+        try:
+            await asyncio.wait_for(got.wait(), 1)
+            fair = True
+        except TimeoutError:
+            fair = False
+        held = hanging["held"]
+        fast_task.cancel()
+        for gate in gates:
+            gate.set()
+        await asyncio.gather(*slow_tasks, fast_task, return_exceptions=True)
+        return held, fair
+
+    assert asyncio.run(scenario()) == (1, True)
+
+
 def test_fair_slots_cap_a_cluster_at_its_share() -> None:
     async def scenario() -> tuple[int, int]:
         slots = FairSlots(4)
