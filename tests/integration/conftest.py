@@ -138,13 +138,13 @@ class Fleet:
     def unregister(self, name: str) -> None:
         self.home.core.delete_namespaced_secret(name, self.discovery_ns)
 
-    def args(self, *extra: str, version: str = "0.2.0") -> list[str]:
+    def args(self, *extra: str, version: str = "0.2.0", chart: str = "sample") -> list[str]:
         return [
             "--watch-kubeconfig", str(self.home.cp.kubeconfig),
             "--namespace", self.discovery_ns,
             "--watch-namespace", self.tenant_ns,
             "--chart-repo", self.chart_repo.url,
-            "--chart-name", "sample",
+            "--chart-name", chart,
             "--chart-version", version,
             "--no-self-cluster",
             "--helm-timeout", "60s",
@@ -152,10 +152,10 @@ class Fleet:
             *extra,
         ]
 
-    def start(self, *extra: str, version: str = "0.2.0", env: dict[str, str] | None = None,
-              wait: bool = True) -> OperatorProcess:
-        op = OperatorProcess(self.args(*extra, version=version), helm_dir=self.testbin,
-                             env=env)
+    def start(self, *extra: str, version: str = "0.2.0", chart: str = "sample",
+              env: dict[str, str] | None = None, wait: bool = True) -> OperatorProcess:
+        op = OperatorProcess(self.args(*extra, version=version, chart=chart),
+                             helm_dir=self.testbin, env=env)
         self.operators.append(op)
         op.start()
         if wait:

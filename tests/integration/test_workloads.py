@@ -48,21 +48,9 @@ def _register_simulated(fleet: Fleet, simulated: Any, values: str | None = None)
     return sim
 
 
-def _workload_args(fleet: Fleet, *extra: str) -> list[str]:
-    args = fleet.args(*extra)
-    args[args.index("--chart-name") + 1] = "workload"
-    args[args.index("--chart-version") + 1] = "1.0.0"
-    return args
-
-
 def test_tenant_is_ready_when_its_pods_are(fleet: Fleet, simulated: Any) -> None:
-    from krypton.testing.operator import OperatorProcess
-
     sim = _register_simulated(fleet, simulated)
-    op = OperatorProcess(_workload_args(fleet), helm_dir=fleet.testbin)
-    fleet.operators.append(op)
-    op.start()
-    op.wait_ready()
+    fleet.start(chart="workload", version="1.0.0")
     name = fleet.tenant(sim, unique("web"))
     release = f"tenant-{name}-sim"
     sim.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
@@ -77,13 +65,8 @@ def test_tenant_is_ready_when_its_pods_are(fleet: Fleet, simulated: Any) -> None
 
 
 def test_pods_that_never_become_ready_fail_the_install(fleet: Fleet, simulated: Any) -> None:
-    from krypton.testing.operator import OperatorProcess
-
     sim = _register_simulated(fleet, simulated, values="unschedulable: true\n")
-    op = OperatorProcess(_workload_args(fleet, "--helm-timeout", "15s"), helm_dir=fleet.testbin)
-    fleet.operators.append(op)
-    op.start()
-    op.wait_ready()
+    fleet.start("--helm-timeout", "15s", chart="workload", version="1.0.0")
     name = fleet.tenant(sim, unique("stuck"))
     cond = sim.wait_condition(fleet.tenant_ns, name, "ClusterError/sim", "True", "InstallFailed",
                               timeout=120)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from krypton.testing import ControlPlane
-from krypton.testing.operator import OperatorProcess, wait_for
+from krypton.testing.operator import wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
 
 # Everything the operator needs on a cluster (cluster-wide mode, helm's secret driver) but the
@@ -101,13 +101,8 @@ def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Flee
     operator stops taking work, gives helm --shutdown-timeout, then stops it (SIGTERM, at
     most 5 s, SIGKILL) and exits 0, leaving no helm process and no work directory."""
     fleet.register("remote", fleet.remote)
-    args = fleet.args("--shutdown-timeout", "3s", "--helm-timeout", "300s")
-    args[args.index("--chart-name") + 1] = "workload"
-    args[args.index("--chart-version") + 1] = "1.0.0"
-    op = OperatorProcess(args, helm_dir=fleet.testbin)
-    fleet.operators.append(op)
-    op.start()
-    op.wait_ready()
+    op = fleet.start("--shutdown-timeout", "3s", "--helm-timeout", "300s", chart="workload",
+                     version="1.0.0")
     name = fleet.tenant(fleet.remote, unique("waiting"))
     helm = wait_for(lambda: [p for p in _descendants(op.pid)
                              if Path(_cmdline(p)[0]).name == "helm" and "upgrade" in _cmdline(p)],
@@ -220,13 +215,7 @@ def test_new_credentials_drain_running_helm_and_block_no_other_cluster(fleet: Fl
         cluster = Cluster("rotating", cp)
         cluster.ensure_namespace(fleet.tenant_ns)
         fleet.register("rotating", cluster)
-        args = fleet.args()
-        args[args.index("--chart-name") + 1] = "workload"
-        args[args.index("--chart-version") + 1] = "1.0.0"
-        op = OperatorProcess(args, helm_dir=fleet.testbin)
-        fleet.operators.append(op)
-        op.start()
-        op.wait_ready()
+        op = fleet.start(chart="workload", version="1.0.0")
         name = fleet.tenant(cluster, unique("busy"))
         key = f"{fleet.tenant_ns}/{name}"
         wait_for(lambda: op.log_events("helm install start", tenant=key), 60,
