@@ -46,3 +46,7 @@ class FairSlots:
     @property
     def in_use(self) -> int:
         return sum(self._held.values())
+
+    def waiting(self, cluster: str) -> int:
+        """Helm runs of `cluster` waiting for a slot."""
+        return self._waiting[cluster]

@@ -101,8 +101,10 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
     for cluster, name in ((home, a), (remote, b)):
         wait_for(lambda c=cluster, n=name: c.create_tenant(tenant_ns, n), 60,
                  what=f"Tenant CRD on {cluster.name}")
-    releases = {a: (home, f"tenant-{a}-self-cluster"), b: (remote, f"tenant-{b}-remote")}
-    for name, (cluster, release) in releases.items():
+    # Tenant -> (where it lives, the name krypton knows that cluster by)
+    placed = {a: (home, "self-cluster"), b: (remote, "remote")}
+    for name, (cluster, known_as) in placed.items():
+        release = f"tenant-{name}-{known_as}"
         cluster.wait_phase(tenant_ns, name, "Ready")
         assert release_records(cluster, release_ns(name), release) == [(1, "deployed")]
 
@@ -123,7 +125,7 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
     home.create_tenant(tenant_ns, c)
     home.wait_phase(tenant_ns, c, "Ready")
     assert used_token(home.cp, op.username, jti(new), "Helm")
-    releases[c] = (home, f"tenant-{c}-self-cluster")
+    placed[c] = (home, "self-cluster")
     op.stop()
 
     bumped = PodOperator(home.cp, bin_dir=testbin, namespace=op.namespace,
@@ -131,25 +133,23 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
     try:
         bumped.start()
         bumped.wait_ready()
-        for name, (cluster, release) in releases.items():
-            cluster.wait_condition(tenant_ns, name, f"ClusterReady/{cluster_of(release, name)}",
-                                   "True", "Upgraded")
+        for name, (cluster, known_as) in placed.items():
+            release = f"tenant-{name}-{known_as}"
+            cluster.wait_condition(tenant_ns, name, f"ClusterReady/{known_as}", "True",
+                                   "Upgraded")
             assert release_records(cluster, release_ns(name), release) == [
                 (1, "superseded"), (2, "deployed")]
-        for name, (cluster, _release) in releases.items():
+        for name, (cluster, _known_as) in placed.items():
             cluster.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1",
                                                            tenant_ns, "tenants", name)
-        for name, (cluster, release) in releases.items():
+        for name, (cluster, known_as) in placed.items():
+            release = f"tenant-{name}-{known_as}"
             wait_for(lambda c=cluster, n=name, r=release: not release_records(c, release_ns(n), r),
                      60, what=f"release {release} uninstalled")
         assert not bumped.log_events("worker failed")
         assert refusals(home.cp, op.username) == []
     finally:
         bumped.stop()
-
-
-def cluster_of(release: str, tenant: str) -> str:
-    return release.removeprefix(f"tenant-{tenant}-")
 
 
 def test_cluster_wide_chart_install(clusters: tuple[Cluster, Cluster], chart_repo: Any,

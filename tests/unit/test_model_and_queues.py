@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -123,11 +124,14 @@ def test_a_freed_slot_goes_to_the_starving_cluster() -> None:
                 await gates[i].wait()
                 hanging["held"] -= 1
 
+        async def until(condition: Callable[[], bool]) -> None:
+            while not condition():
+                await asyncio.sleep(0)  # let the other tasks run up to their next wait
+
         slow_tasks = []
         for i in range(5):  # queued in this order, before the other cluster asks
             slow_tasks.append(asyncio.create_task(slow(i)))
-            await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
+            await until(lambda i=i: slots.in_use + slots.waiting("slow") == i + 1)
         assert hanging["held"] == 2
         got = asyncio.Event()
 
@@ -137,7 +141,7 @@ def test_a_freed_slot_goes_to_the_starving_cluster() -> None:
                 await asyncio.sleep(3600)
 
         fast_task = asyncio.create_task(fast())
-        await asyncio.sleep(0.01)
+        await until(lambda: slots.waiting("fast") == 1)
         gates[0].set()  # one hung run ends
         try:
             await asyncio.wait_for(got.wait(), 1)
