@@ -26,9 +26,11 @@ from .helm import Helm
 from .kube import (
     Informer,
     Kube,
+    bearer_token,
     configuration_for,
     configuration_from_file,
     configuration_in_cluster,
+    core_path,
 )
 from .leader import LeaderElector
 from .pause import pause
@@ -58,7 +60,7 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
     if settings.watch_kubeconfig_secret:
         local_cfg = configuration_in_cluster()
         if local_cfg is None:
-            local_cfg = configuration_from_file(user_kubeconfig_path(),
+            local_cfg = await configuration_from_file(user_kubeconfig_path(),
                                                 what="kubeconfig (to read the watch Secret)")
         local = Kube(local_cfg, name="local", timeout=timeout)
         namespace = settings.watch_kubeconfig_secret_namespace or settings.namespace
@@ -66,7 +68,7 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
         try:
             secret = await local.get_secret(namespace, settings.watch_kubeconfig_secret)
         finally:
-            local.close()
+            await local.close()
         if secret is None:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref} not found")
         from .discovery import decode_data
@@ -75,7 +77,7 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
         raw = decode_data((secret.get("data") or {}).get(key))
         try:
             kc = kubeconfigs.parse(raw, context=settings.watch_context or None, trust=True)
-            cfg = configuration_for(kc, workdir / "watch", trust=True)
+            cfg = await configuration_for(kc, workdir / "watch", trust=True)
         except KubeconfigRejected as exc:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: key {key!r} of Secret "
                                 f"{ref}: {exc}") from exc
@@ -84,8 +86,9 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
                                 f"{redact.describe(exc)}") from exc
         return Kube(cfg, name="home", timeout=timeout)
     if settings.watch_kubeconfig:
-        return Kube(configuration_from_file(settings.watch_kubeconfig, settings.watch_context,
-                                            what="invalid --watch-kubeconfig:"),
+        return Kube(await configuration_from_file(settings.watch_kubeconfig,
+                                                  settings.watch_context,
+                                                  what="invalid --watch-kubeconfig:"),
                     name="home", timeout=timeout)
     in_cluster = configuration_in_cluster()
     if in_cluster is not None:
@@ -94,7 +97,7 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
     if not os.path.isfile(path):
         raise SettingsError(f"no watch cluster: not in a pod and no kubeconfig at {path} "
                             "(set --watch-kubeconfig or $KUBECONFIG)")
-    return Kube(configuration_from_file(path, settings.watch_context), name="home",
+    return Kube(await configuration_from_file(path, settings.watch_context), name="home",
                 timeout=timeout)
 
 
@@ -204,12 +207,11 @@ class Operator:
                                            fence=shared.fence)
             shared.gate = controller.gate
             self._rollout_task = asyncio.create_task(controller.run(self.stopping))
-        loop = asyncio.get_running_loop()
         dirty = asyncio.Event()
         fleet.resync = dirty.set
         self.discovery = Informer(
-            self.home, "kubeconfig-secrets", self.home.secret_lister(s.namespace),
-            lambda _t, _o: _notify(loop, dirty),
+            self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
+            lambda _t, _o: dirty.set(),
             label_selector=f"{s.kubeconfig_label}=true",
             on_error=lambda exc: log.warning("discovery watch failed", error=str(exc)),
         ).start()
@@ -238,7 +240,7 @@ class Operator:
         grace = 0.0 if self.lease_lost else self.settings.shutdown_timeout
         log.info("shutting down", grace=grace, lease_lost=self.lease_lost)
         if self.discovery is not None:
-            self.discovery.stop()
+            await self.discovery.stop()
         if self._rollout_task is not None:
             self._rollout_task.cancel()
         if self.fleet is not None:
@@ -248,7 +250,7 @@ class Operator:
                 self._lease_task.cancel()
             await self.elector.release()
         if self.home is not None:
-            self.home.close()
+            await self.home.close()
         self.health.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("stopped")
@@ -305,12 +307,12 @@ async def _self_kubeconfig(home: Kube) -> str:
     try:
         reduced = kubeconfigs.parse(inlined, trust=True)
         with tempfile.TemporaryDirectory(prefix="krypton-probe-") as scratch:
-            probe = Kube(configuration_for(reduced, Path(scratch), trust=True),
+            probe = Kube(await configuration_for(reduced, Path(scratch), trust=True),
                          name="self-probe", timeout=10)
             try:
                 await probe.server_version()
             finally:
-                probe.close()
+                await probe.close()
         return reduced.to_yaml()
     except KryptonError as exc:
         log.warning("reduced self kubeconfig failed validation; using the full file",
@@ -330,9 +332,9 @@ def synthesize_kubeconfig(home: Kube) -> str:
         cluster["certificate-authority-data"] = base64.b64encode(
             Path(cfg.ssl_ca_cert).read_bytes()).decode()
     user: dict[str, Any] = {}
-    token = (cfg.api_key or {}).get("authorization", "")
-    if token.startswith("Bearer "):
-        user["token"] = token.removeprefix("Bearer ")
+    token = bearer_token(cfg)
+    if token:
+        user["token"] = token
     if cfg.cert_file and cfg.key_file:
         user["client-certificate-data"] = base64.b64encode(Path(cfg.cert_file).read_bytes()).decode()
         user["client-key-data"] = base64.b64encode(Path(cfg.key_file).read_bytes()).decode()
@@ -345,7 +347,3 @@ def synthesize_kubeconfig(home: Kube) -> str:
         "current-context": SELF_CLUSTER,
     }, sort_keys=False))
 
-
-def _notify(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
-    """Set `event` from a watch thread."""
-    loop.call_soon_threadsafe(event.set)

@@ -1,11 +1,15 @@
 """The only module that imports `kubernetes`: per-cluster API clients, list+watch, patches.
 
-Every cluster gets its own ``ApiClient`` built from a validated kubeconfig, never the
-library's process-wide default configuration (it silently leaks between clusters).
-Certificate material is written to a per-cluster directory (mode 0700/0600) that the owner
-removes on disengage. The synchronous client runs in threads: request/response calls via
-``asyncio.to_thread``, watches in one daemon thread per :class:`Informer`. API failures are
-translated into krypton's error types here, so callers never see ``ApiException``.
+Every cluster gets its own ``ApiClient`` of ``kubernetes.aio`` (one aiohttp session), built
+from a validated kubeconfig, never the library's process-wide default configuration (it
+silently leaks between clusters). Certificate material is written to a per-cluster directory
+(mode 0700/0600) that the owner removes on disengage.
+
+All I/O runs on the event loop: no thread per watch, no executor for requests, so a cluster
+that never answers holds nothing but its own coroutine for at most ``timeout`` seconds.
+Requests go through :meth:`Kube.request`, which reads the body as JSON into plain dicts and
+translates every failure into krypton's error types, so callers never see the client's
+exceptions.
 """
 
 from __future__ import annotations
@@ -15,19 +19,17 @@ import datetime as dt
 import hashlib
 import json
 import os
-import socket
-import threading
-import time
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import urllib3
+import aiohttp
 import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
+from kubernetes.aio import client as k8s
+from kubernetes.aio import config as k8s_config
+from kubernetes.aio.config.kube_config import KubeConfigLoader
 
 from . import metrics
 from .errors import ClusterUnreachable, CRDEnsureFailed, SettingsError, TemporaryError
@@ -36,8 +38,11 @@ from .model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
 Obj = dict[str, Any]
 EventHandler = Callable[[str, Obj], None]
+Query = dict[str, str | int | None]
 
 HELM_RELEASE_SELECTOR = "owner=helm"
+PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class NotFound(TemporaryError):
@@ -56,39 +61,45 @@ class AlreadyExists(TemporaryError):
     reason = "AlreadyExists"
 
 
-def _translate(exc: BaseException, what: str) -> Exception:
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        detail = _api_message(exc)
-        if status == 404:
-            return NotFound(f"{what}: not found")
-        if status == 409:
-            kind = AlreadyExists if "already exists" in detail else Conflict
-            return kind(f"{what}: {detail}")
-        if status in (401, 403):
-            return Forbidden(f"{what}: {'unauthorized' if status == 401 else 'forbidden'}: "
-                             f"{detail}")
-        if status == 0:
-            return ClusterUnreachable(f"{what}: {exc.reason}")
-        return TemporaryError(f"{what}: HTTP {status}: {detail}", reason="APIError")
-    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
-        return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(exc)}")
-    if isinstance(exc, ValueError):  # e.g. a body that is not JSON: not an API server's answer
-        return TemporaryError(f"{what}: the server's answer is not a Kubernetes API response "
-                              f"({type(exc).__name__})", reason="BadResponse")
-    return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+class Gone(TemporaryError):
+    """410: a watch's or a list page's resourceVersion is too old; list again."""
+
+    reason = "Gone"
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc)
+def _status_error(status: int, body: bytes, what: str) -> TemporaryError:
+    detail = _api_message(body) or f"HTTP {status}"
+    if status == 404:
+        return NotFound(f"{what}: not found")
+    if status == 409:
+        kind = AlreadyExists if "already exists" in detail else Conflict
+        return kind(f"{what}: {detail}")
+    if status in (401, 403):
+        return Forbidden(f"{what}: {'unauthorized' if status == 401 else 'forbidden'}: {detail}")
+    if status == 410:
+        return Gone(f"{what}: {detail}")
+    return TemporaryError(f"{what}: HTTP {status}: {detail}", reason="APIError")
+
+
+def _api_message(body: bytes) -> str:
+    try:
+        message = json.loads(body or b"{}").get("message")
+    except (ValueError, AttributeError):
+        return ""
+    return _short(str(message)) if message else ""
+
+
+def _short(text: str) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-def _api_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except (ValueError, AttributeError):
-        return str(exc.reason)
+def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
+    if isinstance(exc, TimeoutError):
+        return ClusterUnreachable(f"{what}: no answer in time")
+    return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(str(exc))}")
+
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
 
 def _private_dir(path: Path) -> Path:
@@ -104,17 +115,17 @@ def _write_private(path: Path, data: bytes) -> str:
     return str(path)
 
 
-def configuration_for(kc: Kubeconfig, workdir: Path, *, trust: bool = False) -> k8s.Configuration:
+async def configuration_for(kc: Kubeconfig, workdir: Path, *,
+                            trust: bool = False) -> k8s.Configuration:
     """A client Configuration for a validated kubeconfig; cert files go into `workdir`."""
     _private_dir(workdir)
     if kc.uses_plugins_or_files:
         if not trust:
             raise ValueError("kubeconfig with plugins or files needs trust")
         cfg = k8s.Configuration()
-        loader = k8s_config.kube_config.KubeConfigLoader(config_dict=kc.config,
-                                                         active_context=kc.context,
-                                                         temp_file_path=str(workdir))
-        loader.load_and_set(cfg)
+        loader = KubeConfigLoader(config_dict=kc.config, active_context=kc.context,
+                                  temp_file_path=str(workdir))
+        await loader.load_and_set(cfg)
         return cfg
     cfg = k8s.Configuration(host=kc.server)
     cfg.verify_ssl = not kc.insecure
@@ -133,8 +144,8 @@ def configuration_for(kc: Kubeconfig, workdir: Path, *, trust: bool = False) -> 
     return cfg
 
 
-def configuration_from_file(path: str, context: str | None = None, *,
-                            what: str = "kubeconfig") -> k8s.Configuration:
+async def configuration_from_file(path: str, context: str | None = None, *,
+                                  what: str = "kubeconfig") -> k8s.Configuration:
     """Configuration from a kubeconfig file trusted by the operator's owner (watch cluster).
 
     Raises SettingsError with one line when the file is missing, unreadable or unusable.
@@ -143,8 +154,8 @@ def configuration_from_file(path: str, context: str | None = None, *,
         raise SettingsError(f"{what} {path} does not exist")
     cfg = k8s.Configuration()
     try:
-        k8s_config.load_kube_config(config_file=path, context=context or None,
-                                    client_configuration=cfg, persist_config=False)
+        await k8s_config.load_kube_config(config_file=path, context=context or None,
+                                          client_configuration=cfg, persist_config=False)
     except (k8s_config.ConfigException, OSError, ValueError, TypeError, AttributeError,
             yaml.YAMLError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -162,49 +173,155 @@ def configuration_in_cluster() -> k8s.Configuration | None:
         return None
 
 
+def bearer_token(cfg: k8s.Configuration) -> str:
+    """The bearer token a configuration sends, "" when it sends none."""
+    for key in ("authorization", "BearerToken"):
+        value = str((cfg.api_key or {}).get(key) or "")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() == "bearer" and token:
+            return token
+    return ""
+
+
+def _path(*parts: str) -> str:
+    return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def tenants_path(namespace: str | None = None) -> str:
+    if namespace:
+        return _path("apis", GROUP, VERSION, "namespaces", namespace, PLURAL)
+    return _path("apis", GROUP, VERSION, PLURAL)
+
+
+def core_path(plural: str, namespace: str | None = None) -> str:
+    """Path of a core (v1) collection, across namespaces when `namespace` is None."""
+    if namespace:
+        return _path("api", "v1", "namespaces", namespace, plural)
+    return _path("api", "v1", plural)
+
+
+def release_records_path(driver: str, namespace: str | None = None) -> str:
+    """Helm release records (Secrets or ConfigMaps, as helm stores them)."""
+    return core_path("configmaps" if driver == "configmap" else "secrets", namespace)
+
+
 class Kube:
     """Async façade over one cluster's API, with krypton's error types."""
 
     def __init__(self, cfg: k8s.Configuration, *, name: str, timeout: float = 30.0) -> None:
-        cfg.connection_pool_maxsize = 32
-        cfg.retries = False
+        cfg.connection_pool_maxsize = 16
+        cfg.retries = None  # retries are krypton's decision (work queue backoff), not the client's
         self.name = name
         self.timeout = timeout
         self.config = cfg
         self.api = k8s.ApiClient(cfg)
-        self.core = k8s.CoreV1Api(self.api)
-        self.custom = k8s.CustomObjectsApi(self.api)
-        self.ext = k8s.ApiextensionsV1Api(self.api)
-        self.coordination = k8s.CoordinationV1Api(self.api)
-        self.version_api = k8s.VersionApi(self.api)
-        self._dynamic: Any = None  # kubernetes.dynamic.DynamicClient, built on first use
 
-    def close(self) -> None:
+    async def close(self) -> None:
         try:
-            self.api.close()
+            await self.api.close()
         except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
             pass
 
-    async def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_request_timeout", self.timeout)
+    async def _send(self, method: str, path: str, *, query: Query | None = None,
+                    body: Any = None, content_type: str | None = None,
+                    accept: str = "application/json",
+                    timeout: float | None = None) -> aiohttp.ClientResponse:
+        headers = {"Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        verb, url, headers, body, _ = await self.api.param_serialize(
+            method=method, resource_path=path, query_params=params, header_params=headers,
+            body=body, auth_settings=["BearerToken"])
+        rest = await self.api.call_api(verb, url, header_params=headers, body=body,
+                                       _request_timeout=timeout or self.timeout)
+        return rest.response  # type: ignore[no-any-return]
+
+    async def request(self, what: str, method: str, path: str, *, query: Query | None = None,
+                      body: Any = None, content_type: str | None = None,
+                      accept: str = "application/json") -> Obj:
+        """One API request, its JSON answer as plain dicts; failures as krypton errors.
+        The whole exchange, connecting included, is bounded by the client timeout."""
         metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
-
-        def run() -> Any:
+        try:
+            resp = await self._send(method, path, query=query, body=body,
+                                    content_type=content_type, accept=accept)
             try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - translated into krypton errors
-                raise _translate(exc, what) from exc
+                data = await resp.read()
+            finally:
+                resp.release()
+        except TRANSPORT_ERRORS as exc:
+            raise _transport_error(exc, what) from exc
+        except k8s.ApiException as exc:
+            raise ClusterUnreachable(f"{what}: {_short(str(exc.reason))}") from exc
+        if not 200 <= resp.status < 300:
+            raise _status_error(resp.status, data, what)
+        try:
+            answer = json.loads(data)
+        except ValueError as exc:  # not an API server's answer
+            raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
+                                 "response", reason="BadResponse") from exc
+        if not isinstance(answer, dict):
+            raise TemporaryError(f"{what}: the server's answer is not an object",
+                                 reason="BadResponse")
+        return answer
 
-        return await asyncio.to_thread(run)
+    async def get(self, what: str, path: str) -> Obj | None:
+        try:
+            return await self.request(what, "GET", path)
+        except NotFound:
+            return None
 
-    def plain(self, obj: Any) -> Obj:
-        return self.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+    async def list_all(self, what: str, path: str, *, label_selector: str | None = None,
+                   accept: str = "application/json", page_size: int = PAGE_SIZE) -> Obj:
+        """A whole collection, read in pages; a page token that expired (410) restarts the
+        list, so the answer is always one consistent snapshot."""
+        while True:
+            items: list[Obj] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = await self.request(what, "GET", path, accept=accept, query={
+                        "labelSelector": label_selector, "limit": page_size,
+                        "continue": token})
+                    items += page.get("items") or []
+                    meta = page.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if not token:
+                        return {"metadata": meta, "items": items}
+            except Gone:
+                if token is None:
+                    raise
+                continue
+
+    async def watch(self, what: str, path: str, *, resource_version: str,
+                    label_selector: str | None, accept: str,
+                    server_timeout: int) -> aiohttp.ClientResponse:
+        """Open a watch from `resource_version`; the caller reads its lines and releases it."""
+        metrics.API_REQUESTS.labels(self.name, "watch").inc()
+        try:
+            resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
+                                    query={"watch": "true", "resourceVersion": resource_version,
+                                           "allowWatchBookmarks": "true",
+                                           "labelSelector": label_selector,
+                                           "timeoutSeconds": server_timeout})
+        except TRANSPORT_ERRORS as exc:
+            raise _transport_error(exc, what) from exc
+        if resp.status != 200:
+            try:
+                data = await resp.read()
+            except TRANSPORT_ERRORS:
+                data = b""
+            finally:
+                resp.release()
+            raise _status_error(resp.status, data, what)
+        return resp
 
     # -- cluster ---------------------------------------------------------------------------
 
     async def server_version(self) -> str:
-        info = await self.call("GET /version", self.version_api.get_code)
-        return str(info.git_version)
+        info = await self.request("GET /version", "GET", "/version")
+        return str(info.get("gitVersion"))
 
     async def cluster_identity(self, *, by_uid: bool = True) -> str:
         """What makes this API server the same cluster under another name (SPEC D9): the
@@ -212,10 +329,10 @@ class Kube:
         credentials limited to one namespace are not asked for what they cannot read)."""
         if by_uid:
             try:
-                ns = await self.call("get namespace kube-system", self.core.read_namespace,
-                                     "kube-system")
-                return f"uid:{ns.metadata.uid}"
-            except (NotFound, Forbidden):
+                ns = await self.get_namespace("kube-system")
+                if ns is not None:
+                    return f"uid:{ns['metadata']['uid']}"
+            except Forbidden:
                 pass
         ca = Path(self.config.ssl_ca_cert).read_bytes() if self.config.ssl_ca_cert else b""
         return f"server:{self.config.host}|{hashlib.sha256(ca).hexdigest()}"
@@ -225,77 +342,65 @@ class Kube:
 
         Returns "created", "upgraded" or "present". Raises CRDEnsureFailed.
         """
+        crds = _path("apis", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
         try:
-            current = await self.call(f"get CRD {CRD_NAME}", self.ext.read_custom_resource_definition,
-                                      CRD_NAME)
+            current = await self.request(f"get CRD {CRD_NAME}", "GET", f"{crds}/{CRD_NAME}")
         except NotFound:
             try:
-                await self.call(f"create CRD {CRD_NAME}",
-                                self.ext.create_custom_resource_definition, manifest)
+                await self.request(f"create CRD {CRD_NAME}", "POST", crds, body=manifest)
             except AlreadyExists:
                 return "present"
             except TemporaryError as exc:
                 raise CRDEnsureFailed(str(exc)) from exc
-            await self._wait_established()
+            await self._wait_established(f"{crds}/{CRD_NAME}")
             return "created"
         except TemporaryError as exc:
             raise CRDEnsureFailed(str(exc)) from exc
         key = f"{GROUP}/crd-revision"
-        have = (current.metadata.annotations or {}).get(key)
+        have = (current["metadata"].get("annotations") or {}).get(key)
         want = manifest["metadata"].get("annotations", {}).get(key)
         if not upgrade or have == want:
             return "present"
         body = dict(manifest)
         body["metadata"] = dict(manifest["metadata"],
-                                resourceVersion=current.metadata.resource_version)
+                                resourceVersion=current["metadata"]["resourceVersion"])
         try:
-            await self.call(f"replace CRD {CRD_NAME}",
-                            self.ext.replace_custom_resource_definition, CRD_NAME, body)
+            await self.request(f"replace CRD {CRD_NAME}", "PUT", f"{crds}/{CRD_NAME}", body=body)
         except TemporaryError as exc:
             raise CRDEnsureFailed(str(exc)) from exc
         return "upgraded"
 
-    async def _wait_established(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            crd = await self.call("get CRD", self.ext.read_custom_resource_definition, CRD_NAME)
-            for cond in (crd.status.conditions or []) if crd.status else []:
-                if cond.type == "Established" and cond.status == "True":
-                    return
-            await asyncio.sleep(0.2)
+    async def _wait_established(self, path: str, timeout: float = 30.0) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                crd = await self.request("get CRD", "GET", path)
+                for cond in (crd.get("status") or {}).get("conditions") or []:
+                    if cond.get("type") == "Established" and cond.get("status") == "True":
+                        return
+                await asyncio.sleep(0.2)
 
     # -- tenants ---------------------------------------------------------------------------
 
-    def tenant_lister(self, namespace: str | None) -> Callable[..., Any]:
-        if namespace:
-            return lambda **kw: self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, **kw)
-        return lambda **kw: self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+    async def list_tenants(self, namespace: str | None) -> list[Obj]:
+        return (await self.list_all("list tenants", tenants_path(namespace)))["items"]
 
     async def get_tenant(self, key: TenantKey) -> Obj | None:
-        try:
-            return await self.call(f"get tenant {key}", self.custom.get_namespaced_custom_object,  # type: ignore[no-any-return]
-                                   GROUP, VERSION, key.namespace, PLURAL, key.name)
-        except NotFound:
-            return None
+        return await self.get(f"get tenant {key}", f"{tenants_path(key.namespace)}/"
+                                                   f"{quote(key.name, safe='')}")
 
     async def patch_tenant(self, key: TenantKey, patch: Obj) -> Obj:
         """JSON merge patch of the Tenant's metadata (annotations, finalizers)."""
-        return await self.call(f"patch tenant {key}", self._merge_patch(  # type: ignore[no-any-return]
-            self.custom.patch_namespaced_custom_object), GROUP, VERSION, key.namespace, PLURAL,
-            key.name, patch)
+        return await self.request(f"patch tenant {key}", "PATCH",
+                                  f"{tenants_path(key.namespace)}/{quote(key.name, safe='')}",
+                                  body=patch, content_type=MERGE_PATCH)
 
     async def patch_tenant_status(self, key: TenantKey, patch: Obj) -> Obj:
         """JSON merge patch of the status subresource (include metadata.resourceVersion to
         make it conditional)."""
-        return await self.call(f"patch tenant status {key}", self._merge_patch(  # type: ignore[no-any-return]
-            self.custom.patch_namespaced_custom_object_status), GROUP, VERSION, key.namespace,
-            PLURAL, key.name, patch)
-
-    def _merge_patch(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return fn(*args, _content_type="application/merge-patch+json", **kwargs)
-        return call
+        return await self.request(
+            f"patch tenant status {key}", "PATCH",
+            f"{tenants_path(key.namespace)}/{quote(key.name, safe='')}/status",
+            body=patch, content_type=MERGE_PATCH)
 
     # -- any object ------------------------------------------------------------------------
 
@@ -303,104 +408,111 @@ class Kube:
                                  namespace: str) -> dict[str, str] | None:
         """Annotations of a live object of any kind, or None when it does not exist (or its
         kind is not served). `namespace` is used only for namespaced kinds."""
-        from kubernetes.dynamic import DynamicClient
-        from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
-
-        def get(_request_timeout: float | None = None) -> dict[str, str] | None:
-            if self._dynamic is None:
-                self._dynamic = DynamicClient(self.api)
-            try:
-                resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
-                obj = resource.get(name=name, namespace=namespace if resource.namespaced else None,
-                                   _request_timeout=_request_timeout)
-            except (NotFoundError, ResourceNotFoundError):
-                return None
-            return dict(obj.to_dict().get("metadata", {}).get("annotations") or {})
-
-        return await self.call(f"get {kind} {name}", get)  # type: ignore[no-any-return]
-
-    # -- namespaces, secrets, events -------------------------------------------------------
-
-    async def get_namespace(self, name: str) -> Obj | None:
+        group_version = ("api", api_version) if "/" not in api_version else \
+            ("apis", *api_version.split("/", 1))
         try:
-            return self.plain(await self.call(f"get namespace {name}", self.core.read_namespace,
-                                              name))
+            served = await self.request(f"discover {api_version}", "GET", _path(*group_version))
         except NotFound:
             return None
+        for resource in served.get("resources") or []:
+            if resource.get("kind") == kind and "/" not in str(resource.get("name")):
+                parts = [*group_version]
+                if resource.get("namespaced"):
+                    parts += ["namespaces", namespace]
+                obj = await self.get(f"get {kind} {name}",
+                                     _path(*parts, str(resource["name"]), name))
+                if obj is None:
+                    return None
+                return dict((obj.get("metadata") or {}).get("annotations") or {})
+        return None
+
+    # -- namespaces, secrets, configmaps, events -------------------------------------------
+
+    async def get_namespace(self, name: str) -> Obj | None:
+        return await self.get(f"get namespace {name}", _path("api", "v1", "namespaces", name))
 
     async def create_namespace(self, name: str, labels: dict[str, str],
                                annotations: dict[str, str]) -> None:
         body = {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
-        await self.call(f"create namespace {name}", self.core.create_namespace, body)
+        await self.request(f"create namespace {name}", "POST", core_path("namespaces"),
+                           body=body)
 
     async def patch_namespace(self, name: str, patch: Obj) -> None:
-        await self.call(f"patch namespace {name}", self.core.patch_namespace, name, patch)
+        await self.request(f"patch namespace {name}", "PATCH",
+                           _path("api", "v1", "namespaces", name), body=patch,
+                           content_type=MERGE_PATCH)
 
     async def delete_namespace(self, name: str) -> None:
         try:
-            await self.call(f"delete namespace {name}", self.core.delete_namespace, name)
+            await self.request(f"delete namespace {name}", "DELETE",
+                               _path("api", "v1", "namespaces", name))
         except NotFound:
             pass
 
     async def get_secret(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.plain(await self.call(f"get secret {namespace}/{name}",
-                                              self.core.read_namespaced_secret, name, namespace))
-        except NotFound:
-            return None
+        return await self.get(f"get secret {namespace}/{name}",
+                              f"{core_path('secrets', namespace)}/{quote(name, safe='')}")
+
+    async def list_secrets(self, namespace: str, label_selector: str | None = None) -> list[Obj]:
+        return (await self.list_all(f"list secrets in {namespace}", core_path("secrets", namespace),
+                                label_selector=label_selector))["items"]
 
     async def create_secret(self, namespace: str, body: Obj) -> None:
-        await self.call(f"create secret in {namespace}", self.core.create_namespaced_secret,
-                        namespace, body)
+        await self.request(f"create secret in {namespace}", "POST",
+                           core_path("secrets", namespace), body=body)
 
     async def replace_secret(self, namespace: str, name: str, body: Obj) -> None:
-        await self.call(f"replace secret {namespace}/{name}",
-                        self.core.replace_namespaced_secret, name, namespace, body)
+        await self.request(f"replace secret {namespace}/{name}", "PUT",
+                           f"{core_path('secrets', namespace)}/{quote(name, safe='')}", body=body)
 
-    def secret_lister(self, namespace: str | None) -> Callable[..., Any]:
-        if namespace:
-            return lambda **kw: self.core.list_namespaced_secret(namespace, **kw)
-        return lambda **kw: self.core.list_secret_for_all_namespaces(**kw)
+    async def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        return await self.get(f"get configmap {namespace}/{name}",
+                              f"{core_path('configmaps', namespace)}/{quote(name, safe='')}")
 
-    def configmap_lister(self, namespace: str | None) -> Callable[..., Any]:
-        if namespace:
-            return lambda **kw: self.core.list_namespaced_config_map(namespace, **kw)
-        return lambda **kw: self.core.list_config_map_for_all_namespaces(**kw)
+    async def create_configmap(self, namespace: str, body: Obj) -> Obj:
+        return await self.request(f"create configmap in {namespace}", "POST",
+                                  core_path("configmaps", namespace), body=body)
 
-    def release_lister(self, driver: str, namespace: str | None = None) -> Callable[..., Any]:
-        """Lister of Helm release records (Secrets or ConfigMaps, as helm stores them), in
-        `namespace` or in all namespaces."""
-        if driver == "configmap":
-            return self.configmap_lister(namespace)
-        return self.secret_lister(namespace)
+    async def replace_configmap(self, namespace: str, name: str, body: Obj) -> Obj:
+        """Replace; a body carrying metadata.resourceVersion makes it conditional (409)."""
+        return await self.request(f"replace configmap {namespace}/{name}", "PUT",
+                                  f"{core_path('configmaps', namespace)}/{quote(name, safe='')}",
+                                  body=body)
+
+    async def list_release_records(self, driver: str, namespace: str,
+                                   label_selector: str) -> list[Obj]:
+        return (await self.list_all("list release records", release_records_path(driver, namespace),
+                                label_selector=label_selector))["items"]
+
+    async def list_events(self, namespace: str) -> list[Obj]:
+        return (await self.list_all(f"list events in {namespace}",
+                                core_path("events", namespace)))["items"]
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
-        return self.plain(await self.call(f"create event in {namespace}",
-                                          self.core.create_namespaced_event, namespace, body))
+        return await self.request(f"create event in {namespace}", "POST",
+                                  core_path("events", namespace), body=body)
 
     async def patch_event(self, namespace: str, name: str, patch: Obj) -> None:
-        await self.call(f"patch event {namespace}/{name}", self.core.patch_namespaced_event,
-                        name, namespace, patch)
+        await self.request(f"patch event {namespace}/{name}", "PATCH",
+                           f"{core_path('events', namespace)}/{quote(name, safe='')}",
+                           body=patch, content_type=MERGE_PATCH)
 
     # -- leases ----------------------------------------------------------------------------
 
+    def _lease_path(self, namespace: str, name: str = "") -> str:
+        base = _path("apis", "coordination.k8s.io", "v1", "namespaces", namespace, "leases")
+        return f"{base}/{quote(name, safe='')}" if name else base
+
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.plain(await self.call(f"get lease {namespace}/{name}",
-                                              self.coordination.read_namespaced_lease, name,
-                                              namespace))
-        except NotFound:
-            return None
+        return await self.get(f"get lease {namespace}/{name}", self._lease_path(namespace, name))
 
     async def create_lease(self, namespace: str, body: Obj) -> Obj:
-        return self.plain(await self.call(f"create lease {namespace}",
-                                          self.coordination.create_namespaced_lease, namespace,
-                                          body))
+        return await self.request(f"create lease {namespace}", "POST",
+                                  self._lease_path(namespace), body=body)
 
     async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
-        return self.plain(await self.call(f"replace lease {namespace}/{name}",
-                                          self.coordination.replace_namespaced_lease, name,
-                                          namespace, body))
+        return await self.request(f"replace lease {namespace}/{name}", "PUT",
+                                  self._lease_path(namespace, name), body=body)
 
 
 def now_rfc3339() -> str:
@@ -411,143 +523,144 @@ def now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class Informer:
-    """List, then watch from the returned resourceVersion; relist on 410 Gone or errors.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
-    Runs in a daemon thread and keeps a store of plain dicts keyed by (namespace, name).
-    `handler(type, obj)` is called from that thread for every ADDED/MODIFIED/DELETED
-    (initial list items arrive as ADDED, vanished ones as DELETED after a relist).
+
+class Informer:
+    """A cache of one collection, owned by the event loop (client-go's reflector, small).
+
+    List in pages, then watch from the list's resourceVersion with bookmarks. A watch that
+    ends or fails resumes from the last resourceVersion it saw; only 410 Gone (that version
+    was compacted away) lists again. A watch that delivers nothing, not even a bookmark, for
+    `stall_timeout` seconds is dropped and resumed. The store holds plain dicts keyed by
+    (namespace, name); `handler(type, obj)` is called on the loop for every ADDED/MODIFIED/
+    DELETED (list items arrive as ADDED or MODIFIED, vanished ones as DELETED after a relist).
+
+    `on_error(exc)` hears every failure (krypton errors); `on_healthy()` hears every list
+    that succeeded and the first watch accepted after a failure.
     """
 
-    def __init__(self, kube: Kube, what: str, lister: Callable[..., Any], handler: EventHandler,
-                 *, label_selector: str | None = None, watch_timeout: int = 290,
+    def __init__(self, kube: Kube, what: str, path: str, handler: EventHandler, *,
+                 label_selector: str | None = None, metadata_only: bool = False,
+                 watch_timeout: int = 290, stall_timeout: float = 150.0,
                  on_error: Callable[[Exception], None] | None = None,
-                 on_listed: Callable[[], None] | None = None,
-                 metadata_only: bool = False) -> None:
-        self.kube, self.what, self.lister, self.handler = kube, what, lister, handler
+                 on_healthy: Callable[[], None] | None = None) -> None:
+        self.kube, self.what, self.path, self.handler = kube, what, path, handler
+        self.label_selector = label_selector
         # Ask the API server for PartialObjectMetadata: names, labels, versions, no payload.
         self.metadata_only = metadata_only
-        self.label_selector = label_selector
         self.watch_timeout = watch_timeout
+        self.stall_timeout = stall_timeout
         self.on_error = on_error
-        self.on_listed = on_listed  # after every successful list (recovery from errors)
+        self.on_healthy = on_healthy
         self.store: dict[tuple[str, str], Obj] = {}
-        self.synced = threading.Event()
-        self._stop = threading.Event()
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"informer-{kube.name}-{what}")
+        self.synced = asyncio.Event()
+        self.lists = 0  # successful lists: 1 after the first sync, +1 per relist
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> Informer:
-        self._thread.start()
+        """Run as a task of its own (the caller stops it); see :meth:`run` for task groups."""
+        self._task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"informer-{self.kube.name}-{self.what}")
         return self
 
-    def stop(self) -> None:
-        self._stop.set()
-        resp = self._resp
-        sock = getattr(getattr(resp, "connection", None), "sock", None)
-        if sock is not None:
-            # Closing the response from this thread would block on the TLS object the
-            # watch thread is reading from; shutting the plain socket down wakes it instead.
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def run(self) -> None:
+        backoff, rv, failing = 0.5, "", False
+        while True:
             try:
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def _kwargs(self, *, watch: bool = False) -> dict[str, Any]:
-        kw: dict[str, Any] = {}
-        if self.label_selector:
-            kw["label_selector"] = self.label_selector
-        if self.metadata_only:
-            kind = "PartialObjectMetadata" if watch else "PartialObjectMetadataList"
-            kw["_headers"] = {"Accept": f"application/json;as={kind};g=meta.k8s.io;v=v1"}
-        return kw
-
-    def _run(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                rv = self._list()
-                backoff = 0.5
-                while not self._stop.is_set():
-                    rv = self._watch(rv)
-            except _Gone:
+                if not rv:
+                    rv = await self._list()
+                    failing = False
+                rv = await self._watch(rv, failing)
+                failing, backoff = False, 0.5
                 continue
-            except Exception as exc:  # noqa: BLE001 - a watch must survive any failure
-                if self._stop.is_set():
-                    return
-                if self.on_error:
-                    self.on_error(_translate(exc, f"watch {self.what}"))
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+            except Gone:
+                metrics.WATCH_RELISTS.labels(self.kube.name, self.what).inc()
+                rv = ""
+                continue
+            except TemporaryError as exc:
+                error = exc
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # an answer that is not a Kubernetes collection or watch event
+                error = TemporaryError(f"watch {self.what}: malformed answer "
+                                       f"({type(exc).__name__})", reason="BadResponse")
+                rv = ""
+            failing = True
+            if self.on_error:
+                self.on_error(error)
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, 30.0)
 
-    def _list(self) -> str:
-        metrics.API_REQUESTS.labels(self.kube.name, "list").inc()
-        if self.metadata_only:
-            raw = self.lister(_request_timeout=self.kube.timeout, _preload_content=False,
-                              **self._kwargs())
-            body = json.loads(raw.data)
-        else:
-            resp = self.lister(_request_timeout=self.kube.timeout, **self._kwargs())
-            body = resp if isinstance(resp, dict) else self.kube.plain(resp)
-        items = body.get("items") or []
+    async def _list(self) -> str:
+        body = await self.kube.list_all(
+            f"list {self.what}", self.path, label_selector=self.label_selector,
+            accept=METADATA_ONLY if self.metadata_only else "application/json")
         seen: dict[tuple[str, str], Obj] = {}
-        for item in items:
+        for item in body["items"]:
             meta = item["metadata"]
             seen[(meta.get("namespace", ""), meta["name"])] = item
         for key in list(self.store):
             if key not in seen:
-                gone = self.store.pop(key)
-                self.handler("DELETED", gone)
+                self.handler("DELETED", self.store.pop(key))
         for key, item in seen.items():
             old = self.store.get(key)
             self.store[key] = item
             if old is None or old["metadata"].get("resourceVersion") != \
                     item["metadata"].get("resourceVersion"):
                 self.handler("ADDED" if old is None else "MODIFIED", item)
+        self.lists += 1
         self.synced.set()
-        if self.on_listed:
-            self.on_listed()
+        if self.on_healthy:
+            self.on_healthy()
         return str(body["metadata"]["resourceVersion"])
 
-    def _watch(self, rv: str) -> str:
-        metrics.API_REQUESTS.labels(self.kube.name, "watch").inc()
-        resp = self.lister(watch=True, resource_version=rv, allow_watch_bookmarks=True,
-                           timeout_seconds=self.watch_timeout, _preload_content=False,
-                           _request_timeout=(self.kube.timeout, self.watch_timeout + 30),
-                           **self._kwargs(watch=True))
-        self._resp = resp
+    async def _watch(self, rv: str, after_failure: bool) -> str:
+        """Follow one watch connection; return the last resourceVersion seen."""
+        what = f"watch {self.what}"
+        server_timeout = self.watch_timeout + random.randint(0, self.watch_timeout // 10)
+        resp = await self.kube.watch(
+            what, self.path, resource_version=rv, label_selector=self.label_selector,
+            accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
+            server_timeout=server_timeout)
+        if after_failure and self.on_healthy:
+            self.on_healthy()
         try:
-            for line in iter_resp_lines(resp):
-                if self._stop.is_set():
-                    break
+            while True:
+                try:
+                    async with asyncio.timeout(self.stall_timeout):
+                        line = await resp.content.readline()
+                except TimeoutError:
+                    raise ClusterUnreachable(f"{what}: stalled, nothing received for "
+                                             f"{self.stall_timeout:.0f}s") from None
+                except TRANSPORT_ERRORS as exc:
+                    raise _transport_error(exc, what) from exc
                 if not line:
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Gone()
-                    raise TemporaryError(f"watch {self.what}: {obj.get('message')}")
-                rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                if kind == "BOOKMARK":
-                    continue
-                meta = obj["metadata"]
-                key = (meta.get("namespace", ""), meta["name"])
-                if kind == "DELETED":
-                    self.store.pop(key, None)
-                else:
-                    self.store[key] = obj
-                self.handler(str(kind), obj)
+                    return rv  # the server ended the watch: resume from here
+                rv = self._apply(json.loads(line), rv)
         finally:
-            self._resp = None
-            resp.release_conn()
+            resp.release()
+
+    def _apply(self, event: Obj, rv: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone(f"watch {self.what}: {obj.get('message')}")
+            raise TemporaryError(f"watch {self.what}: {obj.get('message')}", reason="APIError")
+        meta = obj.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or rv)
+        if kind == "BOOKMARK":
+            return rv
+        key = (meta.get("namespace", ""), meta["name"])
+        if kind == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+        self.handler(str(kind), obj)
         return rv
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion is too old: list again."""

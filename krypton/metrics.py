@@ -37,12 +37,15 @@ WORKER_FAILURES = Counter("krypton_worker_failures_total",
 CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
                         "1 while an engaged cluster can be watched; 0 after an access failure "
                         "(401/403, CRD deleted) until a list succeeds again", ["cluster"])
+WATCH_RELISTS = Counter("krypton_watch_relists_total",
+                        "Full lists after a watch's resourceVersion expired (410 Gone)",
+                        ["cluster", "watch"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
                        "How late the event loop's heartbeat ran last (0 when on time)")
 
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
-                WORKER_FAILURES, CLUSTER_HEALTHY)
+                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS)
 
 
 def forget_cluster(cluster: str) -> None:

@@ -116,14 +116,12 @@ class RolloutController:
                 "namespace": self.namespace}
 
     async def _load(self) -> RolloutState | None:
-        try:
-            cm = await self.home.call("get configmap", self.home.core.read_namespaced_config_map,
-                                      CONFIGMAP, self.namespace)
-        except NotFound:
+        cm = await self.home.get_configmap(self.namespace, CONFIGMAP)
+        if cm is None:
             self._version = None
             return None
-        self._version = cm.metadata.resource_version
-        data = cm.data or {}
+        self._version = cm["metadata"]["resourceVersion"]
+        data = cm.get("data") or {}
         if "state.json" not in data:
             return None
         state = RolloutState.from_json(data["state.json"])
@@ -145,16 +143,12 @@ class RolloutController:
                          reason="NotLeader")
         try:
             if self._version is None:
-                cm = await self.home.call("create configmap",
-                                          self.home.core.create_namespaced_config_map,
-                                          self.namespace, body)
+                cm = await self.home.create_configmap(self.namespace, body)
             else:
                 body["metadata"]["resourceVersion"] = self._version
-                cm = await self.home.call("replace configmap",
-                                          self.home.core.replace_namespaced_config_map,
-                                          CONFIGMAP, self.namespace, body)
+                cm = await self.home.replace_configmap(self.namespace, CONFIGMAP, body)
         except (Conflict, AlreadyExists, NotFound) as exc:
             self._loaded = False
             raise TemporaryError(f"rollout state changed by another writer; reading it again: "
                                  f"{exc}", reason="RolloutStateConflict") from exc
-        self._version = cm.metadata.resource_version
+        self._version = cm["metadata"]["resourceVersion"]

@@ -7,11 +7,13 @@ operator's next pass would do.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,11 +59,26 @@ class ClusterHandle:
     error: str = ""
 
 
-async def _clusters(settings: Settings, workdir: Path) -> tuple[Kube, list[ClusterHandle]]:
-    home = await watch_cluster(settings, workdir)
-    body = await home.call("list kubeconfig secrets", home.core.list_namespaced_secret,
-                           settings.namespace, label_selector=f"{settings.kubeconfig_label}=true")
-    specs = desired_clusters(home.plain(body).get("items") or [], settings.kubeconfig_key)
+@contextlib.asynccontextmanager
+async def _fleet_view(settings: Settings, prefix: str) -> AsyncIterator[
+        tuple[Path, Kube, list[ClusterHandle]]]:
+    """The watch cluster and a client per discovered cluster, all closed on the way out."""
+    handles: list[ClusterHandle] = []
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = await watch_cluster(settings, Path(tmp))
+        try:
+            handles = await _clusters(home, settings, Path(tmp))
+            yield Path(tmp), home, handles
+        finally:
+            for c in handles:
+                if c.kube is not None:
+                    await c.kube.close()
+            await home.close()
+
+
+async def _clusters(home: Kube, settings: Settings, workdir: Path) -> list[ClusterHandle]:
+    secrets = await home.list_secrets(settings.namespace, f"{settings.kubeconfig_label}=true")
+    specs = desired_clusters(secrets, settings.kubeconfig_key)
     handles = []
     for name, spec in sorted(specs.items()):
         try:
@@ -72,15 +89,16 @@ async def _clusters(settings: Settings, workdir: Path) -> tuple[Kube, list[Clust
             handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}"))
             continue
         cfg = configuration_in_cluster() if kc.in_cluster else None
-        cfg = cfg or configuration_for(kc, workdir / name, trust=settings.trust_kubeconfig_secrets)
+        cfg = cfg or await configuration_for(kc, workdir / name,
+                                             trust=settings.trust_kubeconfig_secrets)
         handles.append(ClusterHandle(name, Kube(cfg, name=name, timeout=settings.api_timeout),
                                      values))
-    return home, handles
+    return handles
 
 
 async def _tenants(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
-    body = await kube.call("list tenants", kube.tenant_lister(settings.watch_namespace or None))
-    return sorted(body.get("items") or [], key=lambda t: (t["metadata"]["namespace"],
+    tenants = await kube.list_tenants(settings.watch_namespace or None)
+    return sorted(tenants, key=lambda t: (t["metadata"]["namespace"],
                                                            t["metadata"]["name"]))
 
 
@@ -91,11 +109,10 @@ FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the 
 
 async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
     """Clusters whose Secret carries a recent failure Event from the operator (D8, D9)."""
-    body = home.plain(await home.call("list events", home.core.list_namespaced_event,
-                                      settings.namespace))
+    events = await home.list_events(settings.namespace)
     now = time.time()
     latest: dict[str, tuple[float, str]] = {}
-    for e in body.get("items") or []:
+    for e in events:
         involved = e.get("involvedObject") or {}
         stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
         if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
@@ -111,8 +128,7 @@ async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
 
 
 async def collect_status(settings: Settings) -> list[Row]:
-    with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
-        home, clusters = await _clusters(settings, Path(tmp))
+    async with _fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
         failing = await _failing(home, settings)
         for c in clusters:
@@ -139,8 +155,6 @@ async def collect_status(settings: Settings) -> list[Row]:
                                 chart_version=mine.get("chartVersion", ""),
                                 fingerprint=(mine.get("fingerprint") or "")[:12],
                                 detail=_first_error(status, c.name)))
-            c.kube.close()
-        home.close()
         return rows
 
 
@@ -161,13 +175,12 @@ async def rollout_summary(settings: Settings) -> str:
     with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
         home = await watch_cluster(settings, Path(tmp))
         try:
-            cm = await home.call("get configmap", home.core.read_namespaced_config_map,
-                                 CONFIGMAP, settings.namespace)
+            cm = await home.get_configmap(settings.namespace, CONFIGMAP)
         except TemporaryError:
             return ""
         finally:
-            home.close()
-    data = cm.data or {}
+            await home.close()
+    data = (cm or {}).get("data") or {}
     if "state.json" not in data:
         return ""
     state = RolloutState.from_json(data["state.json"])
@@ -177,11 +190,10 @@ async def rollout_summary(settings: Settings) -> str:
 
 
 async def collect_plan(settings: Settings) -> list[Row]:
-    with tempfile.TemporaryDirectory(prefix="krypton-plan-") as tmp:
-        home, clusters = await _clusters(settings, Path(tmp))
+    async with _fleet_view(settings, "krypton-plan-") as (tmp, _, clusters):
         chart = ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
                             helm=Helm(settings.helm_path or settings.helm_executable),
-                            cache_dir=Path(tmp) / "charts")
+                            cache_dir=tmp / "charts")
         rows: list[Row] = []
         for c in clusters:
             if c.kube is None:
@@ -193,8 +205,6 @@ async def collect_plan(settings: Settings) -> list[Row]:
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
                                 detail=str(exc)))
-            c.kube.close()
-        home.close()
         return rows
 
 
@@ -211,9 +221,9 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
         namespace = settings.release_namespace_for(meta["name"])
-        records = await kube.call("list release records", kube.release_lister(
-            settings.helm_driver, namespace), label_selector=f"owner=helm,name={release}")
-        for record in kube.plain(records).get("items") or []:
+        records = await kube.list_release_records(settings.helm_driver, namespace,
+                                                  f"owner=helm,name={release}")
+        for record in records:
             if record["metadata"].get("namespace") == namespace:
                 rt.releases.on_event("ADDED", record)
         obs = reconciler.observe(t)
@@ -280,11 +290,12 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
     inlined = kubeconfigs.inline_files(text, str(path.parent))
     kc = kubeconfigs.parse(inlined, context=context)
     with tempfile.TemporaryDirectory(prefix="krypton-register-") as tmp:
-        probe = Kube(configuration_for(kc, Path(tmp)), name=name, timeout=settings.api_timeout)
+        probe = Kube(await configuration_for(kc, Path(tmp)), name=name,
+                     timeout=settings.api_timeout)
         try:
             version = await probe.server_version()
         finally:
-            probe.close()
+            await probe.close()
         data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
         if values_path:
             try:
@@ -297,21 +308,27 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
                 raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc
             data["values.yaml"] = base64.b64encode(raw).decode()
         home = await watch_cluster(settings, Path(tmp))
-        body: dict[str, Any] = {
-            "metadata": {"name": name, "namespace": settings.namespace,
-                         "labels": {settings.kubeconfig_label: "true",
-                                    "app.kubernetes.io/managed-by": "krypton"}},
-            "type": "Opaque", "data": data}
-        existing = await home.get_secret(settings.namespace, name)
-        if existing is None:
-            await home.create_secret(settings.namespace, body)
-            verb = "created"
-        else:
-            body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-            await home.replace_secret(settings.namespace, name, body)
-            verb = "updated"
-        home.close()
+        try:
+            verb = await _write_cluster_secret(home, settings, name, data)
+        finally:
+            await home.close()
     warn = "".join(f"\nwarning: {w}" for w in kc.warnings)
     return (f"cluster {name} ({kc.server}, {version}) registered: Secret "
             f"{settings.namespace}/{name} {verb}{warn}")
+
+
+async def _write_cluster_secret(home: Kube, settings: Settings, name: str,
+                                data: dict[str, str]) -> str:
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": settings.namespace,
+                     "labels": {settings.kubeconfig_label: "true",
+                                "app.kubernetes.io/managed-by": "krypton"}},
+        "type": "Opaque", "data": data}
+    existing = await home.get_secret(settings.namespace, name)
+    if existing is None:
+        await home.create_secret(settings.namespace, body)
+        return "created"
+    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    await home.replace_secret(settings.namespace, name, body)
+    return "updated"
 

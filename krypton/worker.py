@@ -10,7 +10,6 @@ disengages it; its private directory (kubeconfig and certificates) is removed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +34,8 @@ from .kube import (
     NotFound,
     configuration_for,
     configuration_in_cluster,
+    release_records_path,
+    tenants_path,
 )
 from .kubeconfig import Kubeconfig
 from .model import TenantKey, is_valid_namespace_name, release_name
@@ -70,8 +71,6 @@ class Worker:
         self.queue: WorkQueue[TenantKey] = WorkQueue()
         self.kube: Kube | None = None
         self.runtime: ClusterRuntime | None = None
-        self._informers: list[Informer] = []
-        self._consumers: list[asyncio.Task[None]] = []
         self._busy = 0
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
         self._dir = shared.workdir / name
@@ -112,16 +111,16 @@ class Worker:
                 self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
                                  retry_in=delay)
                 await self.shared.report(self.name, "Warning", exc.reason, str(exc))
-                self._close_kube()
+                await self._close_kube()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 300.0)
 
     async def _engage(self) -> None:
         settings = self.shared.settings
-        self._close_kube()
+        await self._close_kube()
         cfg = configuration_in_cluster() if self.kc.in_cluster else None
         if cfg is None:
-            cfg = configuration_for(self.kc, self._dir / "tls",
+            cfg = await configuration_for(self.kc, self._dir / "tls",
                                     trust=settings.trust_kubeconfig_secrets)
         self.kube = Kube(cfg, name=self.name, timeout=settings.api_timeout)
         try:
@@ -162,8 +161,9 @@ class Worker:
         self._identity = identity
 
     async def _serve(self) -> None:
+        """The engaged cluster's tasks (two informers, the consumers, the resync) run in one
+        task group: they start and end together, and cancelling the worker ends them all."""
         assert self.kube is not None and self.runtime is not None
-        loop = asyncio.get_running_loop()
         settings = self.shared.settings
         rt = self.runtime
 
@@ -176,54 +176,46 @@ class Worker:
                          tuple(meta.get("finalizers") or ()))
             urgent = type_ == "DELETED" or self._signatures.get(key) != signature
             self._signatures[key] = signature
-            loop.call_soon_threadsafe(functools.partial(self.queue.add, key, urgent=urgent))
+            self.queue.add(key, urgent=urgent)
 
-        def on_release(type_: str, obj: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(self._release_changed, type_, obj)
-
-        def on_error(exc: Exception) -> None:
-            self.log.warning("watch failed, retrying", error=str(exc))
-            loop.call_soon_threadsafe(self._watch_failed, exc)
-
-        def on_listed() -> None:
-            loop.call_soon_threadsafe(self._watch_restored)
-
-        tenants = Informer(self.kube, "tenants", self.kube.tenant_lister(settings.watch_namespace),
-                           on_tenant, on_error=on_error, on_listed=on_listed)
+        tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
+                           on_tenant, on_error=self._watch_failed,
+                           on_healthy=self._watch_restored)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
-                            self.kube.release_lister(settings.helm_driver,
-                                                     settings.shared_release_namespace),
-                            on_release,
-                            label_selector=HELM_RELEASE_SELECTOR, on_error=on_error,
-                            on_listed=on_listed, metadata_only=True)
-        self._informers = [releases.start()]
-        # Release records first, so the first Tenant passes see real release state: before
-        # that list every release looks missing, and "missing" means install or upgrade.
-        await self._await_sync(releases, "Helm release records")
-        self._informers.append(tenants.start())
-        # Engaged means its Tenants are known: before their first list a cluster looks empty,
-        # and an empty cluster would count as a finished rollout wave (F1).
-        await self._await_sync(tenants, "Tenants")
-        self.engaged = True
-        metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
-        metrics.ENGAGED.inc()
-        reconciler = Reconciler(rt)
-        self._consumers = [asyncio.create_task(self._consume(reconciler))
-                           for _ in range(settings.max_concurrent_reconciles)]
-        try:
-            next_resync = time.monotonic() + settings.resync_period
-            while True:
-                await asyncio.sleep(min(5.0, settings.resync_period))
-                self._count_phases(reconciler)
-                if time.monotonic() >= next_resync:
-                    next_resync = time.monotonic() + settings.resync_period
-                    for ns, name in list(tenants.store):
-                        self.queue.add(TenantKey(ns, name), urgent=False)
-        finally:
-            for task in self._consumers:
-                task.cancel()
-            await asyncio.gather(*self._consumers, return_exceptions=True)
+                            release_records_path(settings.helm_driver,
+                                                 settings.shared_release_namespace),
+                            self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
+                            metadata_only=True, on_error=self._watch_failed,
+                            on_healthy=self._watch_restored)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(releases.run(), name=f"{self.name}-releases")
+            # Release records first, so the first Tenant passes see real release state:
+            # before that list every release looks missing, and "missing" means install.
+            await self._await_sync(releases, "Helm release records")
+            group.create_task(tenants.run(), name=f"{self.name}-tenants")
+            # Engaged means its Tenants are known: before their first list a cluster looks
+            # empty, and an empty cluster would count as a finished rollout wave (F1).
+            await self._await_sync(tenants, "Tenants")
+            self.engaged = True
+            metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
+            metrics.ENGAGED.inc()
+            reconciler = Reconciler(rt)
+            for i in range(settings.max_concurrent_reconciles):
+                group.create_task(self._consume(reconciler), name=f"{self.name}-consumer-{i}")
+            await self._resync(reconciler, tenants.store)
+
+    async def _resync(self, reconciler: Reconciler,
+                      store: dict[tuple[str, str], dict[str, Any]]) -> None:
+        settings = self.shared.settings
+        next_resync = time.monotonic() + settings.resync_period
+        while True:
+            await asyncio.sleep(min(5.0, settings.resync_period))
+            self._count_phases(reconciler)
+            if time.monotonic() >= next_resync:
+                next_resync = time.monotonic() + settings.resync_period
+                for ns, name in list(store):
+                    self.queue.add(TenantKey(ns, name), urgent=False)
 
     # -- failures after engagement (D8) ----------------------------------------------------
 
@@ -231,7 +223,8 @@ class Worker:
         """A watch of an engaged cluster failed. Lost access (401/403: revoked credentials,
         an expired certificate, removed RBAC) and a deleted Tenant CRD are not passing
         faults: the cluster is reported failing (Warning Event once per episode, metric,
-        /readyz, krypton status) until a list succeeds again."""
+        /readyz, krypton status) until a list or a watch is accepted again."""
+        self.log.warning("watch failed, retrying", error=str(exc))
         if isinstance(exc, Forbidden):
             reason = "ClusterAccessDenied"
         elif isinstance(exc, NotFound) and "tenants" in str(exc):
@@ -253,7 +246,7 @@ class Worker:
         self.problem = ""
         self.log.info("cluster healthy again")
         self._spawn(self.shared.report(self.name, "Normal", "ClusterRecovered",
-                                       "watches list again; the earlier failure is over"))
+                                       "its watches work again; the earlier failure is over"))
 
     def _spawn(self, report: Awaitable[None]) -> None:
         task = asyncio.ensure_future(report)
@@ -265,8 +258,12 @@ class Worker:
         reconciled from a cache that is not synced. The wait shows in /readyz."""
         waited = 0.0
         timeout = self.shared.settings.api_timeout
-        while not await asyncio.to_thread(informer.synced.wait, timeout):
-            waited += timeout
+        while True:
+            try:
+                await asyncio.wait_for(informer.synced.wait(), timeout)
+                return
+            except TimeoutError:
+                waited += timeout
             self.last_error = f"CacheNotSynced: {what} not listed after {waited:.0f}s"
             self.log.warning("cache not synced yet; not reconciling", cache=what, waited=waited)
 
@@ -430,21 +427,18 @@ class Worker:
                 self._busy -= 1
                 self.queue.done(key)
 
-    def _close_kube(self) -> None:
+    async def _close_kube(self) -> None:
         if self.kube is not None:
-            self.kube.close()
-            self.kube = None
+            kube, self.kube = self.kube, None
+            await kube.close()
 
     async def _teardown(self) -> None:
         if self._identity is not None and self.shared.claims.get(self._identity) == self.name:
             del self.shared.claims[self._identity]
-        for informer in self._informers:
-            informer.stop()
-        self._informers = []
         if self.engaged:
             metrics.ENGAGED.dec()
         self.engaged = False
         metrics.CLUSTER_ENGAGED.labels(self.name).set(0)
-        self._close_kube()
+        await self._close_kube()
         shutil.rmtree(self._dir, ignore_errors=True)
         self.log.info("cluster disengaged")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -104,33 +103,27 @@ def test_new_target_supersedes_and_state_round_trips() -> None:
 
 
 class _ConfigMaps:
-    """The rollout controller's port to the home cluster (``Kube.call`` and the three
-    ConfigMap calls), keeping resourceVersions as the API server does."""
+    """The rollout controller's port to the home cluster (the three ConfigMap calls of
+    ``Kube``), keeping resourceVersions as the API server does."""
 
     def __init__(self) -> None:
         self.stored: dict[str, Any] | None = None
         self.version = 0
-        self.core = self
 
-    async def call(self, _what: str, fn: Any, *args: Any) -> Any:
-        return fn(*args)
-
-    def _object(self) -> Any:
+    def _object(self) -> dict[str, Any]:
         assert self.stored is not None
-        meta = SimpleNamespace(resource_version=str(self.version))
-        return SimpleNamespace(metadata=meta, data=self.stored["data"])
+        return {"metadata": {"resourceVersion": str(self.version)}, "data": self.stored["data"]}
 
-    def read_namespaced_config_map(self, _name: str, _ns: str) -> Any:
-        if self.stored is None:
-            raise NotFound("get configmap: not found")
-        return self._object()
+    async def get_configmap(self, _ns: str, _name: str) -> dict[str, Any] | None:
+        return None if self.stored is None else self._object()
 
-    def create_namespaced_config_map(self, _ns: str, body: dict[str, Any]) -> Any:
+    async def create_configmap(self, _ns: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.stored is not None:
             raise AlreadyExists("create configmap: already exists")
         return self._write(body)
 
-    def replace_namespaced_config_map(self, _name: str, _ns: str, body: dict[str, Any]) -> Any:
+    async def replace_configmap(self, _ns: str, _name: str,
+                                body: dict[str, Any]) -> dict[str, Any]:
         if self.stored is None:
             raise NotFound("replace configmap: not found")
         wanted = body["metadata"].get("resourceVersion")  # absent: unconditional, as a PUT
@@ -138,7 +131,7 @@ class _ConfigMaps:
             raise Conflict("replace configmap: the object has been modified")
         return self._write(body)
 
-    def _write(self, body: dict[str, Any]) -> Any:
+    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
         self.stored, self.version = body, self.version + 1
         return self._object()
 
