@@ -4,7 +4,9 @@ and metrics (O3), graceful shutdown (O9)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -42,6 +44,16 @@ from .worker import Shared
 
 log = structlog.get_logger("krypton")
 
+
+
+def raise_file_limit() -> None:
+    """Every engaged cluster keeps a few connections open (two watches, requests, helm's):
+    lift the soft limit on open files to the hard one, as Go programs do, so that a large
+    fleet does not fail on the common default of 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def user_kubeconfig_path() -> str:
@@ -131,6 +143,7 @@ class Operator:
         return synced, details
 
     async def run(self) -> int:
+        raise_file_limit()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)

@@ -119,6 +119,22 @@ def _check_client_pair(cert_pem: bytes, key_pem: bytes, now: dt.datetime) -> lis
     return []
 
 
+def expiry_warnings(kc: Kubeconfig, now: dt.datetime | None = None) -> list[str]:
+    """What an engaged cluster's credentials deserve a warning for at `now` (they were valid
+    when parsed): a client certificate that expires within EXPIRY_WARNING, or expired."""
+    if not kc.cert_pem:
+        return []
+    now = now or dt.datetime.now(dt.UTC)
+    cert = _certs(kc.cert_pem, "client-certificate-data")[0]
+    subject = cert.subject.rfc4514_string()
+    expires = cert.not_valid_after_utc.isoformat()
+    if cert.not_valid_after_utc <= now:
+        return [f"client certificate {subject!r} expired at {expires}"]
+    if cert.not_valid_after_utc - now < EXPIRY_WARNING:
+        return [f"client certificate {subject!r} expires at {expires}"]
+    return []
+
+
 def parse(
     data: bytes | str | None,
     *,

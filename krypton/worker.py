@@ -37,7 +37,7 @@ from .kube import (
     release_records_path,
     tenants_path,
 )
-from .kubeconfig import Kubeconfig
+from .kubeconfig import Kubeconfig, expiry_warnings
 from .model import TenantKey, is_valid_namespace_name, release_name
 from .reconciler import ClusterRuntime, Reconciler, fenced, tenant_view
 from .releases import ReleaseIndex
@@ -47,6 +47,8 @@ from .slots import FairSlots
 from .workqueue import WorkQueue
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
+CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
+REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
 
 
 @dataclass
@@ -203,6 +205,7 @@ class Worker:
             reconciler = Reconciler(rt)
             for i in range(settings.max_concurrent_reconciles):
                 group.create_task(self._consume(reconciler), name=f"{self.name}-consumer-{i}")
+            group.create_task(self._check_credentials(), name=f"{self.name}-credentials")
             await self._resync(reconciler, tenants.store)
 
     async def _resync(self, reconciler: Reconciler,
@@ -216,6 +219,21 @@ class Worker:
                 next_resync = time.monotonic() + settings.resync_period
                 for ns, name in list(store):
                     self.queue.add(TenantKey(ns, name), urgent=False)
+
+    async def _check_credentials(self) -> None:
+        """Judge the client certificate's expiry again every CREDENTIALS_CHECK seconds while
+        engaged, not only at engagement: one that enters its last 14 days (or expires) raises
+        CredentialsExpiringSoon then, again at most once a day."""
+        last = time.monotonic() if self.kc.warnings else -REPEAT_WARNING  # said at engagement
+        while True:
+            await asyncio.sleep(CREDENTIALS_CHECK)
+            warnings = expiry_warnings(self.kc)
+            if warnings and time.monotonic() - last >= REPEAT_WARNING:
+                last = time.monotonic()
+                for warning in warnings:
+                    self.log.warning("credentials expiring soon", detail=warning)
+                    await self.shared.report(self.name, "Warning", "CredentialsExpiringSoon",
+                                             warning)
 
     # -- failures after engagement (D8) ----------------------------------------------------
 

@@ -6,10 +6,15 @@ Writes ``bench/results.json`` and prints a table:
 (b) a no-op resync of the 200 x 2 fleet: helm processes, API requests and API writes made by
     the operator (its own counters), and its CPU seconds;
 (c) seconds to roll a chart version bump through 200 x 2;
-(d) peak RSS and idle CPU with M engaged clusters (M = 10, 50, 100 Secrets pointing at the
-    two control planes under different names);
+(d) peak RSS, idle CPU and OS threads with M engaged clusters (M = 10, 100, 1000 Secrets
+    pointing at the two control planes under different names);
 (e) p50/p95 latency from Secret creation to cluster engaged and from Tenant creation to the
-    helm install starting.
+    helm install starting;
+(f) starvation: p50/p95 Tenant created -> helm install started on healthy clusters of a
+    100-cluster fleet, with 10 of them pointing at a loopback listener that accepts TCP and
+    never answers, against the same fleet with no dead cluster; Lease renewals missed;
+(g) SIGTERM during 20 running helm installs: seconds to exit, helm processes left, and
+    releases left pending once a restarted operator has converged.
 
 Figures only: nothing here passes or fails on timing.
 """
@@ -21,6 +26,7 @@ import functools
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,12 +38,14 @@ from typing import Any
 from kubernetes import client, config
 
 from . import ChartRepository, ControlPlane, testbin
-from .operator import OperatorProcess, kubeconfig_secret, wait_for
+from .operator import OperatorProcess, cmdline, descendants, kubeconfig_secret, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
-CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,50,100").split(",")]
+CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
+# measures to run: a (with b and c), d, e, f, g
+PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefg").replace(",", ""))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -51,11 +59,19 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
 
-def peak_rss_mib(pid: int) -> float:
+def _status_field(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_rss_mib(pid: int) -> float:
+    return _status_field(pid, "VmHWM") / 1024
+
+
+def threads(pid: int) -> int:
+    return _status_field(pid, "Threads")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -72,6 +88,7 @@ class Bed:
         self.repo = ChartRepository(self.tools / "helm")
         for version in ("0.2.0", "0.3.0"):
             self.repo.publish(ROOT / "tests" / "charts" / "sample", version)
+        self.repo.publish(ROOT / "tests" / "charts" / "hang", "0.1.0")
         self.repo.start()
         self.clusters = {"home": self.home, "remote": self.remote}
         self.api = {n: config.new_client_from_config(str(cp.kubeconfig))
@@ -92,18 +109,24 @@ class Bed:
             self.core(c).create_namespace({"metadata": {"name": ns}})  # type: ignore[arg-type]
         return ns
 
-    def register(self, discovery: str, name: str, target: str) -> float:
+    def register(self, discovery: str, name: str, target: str, server: str = "") -> float:
+        """A labelled Secret named `name` with the kubeconfig of control plane `target`
+        (its server replaced by `server` when given)."""
         started = time.time()
+        text = self.clusters[target].kubeconfig.read_text()
+        if server:
+            text = text.replace(self.clusters[target].server, server)
         self.core("home").create_namespaced_secret(discovery, kubeconfig_secret(  # type: ignore[arg-type]
-            name, self.clusters[target].kubeconfig.read_text(), namespace=discovery))
+            name, text, namespace=discovery))
         return started
 
-    def create_tenant(self, cluster: str, ns: str, name: str) -> float:
+    def create_tenant(self, cluster: str, ns: str, name: str, target: str = "") -> float:
         started = time.time()
+        spec = {"clusterRef": {"secretName": target}} if target else {}
         self.custom(cluster).create_namespaced_custom_object(
             "mesh.openkcm.io", "v1alpha1", ns, "tenants",
             {"apiVersion": "mesh.openkcm.io/v1alpha1", "kind": "Tenant",
-             "metadata": {"name": name, "namespace": ns}, "spec": {}})
+             "metadata": {"name": name, "namespace": ns}, "spec": spec})
         return started
 
     def tenants(self, cluster: str, ns: str) -> list[dict[str, Any]]:
@@ -111,15 +134,27 @@ class Bed:
             "mesh.openkcm.io", "v1alpha1", ns, "tenants")
         return list(body["items"])  # type: ignore[index]
 
+    def tenant_phase(self, cluster: str, ns: str, name: str) -> str:
+        tenant: dict[str, Any] = self.custom(cluster).get_namespaced_custom_object(  # type: ignore[assignment]
+            "mesh.openkcm.io", "v1alpha1", ns, "tenants", name)
+        return str((tenant.get("status") or {}).get("phase") or "")
+
+    def release_states(self, cluster: str, release_namespace: str) -> list[str]:
+        """The status label of every Helm release record in `release_namespace`."""
+        items = self.core(cluster).list_namespaced_secret(
+            release_namespace, label_selector="owner=helm").items
+        return [(s.metadata.labels or {}).get("status", "") for s in items]  # type: ignore[union-attr]
+
     def count(self, ns: str, predicate: Any) -> int:
         return sum(1 for c in self.clusters for t in self.tenants(c, ns) if predicate(c, t))
 
-    def operator(self, discovery: str, ns: str, version: str, *extra: str) -> OperatorProcess:
+    def operator(self, discovery: str, ns: str, version: str, *extra: str,
+                 chart: str = "sample") -> OperatorProcess:
         op = OperatorProcess([
             "--watch-kubeconfig", str(self.home.kubeconfig), "--namespace", discovery,
             "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
             "--chart-repo", self.repo.url,
-            "--chart-name", "sample", "--chart-version", version, "--log-level", "info",
+            "--chart-name", chart, "--chart-version", version, "--log-level", "info",
             *extra], helm_dir=self.tools)
         return op.start()
 
@@ -205,15 +240,19 @@ def cluster_scale(bed: Bed, m: int) -> dict[str, Any]:
     for i in range(m):
         bed.register(discovery, f"c{m}-{i:03d}", "home" if i % 2 == 0 else "remote")
     op = bed.operator(discovery, ns, "0.2.0")
-    wait_for(lambda: op.metric("krypton_engaged_clusters") == m, 600, interval=0.5,
+    start = time.monotonic()
+    wait_for(lambda: op.metric("krypton_engaged_clusters") == m, 1200, interval=1.0,
              what=f"{m} engaged")
+    engaged = time.monotonic() - start
     time.sleep(5)
     cpu0, _ = cpu_seconds(op.pid)
-    window = 20.0
+    window = 60.0
     time.sleep(window)
     cpu1, _ = cpu_seconds(op.pid)
-    result = {"clusters": m, "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
-              "idle_cpu_percent": round(100 * (cpu1 - cpu0) / window, 2)}
+    result = {"clusters": m, "seconds_to_engage": round(engaged, 1),
+              "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+              "idle_cpu_percent": round(100 * (cpu1 - cpu0) / window, 2),
+              "threads": threads(op.pid)}
     log(f"(d) {result}")
     op.stop()
     for i in range(m):
@@ -243,14 +282,103 @@ def latencies(bed: Bed, samples: int = 20) -> dict[str, Any]:
         install.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
         time.sleep(0.3)
     op.stop()
-
-    def summary(values: list[float]) -> dict[str, float]:
-        return {"p50_ms": round(1000 * statistics.median(values), 1),
-                "p95_ms": round(1000 * pct(values, 0.95), 1), "samples": len(values)}
-
-    result = {"secret_to_engaged": summary(engage), "tenant_to_install_start": summary(install)}
+    result = {"secret_to_engaged": _summary(engage), "tenant_to_install_start": _summary(install)}
     log(f"(e) {result}")
     return result
+
+
+class BlackHole:
+    """A loopback listener that accepts TCP connections and never answers (a dead cluster
+    behind a load balancer)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.url = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def starvation(bed: Bed, dead: int, total: int = 100, samples: int = 30) -> dict[str, Any]:
+    """(f) Tenant -> helm install start on healthy clusters while `dead` of `total` clusters
+    never answer; the operator holds a Lease, whose renewals must not suffer."""
+    discovery = bed.namespace("bench-starve", ("home",))
+    ns = bed.namespace("bench-starve")
+    hole = BlackHole()
+    healthy = [f"ok-{i:03d}" for i in range(total - dead)]
+    for i, name in enumerate(healthy):
+        bed.register(discovery, name, "home" if i % 2 == 0 else "remote")
+    for i in range(dead):
+        bed.register(discovery, f"dead-{i:03d}", "remote", server=hole.url)
+    op = bed.operator(discovery, ns, "0.2.0", "--leader-elect", "--max-concurrent-helm", "8")
+    wait_for(lambda: op.metric("krypton_engaged_clusters") == len(healthy), 600, interval=0.5,
+             what=f"{len(healthy)} healthy clusters engaged")
+    time.sleep(10)  # the dead clusters' first engagement attempts are under way
+    waits = []
+    for i in range(samples):
+        target = healthy[(i * 7) % len(healthy)]
+        cluster = "home" if healthy.index(target) % 2 == 0 else "remote"
+        name = f"st{dead}-{i:02d}"
+        created = bed.create_tenant(cluster, ns, name, target=target)
+        wait_for(functools.partial(_log_time, op, "helm install start", tenant=f"{ns}/{name}"),
+                 120, interval=0.05)
+        waits.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
+        time.sleep(0.5)
+    missed = len(op.log_events("lease renewal failed")) + len(op.log_events("leadership lost"))
+    op.stop(grace=30)
+    hole.close()
+    result = {"clusters": total, "dead": dead, **_summary(waits),
+              "lease_renewals_failed": missed}
+    log(f"(f) {result}")
+    return result
+
+
+def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
+    """(g) SIGTERM while `installs` helm installs wait for Deployments that cannot become
+    ready (no nodes); then a restarted operator, not waiting for readiness, converges."""
+    discovery = bed.namespace("bench-term", ("home",))
+    ns = bed.namespace("bench-term")
+    bed.register(discovery, "remote", "remote")
+    shutdown = 10.0
+    args = ("--max-concurrent-helm", str(installs), "--max-concurrent-reconciles",
+            str(installs), "--helm-timeout", "300s", "--shutdown-timeout", f"{shutdown:.0f}s")
+    op = bed.operator(discovery, ns, "0.1.0", *args, chart="hang")
+    names = [f"term-{i:02d}" for i in range(installs)]
+    for name in names:
+        bed.create_tenant("remote", ns, name)
+
+    def running() -> list[int]:
+        return [p for p in descendants(op.pid) if Path(cmdline(p)[0] or "x").name == "helm"
+                and "upgrade" in cmdline(p)]
+
+    def all_running() -> list[int]:
+        now = running()
+        return now if len(now) >= installs else []
+
+    helm = wait_for(all_running, 300, interval=0.2, what=f"{installs} helm installs running")
+    time.sleep(2)
+    start = time.monotonic()
+    code = op.stop(grace=120)
+    seconds = time.monotonic() - start
+    left = [p for p in helm if cmdline(p)]
+    op = bed.operator(discovery, ns, "0.1.0", "--helm-wait=false", chart="hang")
+    wait_for(lambda: all(bed.tenant_phase("remote", ns, n) == "Ready" for n in names), 600,
+             interval=1.0, what="the restarted operator converged")
+    op.stop()
+    pending = sum(1 for n in names for status in bed.release_states("remote", n)
+                  if status.startswith("pending"))
+    result = {"installs": installs, "shutdown_timeout": shutdown, "exit_code": code,
+              "seconds_to_exit": round(seconds, 1), "helm_processes_left": len(left),
+              "releases_pending_after_restart": pending}
+    log(f"(g) {result}")
+    return result
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {"p50_ms": round(1000 * statistics.median(values), 1),
+            "p95_ms": round(1000 * pct(values, 0.95), 1), "samples": len(values)}
 
 
 def _engaged(op: OperatorProcess, cluster: str) -> bool:
@@ -288,7 +416,7 @@ def versions(tools: Path) -> dict[str, str]:
 
 def table(results: dict[str, Any]) -> str:
     rows = [("measure", "value")]
-    for run in results["fleet"]:
+    for run in results.get("fleet", []):
         n = run["tenants_per_cluster"]
         rows.append((f"(a) {n} x 2 Ready", f"{run['seconds_to_ready']} s "
                      f"({run['releases_per_second']} releases/s; operator "
@@ -302,13 +430,25 @@ def table(results: dict[str, Any]) -> str:
             b = run["version_bump"]
             rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
                          f"({b['releases_per_second']} releases/s)"))
-    for d in results["clusters"]:
+    for d in results.get("clusters", []):
         rows.append((f"(d) {d['clusters']} clusters", f"peak RSS {d['peak_rss_mib']} MiB, "
-                     f"idle CPU {d['idle_cpu_percent']} %"))
-    lat = results["latency"]
+                     f"idle CPU {d['idle_cpu_percent']} %, {d['threads']} threads, engaged "
+                     f"in {d['seconds_to_engage']} s"))
+    lat = results.get("latency", {})
     for key, label in (("secret_to_engaged", "Secret -> engaged"),
                        ("tenant_to_install_start", "Tenant -> helm install start")):
-        rows.append((f"(e) {label}", f"p50 {lat[key]['p50_ms']} ms, p95 {lat[key]['p95_ms']} ms"))
+        if key in lat:
+            rows.append((f"(e) {label}", f"p50 {lat[key]['p50_ms']} ms, p95 {lat[key]['p95_ms']} ms"))
+    for f in results.get("starvation", []):
+        rows.append((f"(f) {f['dead']} of {f['clusters']} dead",
+                     f"Tenant -> install start p50 {f['p50_ms']} ms, p95 {f['p95_ms']} ms; "
+                     f"{f['lease_renewals_failed']} Lease renewals failed"))
+    if "sigterm" in results:
+        g = results["sigterm"]
+        rows.append((f"(g) SIGTERM, {g['installs']} installs",
+                     f"exit {g['exit_code']} after {g['seconds_to_exit']} s (shutdown timeout "
+                     f"{g['shutdown_timeout']:.0f} s), {g['helm_processes_left']} helm left, "
+                     f"{g['releases_pending_after_restart']} releases pending after restart"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
 
@@ -320,9 +460,16 @@ def main() -> int:
                                "settings": {"max_concurrent_helm": 8,
                                             "max_concurrent_reconciles": 4, "helm_wait": True}}
     try:
-        results["fleet"] = [fleet_run(bed, n) for n in SIZES]
-        results["clusters"] = [cluster_scale(bed, m) for m in CLUSTER_COUNTS]
-        results["latency"] = latencies(bed)
+        if "a" in PARTS:
+            results["fleet"] = [fleet_run(bed, n) for n in SIZES]
+        if "d" in PARTS:
+            results["clusters"] = [cluster_scale(bed, m) for m in CLUSTER_COUNTS]
+        if "e" in PARTS:
+            results["latency"] = latencies(bed)
+        if "f" in PARTS:
+            results["starvation"] = [starvation(bed, 0), starvation(bed, 10)]
+        if "g" in PARTS:
+            results["sigterm"] = sigterm_during_installs(bed)
     finally:
         bed.stop()
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,25 @@ def kubeconfig_secret(name: str, kubeconfig: str | bytes, *, namespace: str = "d
 STARTED: list[OperatorProcess] = []  # every operator this process started (for log scans)
 
 
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below `pid` (children, their children, ...)."""
+    out = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        return []  # gone
+    return out + [d for child in out for d in descendants(child)]
+
+
+def cmdline(pid: int) -> list[str]:
+    """A process's argument vector, [] once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
 class OperatorProcess:
     """``python -m krypton run`` in the background."""
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from krypton.testing import ControlPlane
-from krypton.testing.operator import wait_for
+from krypton.testing.operator import cmdline, descendants, wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
 
 # Everything the operator needs on a cluster (cluster-wide mode, helm's secret driver) but the
@@ -80,23 +80,6 @@ def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> Non
     _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
 
 
-def _descendants(pid: int) -> list[int]:
-    out = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            out += [int(c) for c in (task / "children").read_text().split()]
-    except OSError:
-        return []  # gone
-    return out + [d for child in out for d in _descendants(child)]
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        return []  # gone
-
-
 def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Fleet) -> None:
     """SIGTERM while helm waits for a Deployment that cannot become ready (no nodes): the
     operator stops taking work, gives helm --shutdown-timeout, then stops it (SIGTERM, at
@@ -105,10 +88,10 @@ def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Flee
     op = fleet.start("--shutdown-timeout", "3s", "--helm-timeout", "300s", chart="workload",
                      version="1.0.0")
     name = fleet.tenant(fleet.remote, unique("waiting"))
-    helm = wait_for(lambda: [p for p in _descendants(op.pid)
-                             if Path(_cmdline(p)[0]).name == "helm" and "upgrade" in _cmdline(p)],
+    helm = wait_for(lambda: [p for p in descendants(op.pid)
+                             if Path(cmdline(p)[0]).name == "helm" and "upgrade" in cmdline(p)],
                     60, what="a helm upgrade --install running")
-    line = _cmdline(helm[0])
+    line = cmdline(helm[0])
     workdir = Path(line[line.index("--kubeconfig") + 1]).parents[2]
     assert workdir.name.startswith("krypton-run-") and workdir.exists()
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterProgress/remote", "True",
@@ -116,7 +99,7 @@ def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Flee
 
     code = op.stop(grace=25)  # SIGKILL (-9) after 25 s: far beyond 3 s + helm's 5 s
     assert code == 0, op.log_tail()
-    assert all(not _cmdline(p) for p in helm), "helm outlived the operator"
+    assert all(not cmdline(p) for p in helm), "helm outlived the operator"
     assert not workdir.exists()
     assert op.log_events("stopped")
 

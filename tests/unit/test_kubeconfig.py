@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from krypton.errors import KubeconfigRejected
-from krypton.kubeconfig import inline_files, parse
+from krypton.kubeconfig import expiry_warnings, inline_files, parse
 from krypton.testing import pki
 
 CA = pki.make_ca("unit-ca")
@@ -144,6 +144,19 @@ def test_good_token_config_is_reduced_to_its_context() -> None:
 def test_client_cert_expiring_soon_warns() -> None:
     kc = parse(config(user=pair(SOON)))
     assert len(kc.warnings) == 1 and "expires" in kc.warnings[0]
+
+
+def test_expiry_is_judged_again_later() -> None:
+    """Engaged with a certificate 20 days from expiry: no warning then, one once it is within
+    14 days, another wording once it has expired."""
+    later = pki.issue(CA, "later", not_after=NOW + dt.timedelta(days=20))
+    kc = parse(config(user=pair(later)))
+    assert kc.warnings == () and expiry_warnings(kc, NOW) == []
+    soon = expiry_warnings(kc, NOW + dt.timedelta(days=7))
+    assert len(soon) == 1 and "expires at" in soon[0]
+    gone = expiry_warnings(kc, NOW + dt.timedelta(days=21))
+    assert len(gone) == 1 and "expired at" in gone[0]
+    assert expiry_warnings(parse(config()), NOW + dt.timedelta(days=400)) == []  # a token
 
 
 def test_trust_allows_plugins_and_files() -> None:
