@@ -194,7 +194,8 @@ class Operator:
                 return
             self._lease_task = asyncio.create_task(self._hold_lease(self.elector))
         if s.ensure_watch_crds:
-            result = await self.home.ensure_crd(crd_manifest(), upgrade=s.crd_policy == "upgrade")
+            result, _ = await self.home.ensure_crd(crd_manifest(),
+                                                   upgrade=s.crd_policy == "upgrade")
             log.info("watch cluster CRD ensured", result=result)
         if not s.no_self_cluster:
             await ensure_self_cluster(self.home, s)

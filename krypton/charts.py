@@ -44,7 +44,11 @@ class ChartSource:
     def __init__(self, repo: str, name: str, version: str, *, helm: Helm, cache_dir: Path,
                  index_ttl: float = 300.0, failure_ttl: float = 10.0,
                  index_deadline: float = INDEX_DEADLINE) -> None:
-        self.repo, self.name, self.spec = repo.rstrip("/"), name, version
+        # The flag as typed is part of every fingerprint (the original operator hashed it so:
+        # normalising it would upgrade a migrated fleet once); requests use it without a
+        # trailing slash.
+        self.repo, self.name, self.spec = repo, name, version
+        self.url = repo.rstrip("/")
         self.helm, self.cache_dir = helm, cache_dir
         self.index_ttl, self.failure_ttl = index_ttl, failure_ttl
         self.index_deadline = index_deadline
@@ -64,7 +68,7 @@ class ChartSource:
 
     @property
     def is_oci(self) -> bool:
-        return self.repo.startswith("oci://")
+        return self.url.startswith("oci://")
 
     async def get(self) -> ResolvedChart:
         """The chart to install now; raises VersionInvalid, VersionNotFound or ChartNotLoaded."""
@@ -104,20 +108,20 @@ class ChartSource:
 
     async def _load(self) -> ResolvedChart:
         if self.is_oci:
-            path = await self._pull(f"{self.repo}/{self.name}", None, self.spec)
+            path = await self._pull(f"{self.url}/{self.name}", None, self.spec)
             return ResolvedChart(self.repo, self.name, chart_version(path), str(path))
         versions = await _in_daemon_thread(self._index_versions)
         version = resolve(self.spec, versions)
-        path = self._pulled.get(version) or await self._pull(self.name, self.repo, version)
+        path = self._pulled.get(version) or await self._pull(self.name, self.url, version)
         self._pulled[version] = path
         return ResolvedChart(self.repo, self.name, version, str(path))
 
     async def fetch(self, version: str) -> ResolvedChart:
         """A specific version of the chart (for reverts), pulled once and kept."""
         if self.is_oci:
-            path = await self._pull(f"{self.repo}/{self.name}", None, version)
+            path = await self._pull(f"{self.url}/{self.name}", None, version)
         else:
-            path = self._pulled.get(version) or await self._pull(self.name, self.repo, version)
+            path = self._pulled.get(version) or await self._pull(self.name, self.url, version)
             self._pulled[version] = path
         return ResolvedChart(self.repo, self.name, version, str(path))
 
@@ -135,7 +139,7 @@ class ChartSource:
         endless or trickling response fails with ChartNotLoaded instead of hanging a pass.
         """
         self.fetches += 1
-        url = f"{self.repo}/index.yaml"
+        url = f"{self.url}/index.yaml"
         limit = safeyaml.CHART_INDEX.max_bytes
         deadline = time.monotonic() + self.index_deadline
         chunks: list[bytes] = []
@@ -144,7 +148,7 @@ class ChartSource:
             with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT) as resp:  # noqa: S310
                 declared = resp.headers.get("Content-Length")
                 if declared and declared.isdigit() and int(declared) > limit:
-                    raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml is "
+                    raise ChartNotLoaded(f"chart repository {self.url}: index.yaml is "
                                          f"{declared} bytes, over the limit of {limit}")
                 while True:
                     chunk = resp.read1(1 << 16)
@@ -152,22 +156,22 @@ class ChartSource:
                         break
                     size += len(chunk)
                     if size > limit:
-                        raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml is "
+                        raise ChartNotLoaded(f"chart repository {self.url}: index.yaml is "
                                              f"over the limit of {limit} bytes")
                     if time.monotonic() > deadline:
-                        raise ChartNotLoaded(f"chart repository {self.repo}: index.yaml did "
+                        raise ChartNotLoaded(f"chart repository {self.url}: index.yaml did "
                                              f"not arrive within {self.index_deadline:.0f}s")
                     chunks.append(chunk)
         except urllib.error.HTTPError as exc:
-            raise ChartNotLoaded(f"chart repository {self.repo}: HTTP {exc.code}") from exc
+            raise ChartNotLoaded(f"chart repository {self.url}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ChartNotLoaded(f"chart repository {self.repo} unreachable: {reason}") from exc
+            raise ChartNotLoaded(f"chart repository {self.url} unreachable: {reason}") from exc
         try:
             index = safeyaml.load(b"".join(chunks), safeyaml.CHART_INDEX, what="index.yaml")
         except safeyaml.YamlRejected as exc:
-            raise ChartNotLoaded(f"chart repository {self.repo}: {exc}") from exc
-        return index_versions(index, self.name, self.repo)
+            raise ChartNotLoaded(f"chart repository {self.url}: {exc}") from exc
+        return index_versions(index, self.name, self.url)
 
 
 def index_versions(index: Any, name: str, repo: str) -> list[str]:

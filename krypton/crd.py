@@ -16,3 +16,56 @@ def crd_text() -> str:
 @cache
 def crd_manifest() -> dict[str, Any]:
     return yaml.safe_load(crd_text())  # type: ignore[no-any-return]
+
+
+REVISION_ANNOTATION = "mesh.openkcm.io/crd-revision"
+FIX = ("kubectl --context <that cluster> apply -f crds/mesh.openkcm.io_tenants.yaml (from "
+       "krypton's release), or run krypton with --crd-policy=upgrade")
+# Fields krypton writes or reads whose absence from a served schema makes the API server drop
+# them: (path in the schema, what it is for).
+REQUIRED_FIELDS = (
+    (("spec", "workspace"), "spec.workspace"),
+    (("status", "clusters"), "status.clusters"),
+)
+
+
+def revision(crd: dict[str, Any]) -> int | None:
+    value = ((crd.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def outdated(live: dict[str, Any]) -> str | None:
+    """Why a cluster's Tenant CRD is older than the one this krypton ships (issue 16), None
+    when it is not: an older or missing revision annotation, or a schema without fields
+    krypton writes (the API server prunes them, so they never stick). Pure."""
+    want, have = revision(crd_manifest()), revision(live)
+    problems = []
+    if have is None or (want is not None and have < want):
+        problems.append(f"revision {have if have is not None else 'none'} (this krypton ships "
+                        f"revision {want})")
+    schema = _schema(live)
+    missing = [name for path, name in REQUIRED_FIELDS if not _has(schema, path)]
+    if missing:
+        problems.append(f"its schema lacks {', '.join(missing)}")
+    return "; ".join(problems) or None
+
+
+def _schema(crd: dict[str, Any]) -> dict[str, Any]:
+    for version in (crd.get("spec") or {}).get("versions") or []:
+        if version.get("storage"):
+            return ((version.get("schema") or {}).get("openAPIV3Schema") or {})
+    return {}
+
+
+def _has(schema: dict[str, Any], path: tuple[str, ...]) -> bool:
+    node = schema
+    for part in path:
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            return True
+        node = (node.get("properties") or {}).get(part) or {}
+        if not node:
+            return False
+    return True

@@ -62,6 +62,8 @@ class Fleet:
         for name, e in sorted(self.clusters.items()):
             if e.worker is not None and e.worker.engaged and e.worker.problem:
                 out[name] = f"failing: {e.worker.problem}"
+            elif e.worker is not None and e.worker.engaged and e.worker.crd_outdated:
+                out[name] = f"engaged, CRDOutdated: {e.worker.crd_outdated}"
             elif e.worker is not None and e.worker.engaged:
                 out[name] = "engaged"
             elif e.problem:

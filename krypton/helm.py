@@ -147,10 +147,14 @@ class Helm:
 
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
                                  values: dict[str, Any], *, operation: str) -> dict[str, Any]:
-        """``helm upgrade --install`` of a local chart directory; returns the release JSON."""
+        """``helm upgrade --install`` of a local chart directory; returns the release JSON.
+
+        ``--reset-values`` always: helm would otherwise keep the previous release's values
+        when `values` is empty, and the deployed values would differ from the fingerprinted
+        ones (a release made by another tool keeps its own values under an empty config)."""
         return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]
             release, chart, values, namespace=namespace, create_namespace=False,
-            wait=self.wait, timeout=f"{int(self.timeout)}s"))
+            reset_values=True, wait=self.wait, timeout=f"{int(self.timeout)}s"))
 
     async def rollback(self, release: str, namespace: str, revision: int | None = None,
                        *, force: bool = False) -> None:

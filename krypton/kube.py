@@ -43,6 +43,7 @@ Query = dict[str, str | int | None]
 HELM_RELEASE_SELECTOR = "owner=helm"
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
 MERGE_PATCH = "application/merge-patch+json"
+CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 class NotFound(TemporaryError):
@@ -258,12 +259,11 @@ class Kube:
             raise _status_error(resp.status, data, what)
         try:
             answer = json.loads(data)
-        except ValueError as exc:  # not an API server's answer
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):  # not an API server's answer
             raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
-                                 "response", reason="BadResponse") from exc
-        if not isinstance(answer, dict):
-            raise TemporaryError(f"{what}: the server's answer is not an object",
-                                 reason="BadResponse")
+                                 "response", reason="BadResponse")
         return answer
 
     async def get(self, what: str, path: str) -> Obj | None:
@@ -337,30 +337,35 @@ class Kube:
         ca = Path(self.config.ssl_ca_cert).read_bytes() if self.config.ssl_ca_cert else b""
         return f"server:{self.config.host}|{hashlib.sha256(ca).hexdigest()}"
 
-    async def ensure_crd(self, manifest: Obj, *, upgrade: bool) -> str:
+    async def get_crd(self) -> Obj | None:
+        """The Tenant CRD as the cluster serves it, None when there is none."""
+        return await self.get(f"get CRD {CRD_NAME}", f"{CRDS_PATH}/{CRD_NAME}")
+
+    async def ensure_crd(self, manifest: Obj, *, upgrade: bool) -> tuple[str, Obj]:
         """Create the CRD when absent; replace it only when `upgrade` and its revision differs.
 
-        Returns "created", "upgraded" or "present". Raises CRDEnsureFailed.
+        Returns "created", "upgraded" or "present", and the CRD now served (as far as
+        known). Raises CRDEnsureFailed.
         """
-        crds = _path("apis", "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        crds = CRDS_PATH
         try:
-            current = await self.request(f"get CRD {CRD_NAME}", "GET", f"{crds}/{CRD_NAME}")
-        except NotFound:
+            current = await self.get_crd()
+        except TemporaryError as exc:
+            raise CRDEnsureFailed(str(exc)) from exc
+        if current is None:
             try:
                 await self.request(f"create CRD {CRD_NAME}", "POST", crds, body=manifest)
             except AlreadyExists:
-                return "present"
+                return "present", manifest
             except TemporaryError as exc:
                 raise CRDEnsureFailed(str(exc)) from exc
             await self._wait_established(f"{crds}/{CRD_NAME}")
-            return "created"
-        except TemporaryError as exc:
-            raise CRDEnsureFailed(str(exc)) from exc
+            return "created", manifest
         key = f"{GROUP}/crd-revision"
         have = (current["metadata"].get("annotations") or {}).get(key)
         want = manifest["metadata"].get("annotations", {}).get(key)
         if not upgrade or have == want:
-            return "present"
+            return "present", current
         body = dict(manifest)
         body["metadata"] = dict(manifest["metadata"],
                                 resourceVersion=current["metadata"]["resourceVersion"])
@@ -368,7 +373,7 @@ class Kube:
             await self.request(f"replace CRD {CRD_NAME}", "PUT", f"{crds}/{CRD_NAME}", body=body)
         except TemporaryError as exc:
             raise CRDEnsureFailed(str(exc)) from exc
-        return "upgraded"
+        return "upgraded", manifest
 
     async def _wait_established(self, path: str, timeout: float = 30.0) -> None:
         async with asyncio.timeout(timeout):

@@ -37,6 +37,9 @@ WORKER_FAILURES = Counter("krypton_worker_failures_total",
 CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
                         "1 while an engaged cluster can be watched; 0 after an access failure "
                         "(401/403, CRD deleted) until a list succeeds again", ["cluster"])
+CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
+                     "1 while the cluster's Tenant CRD is older than krypton's (fields it lacks "
+                     "are dropped by the API server)", ["cluster"])
 WATCH_RELISTS = Counter("krypton_watch_relists_total",
                         "Full lists after a watch's resourceVersion expired (410 Gone)",
                         ["cluster", "watch"])
@@ -45,7 +48,7 @@ EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
 
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
-                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS)
+                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED)
 
 
 def forget_cluster(cluster: str) -> None:

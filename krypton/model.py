@@ -153,6 +153,7 @@ class TenantView:
     deleting: bool = False
     has_finalizer: bool = False
     target_cluster: str | None = None
+    workspace: str | None = None  # spec.workspace of Tenants made by the original operator
     applied_fingerprint: str | None = None
     applied_revision: int | None = None
     recorded_fingerprint: str | None = None  # status.clusters[c].fingerprint

@@ -7,6 +7,9 @@ decision table, in order:
 2. paused            -> Pause
 3. targeted elsewhere -> NotTargeted
 4. invalid name      -> Blocked InvalidTenantName (permanent)
+   spec.workspace set and not the name -> Blocked WorkspaceMismatch (permanent): the
+                        original operator installed into the workspace namespace; krypton
+                        never installs a second copy into the namespace named after the Tenant
    reserved name     -> Blocked ReservedNamespace (permanent): kube-system, kube-public,
                         kube-node-lease, default and the operator's own namespaces
 5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
@@ -92,6 +95,13 @@ def plan(obs: Observation) -> Plan:
                     f"tenant name {t.key.name!r} is not a valid namespace name "
                     "(lower-case alphanumerics and '-', at most 63 characters)",
                     permanent=True)
+    if t.workspace and t.workspace != t.key.name:
+        return Plan(Action.BLOCKED, "WorkspaceMismatch",
+                    f"spec.workspace {t.workspace!r} differs from the Tenant name: krypton "
+                    f"installs into namespace {t.key.name!r} only, and a release the original "
+                    f"operator put into {t.workspace!r} would be installed twice; rename the "
+                    "Tenant after its workspace (or remove spec.workspace when that namespace "
+                    "holds no release)", permanent=True)
     if obs.own_namespace and (t.key.name in SYSTEM_NAMESPACES
                               or t.key.name in obs.reserved_namespaces):
         return Plan(Action.BLOCKED, "ReservedNamespace",

@@ -82,6 +82,9 @@ class ClusterRuntime:
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
+    # per Tenant: (the status last written, the status the server stored), both without
+    # timestamps; they differ when the served CRD prunes fields (an older CRD)
+    written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
 
@@ -119,6 +122,7 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         deleting=bool(meta.get("deletionTimestamp")),
         has_finalizer=FINALIZER in (meta.get("finalizers") or []),
         target_cluster=ref.get("secretName") or None,
+        workspace=str((obj.get("spec") or {}).get("workspace") or "") or None,
         applied_fingerprint=annotations.get(fingerprint_annotation(cluster)),
         applied_revision=int(revision) if isinstance(revision, int) else None,
         recorded_fingerprint=applied.get("fingerprint"),
@@ -475,6 +479,7 @@ class Reconciler:
         self.rt.published[key] = labels
 
     def unpublish(self, key: TenantKey) -> None:
+        self.rt.written.pop(key, None)
         old = self.rt.published.pop(key, None)
         if old is not None:
             metrics.TENANT_RELEASE.remove(*old)
@@ -534,6 +539,13 @@ class Reconciler:
                                     f"{annotation}={fp}")
         return obj
 
+    def _stored_as_before(self, key: TenantKey, live: dict[str, Any],
+                          new: dict[str, Any]) -> bool:
+        """The same status was written before and the server stored what it holds now: the
+        difference is what the served CRD prunes (issue 16), and writing again would change
+        nothing but the resourceVersion, on every pass."""
+        return self.rt.written.get(key) == (_comparable(new), _comparable(live))
+
     async def _commit(self, obj: dict[str, Any], changes: list[Change], log: Any, *,
                       event: tuple[str, str, str] | None = None,
                       applied: dict[str, Any] | None = None,
@@ -557,13 +569,15 @@ class Reconciler:
                                        **{self.rt.name: dict(previous, **applied)})
             if last_chart is not None:
                 new["lastAppliedChart"] = last_chart
-            if _same_status(status, new):
+            if _same_status(status, new) or self._stored_as_before(key, status, new):
                 return obj
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                      "status": new}
             try:
                 metrics.API_WRITES.labels(self.rt.name, "status").inc()
                 updated = await self.rt.kube.patch_tenant_status(key, patch)
+                self.rt.written[key] = (_comparable(new),
+                                        _comparable(updated.get("status") or {}))
             except Conflict:
                 fresh = await self.rt.kube.get_tenant(key)
                 if fresh is None:
@@ -592,11 +606,14 @@ def _condition_true(obj: dict[str, Any], type_: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
+def _comparable(status: dict[str, Any]) -> dict[str, Any]:
+    """A status without its timestamps."""
+    out = {k: v for k, v in status.items() if k not in ("conditions", "clusters")}
+    out["conditions"] = cond.without_times(status.get("conditions") or [])
+    out["clusters"] = {k: {f: x for f, x in (v or {}).items() if f != "lastAppliedTime"}
+                       for k, v in (status.get("clusters") or {}).items()}
+    return out
+
+
 def _same_status(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    def strip(s: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in s.items() if k not in ("conditions", "clusters")}
-        out["conditions"] = cond.without_times(s.get("conditions") or [])
-        out["clusters"] = {k: {f: x for f, x in v.items() if f != "lastAppliedTime"}
-                           for k, v in (s.get("clusters") or {}).items()}
-        return out
-    return strip(old) == strip(new)
+    return _comparable(old) == _comparable(new)

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
+from . import crd, redact, safeyaml
 from . import kubeconfig as kubeconfigs
-from . import redact, safeyaml
 from .app import watch_cluster
 from .charts import ChartSource
 from .discovery import desired_clusters
@@ -127,6 +127,15 @@ async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
     return {name: detail for name, (_, detail) in latest.items()}
 
 
+async def _crd_outdated(kube: Kube) -> str | None:
+    """Why the cluster's Tenant CRD is older than krypton's; None if current or unreadable."""
+    try:
+        served = await kube.get_crd()
+    except TemporaryError:
+        return None
+    return crd.outdated(served) if served is not None else None
+
+
 async def collect_status(settings: Settings) -> list[Row]:
     async with _fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
@@ -137,6 +146,10 @@ async def collect_status(settings: Settings) -> list[Row]:
             if c.kube is None:
                 rows.append(Row(c.name, "", "", phase="-", detail=c.error))
                 continue
+            stale = await _crd_outdated(c.kube)
+            if stale:
+                rows.append(Row(c.name, "", "", phase="CRDOutdated",
+                                detail=f"{stale}; fix: {crd.FIX}"))
             try:
                 tenants = await _tenants(c.kube, settings)
             except TemporaryError as exc:

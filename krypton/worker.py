@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from . import metrics
+from . import crd, metrics
 from .charts import ChartSource
 from .crd import crd_manifest
 from .errors import KryptonError, TemporaryError
@@ -79,6 +79,7 @@ class Worker:
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
         self.draining = False  # set by stop(): no key handed out, no helm started
         self._reports: set[asyncio.Task[None]] = set()
         self._identity: str | None = None
@@ -135,8 +136,9 @@ class Worker:
                 by_uid=settings.shared_release_namespace is None))
         result = "not checked (--crd-policy=skip)"
         if settings.crd_policy != "skip":
-            result = await self.kube.ensure_crd(crd_manifest(),
-                                                upgrade=settings.crd_policy == "upgrade")
+            result, served = await self.kube.ensure_crd(crd_manifest(),
+                                                        upgrade=settings.crd_policy == "upgrade")
+            await self._judge_crd(served)
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
@@ -151,6 +153,19 @@ class Worker:
             fence=lambda: not self.draining and self.shared.fence())
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
+
+    async def _judge_crd(self, served: dict[str, Any]) -> None:
+        """An older Tenant CRD (the original operator's, or an earlier krypton revision kept
+        by --crd-policy=create) makes the API server drop fields krypton writes: reported
+        once per engagement, with the command that fixes it (issue 16)."""
+        reason = crd.outdated(served)
+        self.crd_outdated = reason or ""
+        metrics.CRD_OUTDATED.labels(self.name).set(1 if reason else 0)
+        if reason:
+            message = (f"the Tenant CRD on this cluster is outdated: {reason}; the API server "
+                       f"drops what it lacks. Fix: {crd.FIX}")
+            self.log.warning("tenant CRD outdated", detail=reason)
+            await self.shared.report(self.name, "Warning", "CRDOutdated", message)
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or

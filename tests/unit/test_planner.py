@@ -54,6 +54,12 @@ CASES = [
      "InvalidTenantName", True),
     ("name too long", obs(replace(TENANT, key=TenantKey("ns", "a" * 64))), Action.BLOCKED,
      "InvalidTenantName", True),
+    # issue 16: the original operator's spec.workspace named the namespace
+    ("workspace is the name", obs(replace(TENANT, workspace="acme")), Action.INSTALL,
+     "Installing", False),
+    ("workspace differs from the name", obs(replace(SYNCED, workspace="other"),
+                                            release=DEPLOYED), Action.BLOCKED,
+     "WorkspaceMismatch", True),
     ("chart not resolved yet", obs(chart=None), Action.RESOLVE_CHART, "ResolveChart", False),
     ("chart not loaded", obs(chart=ChartProblem("ChartNotLoaded", "down")), Action.BLOCKED,
      "ChartNotLoaded", False),

@@ -1,0 +1,49 @@
+"""Recognising a Tenant CRD older than krypton's (issue 16). Pure."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from krypton.crd import crd_manifest, outdated, revision
+
+PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml")
+                           .read_text())
+
+
+def test_the_shipped_crd_is_current() -> None:
+    assert outdated(crd_manifest()) is None
+    assert revision(crd_manifest()) == 4
+
+
+def test_the_prototype_crd_is_outdated_on_both_counts() -> None:
+    reason = outdated(PROTOTYPE)
+    assert reason is not None
+    assert "revision none" in reason and "status.clusters" in reason
+    assert "spec.workspace" not in reason  # the prototype's schema has it
+
+
+def test_an_older_revision_without_workspace() -> None:
+    older = copy.deepcopy(crd_manifest())
+    older["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "3"
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    del schema["properties"]["spec"]["properties"]["workspace"]
+    assert outdated(older) == ("revision 3 (this krypton ships revision 4); its schema lacks "
+                               "spec.workspace")
+
+
+def test_a_newer_revision_is_not_outdated() -> None:
+    newer = copy.deepcopy(crd_manifest())
+    newer["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "7"
+    assert outdated(newer) is None
+
+
+def test_fields_kept_by_preserve_unknown_fields_are_not_missing() -> None:
+    open_status = copy.deepcopy(PROTOTYPE)
+    open_status["metadata"]["annotations"] = {"mesh.openkcm.io/crd-revision": "4"}
+    schema = open_status["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["status"] = {"type": "object",
+                                      "x-kubernetes-preserve-unknown-fields": True}
+    assert outdated(open_status) is None
