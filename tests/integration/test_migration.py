@@ -1,0 +1,134 @@
+"""Taking over a fleet from the original operator (issue 16).
+
+The prototype's state is built with helm and kubectl only: its CRD (spec.workspace, a status
+of phase and conditions only, no revision), releases ``tenant-<t>-<c>`` installed by helm, the
+``fingerprint-<cluster>`` annotation ``sha256(repo|name|version)`` with the repository URL as
+its flag was typed (here with a trailing slash), and its conditions. krypton is then started
+with the same chart settings and cluster name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from krypton.fingerprint import sha256_hex
+from krypton.model import FINALIZER
+from krypton.testing import ControlPlane
+from krypton.testing.operator import wait_for
+from tests.integration.conftest import Cluster, Fleet, unique
+
+PROTOTYPE_CRD = Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml"
+
+
+@pytest.fixture
+def proto(testbin: Path) -> Iterator[Cluster]:
+    cp = ControlPlane("proto", testbin).start()
+    try:
+        yield Cluster("proto", cp)
+    finally:
+        cp.stop()
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+
+
+def _prototype_tenant(fleet: Fleet, proto: Cluster, name: str, version: str, repo: str, *,
+                      workspace: str | None = None, helm_args: tuple[str, ...] = ()) -> None:
+    """What the original operator left for one Tenant: its namespace, its release, the
+    fingerprint annotation and its conditions."""
+    kubeconfig = str(proto.cp.kubeconfig)
+    if workspace is None:
+        _run(str(fleet.testbin / "kubectl"), "--kubeconfig", kubeconfig, "create",
+             "namespace", name)
+        _run(str(fleet.testbin / "helm"), "--kubeconfig", kubeconfig, "install",
+             f"tenant-{name}-proto", "sample", "--repo", repo, "--version", version,
+             "--namespace", name, *helm_args)
+    proto.create_tenant(fleet.tenant_ns, name, spec={"workspace": workspace or name},
+                        annotations={"mesh.openkcm.io/fingerprint-proto":
+                                     sha256_hex(f"{repo}|sample|{version}")})
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    proto.custom.patch_namespaced_custom_object_status(
+        "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name,
+        {"status": {"phase": "Ready", "lastAppliedChart": f"{repo}|sample|{version}",
+                    "conditions": [{"type": "ClusterReady/proto", "status": "True",
+                                    "reason": "Installed", "message": "release installed",
+                                    "lastTransitionTime": now}]}})
+
+
+def _writes(op: Any) -> float:
+    return op.metric("krypton_api_writes_total", cluster="proto")
+
+
+def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
+    repo = fleet.chart_repo.url + "/"  # typed with a trailing slash, hashed as typed
+    _run(str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig), "apply",
+         "-f", str(PROTOTYPE_CRD))
+    _run(str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig), "wait",
+         "--for=condition=Established", "crd/tenants.mesh.openkcm.io", "--timeout=60s")
+    proto.ensure_namespace(fleet.tenant_ns)
+    current = [unique("kept") for _ in range(3)]
+    for name in current:
+        _prototype_tenant(fleet, proto, name, "0.2.0", repo)
+    # an older release with a value the prototype set on every release
+    older = unique("older")
+    _prototype_tenant(fleet, proto, older, "0.1.0", repo,
+                      helm_args=("--set", "data.installCRDs=true"))
+    # a Tenant whose workspace is not its name: the prototype installed it elsewhere
+    moved = unique("moved")
+    _prototype_tenant(fleet, proto, moved, "0.2.0", repo, workspace="elsewhere")
+
+    fleet.register("proto", proto)
+    # the prototype created the namespaces: taking them over needs --adopt-namespaces (they
+    # are marked adopted and never deleted by krypton)
+    op = fleet.start("--chart-repo", repo, "--resync-period", "2s", "--adopt-namespaces")
+
+    fp = sha256_hex(f"{repo}|sample|0.2.0")
+
+    def taken_over(name: str) -> bool:
+        meta = proto.tenant(fleet.tenant_ns, name)["metadata"]
+        return FINALIZER in (meta.get("finalizers") or []) and \
+            meta["annotations"].get("mesh.openkcm.io/fingerprint-proto") == fp
+
+    for name in current + [older]:  # the older one only once upgraded
+        wait_for(lambda n=name: taken_over(n), 90, what=f"{name} taken over")
+        proto.wait_phase(fleet.tenant_ns, name, "Ready")
+    # The prototype's current releases are taken over as they are; only the older one is
+    # upgraded, and with exactly the fingerprinted (empty) values.
+    assert op.metric("krypton_helm_processes_total", operation="install") == 0
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
+    for name in current:
+        assert proto.release_records(name, f"tenant-{name}-proto") == [(1, "deployed")]
+    data = proto.core.read_namespaced_config_map(f"tenant-{older}-proto", older).data
+    assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
+
+    # spec.workspace that is not the name: refused, never installed a second time
+    error = proto.wait_condition(fleet.tenant_ns, moved, "ClusterError/proto", "True")
+    assert error["reason"] == "WorkspaceMismatch", error
+    assert proto.release_records(moved, f"tenant-{moved}-proto") == []
+
+    # The prototype's CRD lacks status.clusters: reported, with the fix ...
+    event = fleet.home.wait_event(fleet.discovery_ns, "proto", "CRDOutdated")
+    assert "status.clusters" in event.message and "crds/mesh.openkcm.io_tenants.yaml" in \
+        event.message
+    assert op.metric("krypton_cluster_crd_outdated", cluster="proto") == 1
+    assert "cluster proto: engaged, CRDOutdated" in op.readyz()
+    # ... and costs no write per pass: three resyncs of every Tenant, no API write.
+    tenants = len(current) + 2
+
+    def resynced(rounds: int) -> None:
+        passes = op.metric("krypton_reconciles_total", cluster="proto")
+        wait_for(lambda: op.metric("krypton_reconciles_total", cluster="proto") >=
+                 passes + rounds * tenants, 60, what=f"{rounds} resyncs")
+
+    resynced(1)  # the takeover's own writes are behind us
+    settle = _writes(op)
+    resynced(3)
+    assert _writes(op) == settle, f"{_writes(op) - settle} API writes in three no-op resyncs"
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
