@@ -22,6 +22,7 @@ from krypton.model import FINALIZER
 from krypton.testing import ControlPlane
 from krypton.testing.operator import wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
+from tests.integration.test_cli import krypton, run_flags
 
 PROTOTYPE_CRD = Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml"
 
@@ -119,6 +120,10 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
         event.message
     assert op.metric("krypton_cluster_crd_outdated", cluster="proto") == 1
     assert "cluster proto: engaged, CRDOutdated" in op.readyz()
+    status = krypton(fleet, "status", *run_flags(fleet))
+    assert status.returncode == 0, status.stderr
+    line = next(row for row in status.stdout.splitlines() if "CRDOutdated" in row)
+    assert line.startswith("proto") and "status.clusters" in line, status.stdout
     # ... and costs no write per pass: three resyncs of every Tenant, no API write.
     tenants = len(current) + 2
 
