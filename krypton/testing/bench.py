@@ -267,24 +267,33 @@ def latencies(bed: Bed, samples: int = 20) -> dict[str, Any]:
     op = bed.operator(discovery, ns, "0.2.0")
     op.wait_ready()
     wait_for(lambda: op.metric("krypton_engaged_clusters") == 1, 60)
-    engage, install = [], []
+    engage = []
     for i in range(samples):
         name = f"lat-{i:02d}"
         created = bed.register(discovery, name, "home")
         wait_for(functools.partial(_engaged, op, name), 60, interval=0.02)
         engage.append(_log_time(op, "cluster engaged", cluster=name) - created)
         bed.core("home").delete_namespaced_secret(name, discovery)
-    for i in range(samples):
-        name = f"lat-{i:02d}"
-        created = bed.create_tenant("remote", ns, name)
-        wait_for(functools.partial(_log_time, op, "helm install start", tenant=f"{ns}/{name}"),
-                 60, interval=0.02)
-        install.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
-        time.sleep(0.3)
+    install = install_waits(bed, op, ns, "lat", samples)
     op.stop()
     result = {"secret_to_engaged": _summary(engage), "tenant_to_install_start": _summary(install)}
     log(f"(e) {result}")
     return result
+
+
+def install_waits(bed: Bed, op: OperatorProcess, ns: str, prefix: str,
+                  samples: int) -> list[float]:
+    """Seconds from creating a Tenant on `remote` to its helm install starting, one Tenant at
+    a time."""
+    waits = []
+    for i in range(samples):
+        name = f"{prefix}-{i:02d}"
+        created = bed.create_tenant("remote", ns, name)
+        wait_for(functools.partial(_log_time, op, "helm install start", tenant=f"{ns}/{name}"),
+                 120, interval=0.02)
+        waits.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
+        time.sleep(0.3)
+    return waits
 
 
 class BlackHole:
@@ -318,14 +327,7 @@ def starvation(bed: Bed, dead: int, total: int = 100, samples: int = 30) -> dict
     wait_for(lambda: op.metric("krypton_engaged_clusters") == total - dead, 600, interval=0.5,
              what=f"{total - dead} healthy clusters engaged")
     time.sleep(10)  # the dead clusters' engagement attempts are under way
-    waits = []
-    for i in range(samples):
-        name = f"st{dead}-{i:02d}"
-        created = bed.create_tenant("remote", ns, name)
-        wait_for(functools.partial(_log_time, op, "helm install start", tenant=f"{ns}/{name}"),
-                 120, interval=0.05)
-        waits.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
-        time.sleep(0.5)
+    waits = install_waits(bed, op, ns, f"st{dead}", samples)
     missed = len(op.log_events("lease renewal failed")) + len(op.log_events("leadership lost"))
     op.stop(grace=30)
     hole.close()
