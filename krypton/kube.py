@@ -535,6 +535,23 @@ def now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def without_managed_fields(obj: Obj) -> Obj:
+    """The object without metadata.managedFields, which krypton never reads and which is often
+    the largest part of a small object."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = dict(obj, metadata={k: v for k, v in meta.items() if k != "managedFields"})
+    return obj
+
+
+def release_record_metadata(obj: Obj) -> Obj:
+    """What krypton reads of a Helm release record: its name, namespace, version, labels
+    (release name, revision, status, modification time) and creation time."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion", "labels",
+                                              "creationTimestamp") if k in meta}}
+
+
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
@@ -546,7 +563,8 @@ class Informer:
     ends or fails resumes from the last resourceVersion it saw; only 410 Gone (that version
     was compacted away) lists again. A watch that delivers nothing, not even a bookmark, for
     `stall_timeout` seconds is dropped and resumed. The store holds plain dicts keyed by
-    (namespace, name); `handler(type, obj)` is called on the loop for every ADDED/MODIFIED/
+    (namespace, name), each passed through `transform` (by default without managedFields);
+    `handler(type, obj)` is called on the loop for every ADDED/MODIFIED/
     DELETED (list items arrive as ADDED or MODIFIED, vanished ones as DELETED after a relist).
 
     `on_error(exc)` hears every failure (krypton errors); `on_healthy()` hears every list
@@ -557,8 +575,11 @@ class Informer:
                  label_selector: str | None = None, metadata_only: bool = False,
                  watch_timeout: int = 290, stall_timeout: float = 150.0,
                  on_error: Callable[[Exception], None] | None = None,
-                 on_healthy: Callable[[], None] | None = None) -> None:
+                 on_healthy: Callable[[], None] | None = None,
+                 transform: Callable[[Obj], Obj] = without_managed_fields) -> None:
         self.kube, self.what, self.path, self.handler = kube, what, path, handler
+        # what is kept of each object (the store of every engaged cluster lives in memory)
+        self.transform = transform
         self.label_selector = label_selector
         # Ask the API server for PartialObjectMetadata: names, labels, versions, no payload.
         self.metadata_only = metadata_only
@@ -615,7 +636,7 @@ class Informer:
             f"list {self.what}", self.path, label_selector=self.label_selector,
             accept=METADATA_ONLY if self.metadata_only else "application/json")
         seen: dict[tuple[str, str], Obj] = {}
-        for item in body["items"]:
+        for item in map(self.transform, body["items"]):
             meta = item["metadata"]
             seen[(meta.get("namespace", ""), meta["name"])] = item
         for key in list(self.store):
@@ -661,6 +682,8 @@ class Informer:
 
     def _apply(self, event: Obj, rv: str) -> str:
         kind, obj = event.get("type"), event.get("object") or {}
+        if kind not in ("ERROR", "BOOKMARK"):
+            obj = self.transform(obj)
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(f"watch {self.what}: {obj.get('message')}")

@@ -34,6 +34,7 @@ from .kube import (
     NotFound,
     configuration_for,
     configuration_in_cluster,
+    release_record_metadata,
     release_records_path,
     tenants_path,
 )
@@ -203,7 +204,8 @@ class Worker:
                             release_records_path(settings.helm_driver,
                                                  settings.shared_release_namespace),
                             self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
-                            metadata_only=True, on_error=self._watch_failed,
+                            metadata_only=True, transform=release_record_metadata,
+                            on_error=self._watch_failed,
                             on_healthy=self._watch_restored)
         async with asyncio.TaskGroup() as group:
             group.create_task(releases.run(), name=f"{self.name}-releases")

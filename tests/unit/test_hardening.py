@@ -274,3 +274,26 @@ def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
     text = generate_latest().decode()
     assert 'cluster="gone-x"' not in text
     assert text.count('cluster="kept-x"') >= 3
+
+
+def test_cached_objects_keep_only_what_krypton_reads() -> None:
+    """Every engaged cluster's watch caches live in memory: managedFields are dropped from
+    every object, and a Helm release record keeps its name, namespace, version, labels and
+    creation time only (issue 11: 1000 clusters)."""
+    from krypton.kube import release_record_metadata, without_managed_fields
+
+    managed = [{"manager": "helm", "operation": "Update", "fieldsV1": {"f:data": {}}}]
+    record = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+              "metadata": {"name": "sh.helm.release.v1.r.v1", "namespace": "acme",
+                           "uid": "u", "resourceVersion": "7", "managedFields": managed,
+                           "creationTimestamp": "2026-11-23T00:00:00Z",
+                           "labels": {"owner": "helm", "name": "r", "status": "deployed",
+                                      "version": "1"}}}
+    assert release_record_metadata(record) == {"metadata": {
+        "name": "sh.helm.release.v1.r.v1", "namespace": "acme", "resourceVersion": "7",
+        "creationTimestamp": "2026-11-23T00:00:00Z",
+        "labels": {"owner": "helm", "name": "r", "status": "deployed", "version": "1"}}}
+    tenant = {"metadata": {"name": "t", "managedFields": managed}, "spec": {}, "status": {}}
+    slim = without_managed_fields(tenant)
+    assert slim == {"metadata": {"name": "t"}, "spec": {}, "status": {}}
+    assert tenant["metadata"]["managedFields"] == managed  # the original is not changed
