@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 
 import krypton
+from krypton.decisions.fingerprint import deep_merge
 
-from ..fingerprint import deep_merge
 from .controlplane import ControlPlane
 from .operator import OperatorProcess
 

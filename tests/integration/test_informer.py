@@ -11,10 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from krypton import metrics
-from krypton.errors import ClusterUnreachable, TemporaryError
-from krypton.kube import Informer, Kube, configuration_for, configuration_from_file, core_path
-from krypton.kubeconfig import parse
+from krypton.adapters import metrics
+from krypton.adapters.kube import Informer, Kube, configuration_for, configuration_from_file, core_path
+from krypton.decisions.errors import ClusterUnreachable, TemporaryError
+from krypton.decisions.kubeconfig import parse
 from krypton.testing import ControlPlane
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from krypton.fingerprint import sha256_hex
-from krypton.model import FINALIZER
+from krypton.decisions.fingerprint import sha256_hex
+from krypton.decisions.model import FINALIZER
 from krypton.testing import ControlPlane
 from krypton.testing.operator import wait_for
 from tests.integration.conftest import Cluster, Fleet, unique

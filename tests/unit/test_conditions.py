@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from krypton.conditions import Change, apply, phase, summarize
+from krypton.decisions.conditions import Change, apply, phase, summarize
 
 
 def c(type_: str, status: str, reason: str = "R") -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from krypton.crd import crd_manifest, outdated, revision
+from krypton.decisions.crd import crd_manifest, outdated, revision
 
 PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml")
                            .read_text())

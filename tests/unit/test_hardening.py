@@ -12,10 +12,11 @@ import urllib.request
 
 import pytest
 
-from krypton import health, ownership, redact, safeyaml
-from krypton.charts import index_versions
-from krypton.errors import ChartNotLoaded
-from krypton.helm import _safe_component
+from krypton.adapters.charts import index_versions
+from krypton.adapters.helm import _safe_component
+from krypton.app import health
+from krypton.decisions import ownership, redact, safeyaml
+from krypton.decisions.errors import ChartNotLoaded
 from krypton.testing import free_port
 
 BOMB = "".join(f"{k}: &{k} [" + ",".join([f"*{p}"] * 9 if p else ["lol"] * 9) + "]\n"
@@ -182,11 +183,11 @@ def test_idle_connections_are_capped() -> None:
 def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
     """D8 with a fake of our own Worker port: an unexpected exception is reported once per
     failure (credential-free), counted, shown as failing, and the worker runs again."""
-    from krypton import fleet as fleet_mod
-    from krypton import metrics
-    from krypton.discovery import ClusterSpec
-    from krypton.kubeconfig import parse
-    from krypton.settings import Settings
+    from krypton.adapters import metrics
+    from krypton.decisions.discovery import ClusterSpec
+    from krypton.decisions.kubeconfig import parse
+    from krypton.decisions.settings import Settings
+    from krypton.runtime import fleet as fleet_mod
 
     redact.register("worker-secret-token")
     runs: list[int] = []
@@ -248,8 +249,8 @@ def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatc
 def test_helm_ownership_error_names_object_and_owner() -> None:
     from pyhelm3 import errors as helm_errors
 
-    from krypton.errors import OwnershipConflict
-    from krypton.helm import _helm_error
+    from krypton.adapters.helm import _helm_error
+    from krypton.decisions.errors import OwnershipConflict
 
     stderr = ('Error: Unable to continue with install: CustomResourceDefinition "w.example" in '
               'namespace "" exists and cannot be imported into the current release: invalid '
@@ -264,7 +265,7 @@ def test_helm_ownership_error_names_object_and_owner() -> None:
 def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
     from prometheus_client import generate_latest
 
-    from krypton import metrics
+    from krypton.adapters import metrics
 
     for cluster in ("gone-x", "kept-x"):
         metrics.RECONCILES.labels(cluster).inc()
@@ -280,7 +281,7 @@ def test_cached_objects_keep_only_what_krypton_reads() -> None:
     """Every engaged cluster's watch caches live in memory: managedFields are dropped from
     every object, and a Helm release record keeps its name, namespace, version, labels and
     creation time only (issue 11: 1000 clusters)."""
-    from krypton.kube import release_record_metadata, without_managed_fields
+    from krypton.adapters.kube import release_record_metadata, without_managed_fields
 
     managed = [{"manager": "helm", "operation": "Update", "fieldsV1": {"f:data": {}}}]
     record = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",

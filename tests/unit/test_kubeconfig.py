@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from krypton.errors import KubeconfigRejected
-from krypton.kubeconfig import expiry_warnings, inline_files, parse
+from krypton.decisions.errors import KubeconfigRejected
+from krypton.decisions.kubeconfig import expiry_warnings, inline_files, parse
 from krypton.testing import pki
 
 CA = pki.make_ca("unit-ca")
@@ -182,7 +182,7 @@ def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_in_cluster_reference_only_for_the_self_cluster() -> None:
-    from krypton.kubeconfig import in_cluster_kubeconfig
+    from krypton.decisions.kubeconfig import in_cluster_kubeconfig
 
     text = in_cluster_kubeconfig("self-cluster")
     with pytest.raises(KubeconfigRejected, match="tokenFile"):
@@ -199,7 +199,7 @@ def test_in_cluster_reference_only_for_the_self_cluster() -> None:
 def test_in_cluster_server_follows_the_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """In a pod the API server is the one KUBERNETES_SERVICE_HOST/_PORT name (as client-go's
     in-cluster configuration reads it); the reference is accepted for that server only."""
-    from krypton.kubeconfig import in_cluster_kubeconfig
+    from krypton.decisions.kubeconfig import in_cluster_kubeconfig
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from krypton import leader
-from krypton.leader import LeaderElector
+from krypton.runtime import leader
+from krypton.runtime.leader import LeaderElector
 
 
 class _Leases:
@@ -71,13 +71,13 @@ def test_a_lease_taken_by_another_holder_is_lost_at_once(monkeypatch: pytest.Mon
 def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     """The reconciler asks the fence before it announces a helm run and again once it has a
     helm slot (waiting for one may outlast the Lease): a stale leader starts nothing."""
-    from krypton.errors import Fenced
-    from krypton.model import FINALIZER, ChartTarget, NamespaceState, Observation
-    from krypton.planner import Action, plan
-    from krypton.reconciler import ClusterRuntime, Reconciler, tenant_view
-    from krypton.releases import ReleaseIndex
-    from krypton.settings import Settings
-    from krypton.slots import FairSlots
+    from krypton.decisions.errors import Fenced
+    from krypton.decisions.model import FINALIZER, ChartTarget, NamespaceState, Observation
+    from krypton.decisions.planner import Action, plan
+    from krypton.decisions.releases import ReleaseIndex
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
+    from krypton.runtime.slots import FairSlots
 
     helm_calls: list[str] = []
     answers = iter([True] if stage == "slot" else [])  # fresh at the start, stale at the slot

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from krypton.crd import crd_text
-from krypton.discovery import desired_clusters
-from krypton.model import ReleaseStatus, is_valid_namespace_name, release_name
-from krypton.releases import ReleaseIndex
-from krypton.slots import FairSlots
-from krypton.workqueue import WorkQueue
+from krypton.decisions.crd import crd_text
+from krypton.decisions.discovery import desired_clusters
+from krypton.decisions.model import ReleaseStatus, is_valid_namespace_name, release_name
+from krypton.decisions.releases import ReleaseIndex
+from krypton.runtime.slots import FairSlots
+from krypton.runtime.workqueue import WorkQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 

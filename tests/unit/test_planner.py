@@ -1,4 +1,4 @@
-"""The decision table of krypton.planner, row by row."""
+"""The decision table of krypton.decisions.planner, row by row."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from krypton.model import (
+from krypton.decisions.model import (
     ChartProblem,
     ChartTarget,
     NamespaceState,
@@ -16,7 +16,7 @@ from krypton.model import (
     TenantKey,
     TenantView,
 )
-from krypton.planner import Action, plan
+from krypton.decisions.planner import Action, plan
 
 FP = "f" * 64
 CHART = ChartTarget("https://r", "sample", "0.2.0", {}, FP, "/tmp/chart")

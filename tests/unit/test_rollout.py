@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from krypton.errors import TemporaryError
-from krypton.kube import AlreadyExists, Conflict, NotFound
-from krypton.rollout import (
+from krypton.adapters.kube import AlreadyExists, Conflict, NotFound
+from krypton.decisions.errors import TemporaryError
+from krypton.decisions.rollout import (
     COMPLETE,
     HALTED,
     PROGRESSING,
@@ -139,7 +139,7 @@ class _ConfigMaps:
 def test_rollout_state_is_never_written_over_another_writer() -> None:
     """Two leaders (or a person) writing the rollout state: a write based on an older read
     fails instead of overwriting, and the state is read again (issue 11, item 4)."""
-    from krypton.rollout_controller import RolloutController
+    from krypton.runtime.rollout_controller import RolloutController
 
     home = _ConfigMaps()
     controller = RolloutController(home, "ns", POLICY, None, {}, None, dict)  # type: ignore[arg-type]

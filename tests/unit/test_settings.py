@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from krypton.errors import SettingsError
-from krypton.settings import OPTIONS, Settings, duration, load, parse_args
+from krypton.decisions.errors import SettingsError
+from krypton.decisions.settings import OPTIONS, Settings, duration, load, parse_args
 
 
 def settings(argv: list[str], env: dict[str, str] | None = None) -> Settings:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from krypton.errors import VersionInvalid, VersionNotFound
-from krypton.versions import is_exact, resolve
+from krypton.decisions.errors import VersionInvalid, VersionNotFound
+from krypton.decisions.versions import is_exact, resolve
 
 AVAILABLE = ["0.1.0", "0.2.0", "0.2.5", "0.3.0", "1.0.0", "1.2.3", "1.2.9", "1.3.0",
              "2.0.0-rc.1", "2.0.0", "v2.1.0", "junk"]

@@ -16,14 +16,15 @@ from typing import Any
 
 import structlog
 
-from . import kubeconfig, metrics, redact, safeyaml
-from .discovery import ClusterSpec, desired_clusters
-from .errors import KubeconfigRejected
-from .events import EventRecorder, involved_secret
-from .fingerprint import deep_merge
-from .model import cluster_name_problem
-from .settings import Settings
-from .worker import Shared, Worker
+from krypton.adapters import metrics
+from krypton.adapters.events import EventRecorder, involved_secret
+from krypton.decisions import kubeconfig, redact, safeyaml
+from krypton.decisions.discovery import ClusterSpec, desired_clusters
+from krypton.decisions.errors import KubeconfigRejected
+from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.model import cluster_name_problem
+from krypton.decisions.settings import Settings
+from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")
 SELF_CLUSTER = "self-cluster"

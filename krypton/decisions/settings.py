@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from . import safeyaml
-from .errors import SettingsError
-from .fingerprint import deep_merge
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import SettingsError
+from krypton.decisions.fingerprint import deep_merge
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -21,8 +21,9 @@ import yaml
 from pyhelm3 import errors as helm_errors
 from pyhelm3.command import CHART_NOT_FOUND, Command
 
-from . import metrics, safeyaml
-from .errors import (
+from krypton.adapters import metrics
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import (
     ChartNotLoaded,
     HelmFailed,
     OwnershipConflict,
@@ -30,7 +31,7 @@ from .errors import (
     VersionInvalid,
     VersionNotFound,
 )
-from .versions import parse_version
+from krypton.decisions.versions import parse_version
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
 

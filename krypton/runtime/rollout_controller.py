@@ -13,14 +13,14 @@ from typing import Any
 
 import structlog
 
-from . import metrics
-from .charts import ChartSource
-from .errors import Fenced, KryptonError, TemporaryError
-from .events import EventRecorder
-from .fingerprint import fingerprint
-from .kube import AlreadyExists, Conflict, Kube, NotFound
-from .pause import pause
-from .rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
+from krypton.adapters import metrics
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.events import EventRecorder
+from krypton.adapters.kube import AlreadyExists, Conflict, Kube, NotFound
+from krypton.decisions.errors import Fenced, KryptonError, TemporaryError
+from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
+from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")
 CONFIGMAP = "krypton-rollout"

@@ -1,6 +1,6 @@
 """What should happen next to one Tenant on one cluster. Pure: no I/O, no clock.
 
-`plan` maps an :class:`~krypton.model.Observation` to one :class:`Plan` through a single
+`plan` maps an :class:`~krypton.decisions.model.Observation` to one :class:`Plan` through a single
 decision table, in order:
 
 1. deleting          -> Uninstall (if our finalizer is on it), else nothing
@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .model import (
+from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ChartProblem,
     NamespaceState,

@@ -7,7 +7,7 @@ import sys
 
 import structlog
 
-from . import redact
+from krypton.decisions import redact
 
 
 def configure(fmt: str = "", level: str = "info") -> None:

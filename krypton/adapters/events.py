@@ -13,10 +13,11 @@ from typing import Any
 
 import structlog
 
-from . import metrics, redact
-from .errors import KryptonError
-from .kube import Kube, now_micro, now_rfc3339
-from .model import REPORTING_CONTROLLER
+from krypton.adapters import metrics
+from krypton.adapters.kube import Kube, now_micro, now_rfc3339
+from krypton.decisions import redact
+from krypton.decisions.errors import KryptonError
+from krypton.decisions.model import REPORTING_CONTROLLER
 
 log = structlog.get_logger("krypton.events")
 

@@ -19,14 +19,11 @@ from typing import Any
 
 import structlog
 
-from . import crd, metrics
-from .charts import ChartSource
-from .crd import crd_manifest
-from .errors import KryptonError, TemporaryError
-from .events import EventRecorder, involved_tenant
-from .fingerprint import fingerprint
-from .helm import Helm
-from .kube import (
+from krypton.adapters import metrics
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.events import EventRecorder, involved_tenant
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import (
     HELM_RELEASE_SELECTOR,
     Forbidden,
     Informer,
@@ -38,14 +35,18 @@ from .kube import (
     release_records_path,
     tenants_path,
 )
-from .kubeconfig import Kubeconfig, expiry_warnings
-from .model import TenantKey, is_valid_namespace_name, release_name
-from .reconciler import ClusterRuntime, Reconciler, fenced, tenant_view
-from .releases import ReleaseIndex
-from .rollout import ClusterObservation
-from .settings import Settings
-from .slots import FairSlots
-from .workqueue import WorkQueue
+from krypton.decisions import crd
+from krypton.decisions.crd import crd_manifest
+from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
+from krypton.decisions.model import TenantKey, is_valid_namespace_name, release_name
+from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.rollout import ClusterObservation
+from krypton.decisions.settings import Settings
+from krypton.runtime.reconciler import ClusterRuntime, Reconciler, fenced, tenant_view
+from krypton.runtime.slots import FairSlots
+from krypton.runtime.workqueue import WorkQueue
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate

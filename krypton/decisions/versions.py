@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import semver
 
-from .errors import VersionInvalid, VersionNotFound
+from krypton.decisions.errors import VersionInvalid, VersionNotFound
 
 _PARTIAL = re.compile(r"^v?(\d+|[xX*])(?:\.(\d+|[xX*]))?(?:\.(\d+|[xX*]))?(?:-([0-9A-Za-z.-]+))?"
                       r"(?:\+[0-9A-Za-z.-]+)?$")

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import safeyaml
-from .errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
-from .helm import Helm, chart_version
-from .versions import is_exact, parse_constraint, resolve
+from krypton.adapters.helm import Helm, chart_version
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
+from krypton.decisions.versions import is_exact, parse_constraint, resolve
 
 T = TypeVar("T")
 INDEX_DEADLINE = 60.0  # the whole index.yaml download, however slowly it trickles in

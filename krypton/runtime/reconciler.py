@@ -17,11 +17,15 @@ from typing import Any
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from . import conditions as cond
-from . import metrics, ownership, redact
-from .charts import ChartSource
-from .conditions import Change
-from .errors import (
+from krypton.adapters import metrics
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.events import EventRecorder, involved_tenant
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import AlreadyExists, Conflict, Kube, NotFound, now_rfc3339
+from krypton.decisions import conditions as cond
+from krypton.decisions import ownership, redact
+from krypton.decisions.conditions import Change
+from krypton.decisions.errors import (
     ChartNotLoaded,
     Fenced,
     HelmFailed,
@@ -32,11 +36,8 @@ from .errors import (
     VersionInvalid,
     VersionNotFound,
 )
-from .events import EventRecorder, involved_tenant
-from .fingerprint import fingerprint
-from .helm import Helm
-from .kube import AlreadyExists, Conflict, Kube, NotFound, now_rfc3339
-from .model import (
+from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.model import (
     ADOPTED_ANNOTATION,
     FINALIZER,
     MANAGED_BY,
@@ -55,10 +56,10 @@ from .model import (
     fingerprint_annotation,
     release_name,
 )
-from .planner import INSTALLING, Action, Plan, plan
-from .releases import ReleaseIndex
-from .settings import Settings
-from .slots import FairSlots
+from krypton.decisions.planner import INSTALLING, Action, Plan, plan
+from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.settings import Settings
+from krypton.runtime.slots import FairSlots
 
 CHART_SKIP_REQUEUE = 120.0
 CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off

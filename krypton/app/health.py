@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import prometheus_client
 
-from . import metrics
+from krypton.adapters import metrics
 
 MAX_CONNECTIONS = 32
 READ_TIMEOUT = 5.0

@@ -20,21 +20,21 @@ from typing import Any
 
 import yaml
 
-from . import crd, redact, safeyaml
-from . import kubeconfig as kubeconfigs
-from .app import watch_cluster
-from .charts import ChartSource
-from .discovery import desired_clusters
-from .errors import KubeconfigRejected, TemporaryError
-from .fingerprint import deep_merge
-from .fleet import SELF_CLUSTER, _cluster_values
-from .helm import Helm
-from .kube import Kube, configuration_for, configuration_in_cluster
-from .model import fingerprint_annotation, release_name
-from .planner import HELM_ACTIONS, Action, plan
-from .reconciler import Reconciler, namespace_state
-from .releases import ReleaseIndex
-from .settings import Settings
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import Kube, configuration_for, configuration_in_cluster
+from krypton.app.operator import watch_cluster
+from krypton.decisions import crd, redact, safeyaml
+from krypton.decisions import kubeconfig as kubeconfigs
+from krypton.decisions.discovery import desired_clusters
+from krypton.decisions.errors import KubeconfigRejected, TemporaryError
+from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.model import fingerprint_annotation, release_name
+from krypton.decisions.planner import HELM_ACTIONS, Action, plan
+from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.settings import Settings
+from krypton.runtime.fleet import SELF_CLUSTER, _cluster_values
+from krypton.runtime.reconciler import Reconciler, namespace_state
 
 
 @dataclass
@@ -182,8 +182,8 @@ def _first_error(status: dict[str, Any], cluster: str) -> str:
 
 async def rollout_summary(settings: Settings) -> str:
     """One line on the progressive rollout (F1), from its ConfigMap; empty when none."""
-    from .rollout import RolloutState
-    from .rollout_controller import CONFIGMAP
+    from krypton.decisions.rollout import RolloutState
+    from krypton.runtime.rollout_controller import CONFIGMAP
 
     with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
         home = await watch_cluster(settings, Path(tmp))
@@ -223,7 +223,7 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                         chart: ChartSource) -> list[Row]:
-    from .reconciler import ClusterRuntime
+    from krypton.runtime.reconciler import ClusterRuntime
 
     rt = ClusterRuntime(name=c.name, kube=kube, helm=None, recorder=None, chart=chart,  # type: ignore[arg-type]
                         settings=settings, slots=None, releases=ReleaseIndex(),  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from .model import ReleaseObservation, ReleaseStatus
+from krypton.decisions.model import ReleaseObservation, ReleaseStatus
 
 GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
 BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,

@@ -16,16 +16,11 @@ from typing import Any
 
 import structlog
 
-from . import kubeconfig as kubeconfigs
-from . import metrics, redact
-from .charts import ChartSource
-from .crd import crd_manifest
-from .errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
-from .events import EventRecorder
-from .fleet import SELF_CLUSTER, Fleet
-from .health import HealthServer, LoopWatch
-from .helm import Helm
-from .kube import (
+from krypton.adapters import metrics
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.events import EventRecorder
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import (
     Informer,
     Kube,
     bearer_token,
@@ -34,13 +29,19 @@ from .kube import (
     configuration_in_cluster,
     core_path,
 )
-from .leader import LeaderElector
-from .pause import pause
-from .rollout import Policy
-from .rollout_controller import RolloutController
-from .settings import Settings
-from .slots import FairSlots
-from .worker import Shared
+from krypton.app.health import HealthServer, LoopWatch
+from krypton.decisions import kubeconfig as kubeconfigs
+from krypton.decisions import redact
+from krypton.decisions.crd import crd_manifest
+from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
+from krypton.decisions.rollout import Policy
+from krypton.decisions.settings import Settings
+from krypton.runtime.fleet import SELF_CLUSTER, Fleet
+from krypton.runtime.leader import LeaderElector
+from krypton.runtime.pause import pause
+from krypton.runtime.rollout_controller import RolloutController
+from krypton.runtime.slots import FairSlots
+from krypton.runtime.worker import Shared
 
 log = structlog.get_logger("krypton")
 
@@ -83,7 +84,7 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
             await local.close()
         if secret is None:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref} not found")
-        from .discovery import decode_data
+        from krypton.decisions.discovery import decode_data
 
         key = settings.watch_kubeconfig_secret_key
         raw = decode_data((secret.get("data") or {}).get(key))
@@ -276,7 +277,7 @@ async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
     existing = await home.get_secret(ns, SELF_CLUSTER)
     if existing is not None:
         labels = (existing.get("metadata") or {}).get("labels") or {}
-        from .discovery import decode_data
+        from krypton.decisions.discovery import decode_data
 
         raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
         try:

@@ -32,10 +32,10 @@ from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 from kubernetes.aio.config.kube_config import KubeConfigLoader
 
-from . import metrics
-from .errors import ClusterUnreachable, CRDEnsureFailed, SettingsError, TemporaryError
-from .kubeconfig import Kubeconfig
-from .model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
+from krypton.adapters import metrics
+from krypton.decisions.errors import ClusterUnreachable, CRDEnsureFailed, SettingsError, TemporaryError
+from krypton.decisions.kubeconfig import Kubeconfig
+from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
 # asyncio gives every TLS connection a receive buffer of SSLProtocol.max_size (256 KiB),
 # allocated and zero-filled when the connection opens: with two watches and a pooled request

@@ -10,7 +10,7 @@ import yaml
 
 
 def crd_text() -> str:
-    return resources.files("krypton").joinpath("crd.yaml").read_text()
+    return resources.files(__package__).joinpath("crd.yaml").read_text()
 
 
 @cache

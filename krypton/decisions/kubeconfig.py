@@ -25,8 +25,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from . import safeyaml
-from .errors import KubeconfigRejected
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import KubeconfigRejected
 
 EXPIRY_WARNING = dt.timedelta(days=14)
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -18,10 +18,10 @@ from typing import Any
 
 import structlog
 
-from .errors import TemporaryError
-from .events import reporting_instance
-from .kube import Kube
-from .pause import pause
+from krypton.adapters.events import reporting_instance
+from krypton.adapters.kube import Kube
+from krypton.decisions.errors import TemporaryError
+from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.leader")
 

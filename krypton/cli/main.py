@@ -1,0 +1,118 @@
+"""Entry point: ``krypton [run|crds] [flags]`` (also ``python -m krypton``).
+
+Flags and environment are parsed and checked before any cluster is touched; a bad value or
+a missing helm prints one line and exits with status 2 (SPEC O1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from krypton.decisions import settings as settings_mod
+from krypton.decisions.errors import SettingsError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="krypton",
+        description="Roll one centrally configured Helm chart out to every Tenant on a fleet "
+                    "of Kubernetes clusters.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run the operator (default)", allow_abbrev=False,
+                         description="Run the operator. Flag > environment > default.")
+    settings_mod.add_arguments(run)
+    plan = sub.add_parser(
+        "plan", help="dry run: what the next reconcile would do per Tenant x cluster",
+        allow_abbrev=False,
+        description="Show, for every Tenant on every discovered cluster, what the operator's "
+                    "next pass would do (install, upgrade, skip, blocked) and why. Takes the "
+                    "flags of `run`. Exit status 0: nothing would change; 2: something would; "
+                    "1: an error.")
+    settings_mod.add_arguments(plan)
+    plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    status = sub.add_parser(
+        "status", help="fleet table: Tenants x clusters with phase, release, chart version",
+        allow_abbrev=False, description="Print the fleet. Takes the flags of `run`.")
+    settings_mod.add_arguments(status)
+    status.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    reg = sub.add_parser(
+        "register-cluster", help="create the labelled, self-contained kubeconfig Secret",
+        allow_abbrev=False,
+        description="Inline and reduce a kubeconfig to one context, check it (no exec or "
+                    "auth-provider users, no file references, valid certificates), probe the "
+                    "server's /version, and write the labelled Secret in --namespace of the "
+                    "watch cluster. Exit status 2 when the kubeconfig is refused.")
+    reg.add_argument("name", help="cluster name (the Secret's name)")
+    reg.add_argument("--kubeconfig", required=True, help="kubeconfig file of the cluster")
+    reg.add_argument("--context", help="context to use (default: current-context)")
+    reg.add_argument("--values", help="per-cluster values.yaml stored in the Secret")
+    settings_mod.add_arguments(reg)
+    sub.add_parser("crds", help="print the Tenant CRD")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
+        args_list = ["run", *args_list]
+    args = build_parser().parse_args(args_list)
+    if args.command == "crds":
+        from krypton.decisions.crd import crd_text
+
+        sys.stdout.write(crd_text())
+        return 0
+    try:
+        settings = settings_mod.load(args, check_helm=args.command in ("run", "plan"))
+    except SettingsError as exc:
+        print(f"krypton: {exc}", file=sys.stderr)
+        return 2
+    if args.command != "run":
+        return _tool(args, settings)
+    import faulthandler
+    import signal
+
+    from krypton.app import log
+    from krypton.app.operator import Operator
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
+    log.configure(settings.log_format, settings.log_level)
+    os.environ["HELM_DRIVER"] = settings.helm_driver  # inherited by every helm process
+    return asyncio.run(Operator(settings).run())
+
+
+def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
+    import logging
+
+    from krypton.app import log
+    from krypton.cli import tools
+    from krypton.decisions.errors import KryptonError, PermanentError
+
+    log.configure("console", "warning")
+    logging.getLogger("kubernetes").setLevel(logging.ERROR)
+    try:
+        if args.command == "status":
+            rows = asyncio.run(tools.collect_status(settings))
+            print(tools.render(rows, tools.STATUS_COLUMNS, args.output))
+            if args.output == "table":
+                summary = asyncio.run(tools.rollout_summary(settings))
+                if summary:
+                    print(f"\n{summary}")
+            return 0
+        if args.command == "plan":
+            rows = asyncio.run(tools.collect_plan(settings))
+            print(tools.render(rows, tools.PLAN_COLUMNS, args.output))
+            return 2 if tools.changes_pending(rows) else 0
+        print(asyncio.run(tools.register_cluster(settings, args.name, args.kubeconfig,
+                                                 args.context, args.values)))
+        return 0
+    except PermanentError as exc:
+        print(f"krypton {args.command}: refused: {exc}", file=sys.stderr)
+        return 2
+    except KryptonError as exc:
+        print(f"krypton {args.command}: {exc}", file=sys.stderr)
+        return 1
