@@ -33,7 +33,18 @@ from kubernetes.aio import config as k8s_config
 from kubernetes.aio.config.kube_config import KubeConfigLoader
 
 from krypton.adapters import metrics
-from krypton.decisions.errors import ClusterUnreachable, CRDEnsureFailed, SettingsError, TemporaryError
+from krypton.decisions.errors import (
+    AlreadyExists,
+    APIError,
+    ClusterUnreachable,
+    Conflict,
+    CRDEnsureFailed,
+    Forbidden,
+    Gone,
+    NotFound,
+    SettingsError,
+    TemporaryError,
+)
 from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
@@ -53,29 +64,7 @@ MERGE_PATCH = "application/merge-patch+json"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-class NotFound(TemporaryError):
-    reason = "NotFound"
-
-
-class Conflict(TemporaryError):
-    reason = "Conflict"
-
-
-class Forbidden(TemporaryError):
-    reason = "Forbidden"
-
-
-class AlreadyExists(TemporaryError):
-    reason = "AlreadyExists"
-
-
-class Gone(TemporaryError):
-    """410: a watch's or a list page's resourceVersion is too old; list again."""
-
-    reason = "Gone"
-
-
-def _status_error(status: int, body: bytes, what: str) -> TemporaryError:
+def _status_error(status: int, body: bytes, what: str) -> APIError:
     detail = _api_message(body) or f"HTTP {status}"
     if status == 404:
         return NotFound(f"{what}: not found")
@@ -86,7 +75,7 @@ def _status_error(status: int, body: bytes, what: str) -> TemporaryError:
         return Forbidden(f"{what}: {'unauthorized' if status == 401 else 'forbidden'}: {detail}")
     if status == 410:
         return Gone(f"{what}: {detail}")
-    return TemporaryError(f"{what}: HTTP {status}: {detail}", reason="APIError")
+    return APIError(f"{what}: HTTP {status}: {detail}")
 
 
 def _api_message(body: bytes) -> str:
@@ -687,7 +676,7 @@ class Informer:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(f"watch {self.what}: {obj.get('message')}")
-            raise TemporaryError(f"watch {self.what}: {obj.get('message')}", reason="APIError")
+            raise APIError(f"watch {self.what}: {obj.get('message')}")
         meta = obj.get("metadata") or {}
         rv = str(meta.get("resourceVersion") or rv)
         if kind == "BOOKMARK":

@@ -8,6 +8,14 @@
     │   │   ├── ReleaseLocked     another helm operation holds the release
     │   │   └── OwnershipConflict an object of the release belongs to another release (R17)
     │   ├── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
+    │   ├── APIError              the API server answered a request with an error status
+    │   │   ├── NotFound          404
+    │   │   ├── AlreadyExists     409 on create
+    │   │   ├── Conflict          409 on a conditional write (resourceVersion moved on)
+    │   │   ├── Gone              410: a watch's or list page's resourceVersion expired
+    │   │   └── Forbidden         401/403: credentials or RBAC; retried with backoff, because
+    │   │                         rights are fixed outside krypton, and reported as
+    │   │                         ClusterAccessDenied when a watch of an engaged cluster hits it
     │   └── Fenced                nothing may start: leadership not held (fresh), or draining
     └── PermanentError            reported as a condition; not retried until the input changes
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
@@ -65,6 +73,32 @@ class OwnershipConflict(HelmFailed):
 
 class CRDEnsureFailed(TemporaryError):
     reason = "CRDEnsureFailed"
+
+
+class APIError(TemporaryError):
+    reason = "APIError"
+
+
+class NotFound(APIError):
+    reason = "NotFound"
+
+
+class AlreadyExists(APIError):
+    reason = "AlreadyExists"
+
+
+class Conflict(APIError):
+    reason = "Conflict"
+
+
+class Gone(APIError):
+    """410: a watch's or a list page's resourceVersion is too old; list again."""
+
+    reason = "Gone"
+
+
+class Forbidden(APIError):
+    reason = "Forbidden"
 
 
 class Fenced(TemporaryError):

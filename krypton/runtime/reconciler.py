@@ -21,15 +21,18 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
-from krypton.adapters.kube import AlreadyExists, Conflict, Kube, NotFound, now_rfc3339
+from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.decisions import conditions as cond
 from krypton.decisions import ownership, redact
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
+    AlreadyExists,
     ChartNotLoaded,
+    Conflict,
     Fenced,
     HelmFailed,
     KryptonError,
+    NotFound,
     OwnershipConflict,
     PermanentError,
     TemporaryError,

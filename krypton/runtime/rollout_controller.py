@@ -16,8 +16,8 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.kube import AlreadyExists, Conflict, Kube, NotFound
-from krypton.decisions.errors import Fenced, KryptonError, TemporaryError
+from krypton.adapters.kube import Kube
+from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
 from krypton.runtime.pause import pause

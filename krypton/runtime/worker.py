@@ -25,10 +25,8 @@ from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import (
     HELM_RELEASE_SELECTOR,
-    Forbidden,
     Informer,
     Kube,
-    NotFound,
     configuration_for,
     configuration_in_cluster,
     release_record_metadata,
@@ -37,7 +35,7 @@ from krypton.adapters.kube import (
 )
 from krypton.decisions import crd
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.model import TenantKey, is_valid_namespace_name, release_name

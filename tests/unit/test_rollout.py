@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from krypton.adapters.kube import AlreadyExists, Conflict, NotFound
-from krypton.decisions.errors import TemporaryError
+from krypton.decisions.errors import AlreadyExists, Conflict, NotFound, TemporaryError
 from krypton.decisions.rollout import (
     COMPLETE,
     HALTED,
