@@ -194,58 +194,63 @@ OPTIONS: tuple[Opt, ...] = (
 _ZERO_OK = {"health_probe_bind_address", "metrics_bind_address"}
 
 
+def _default(name: str) -> Any:
+    """A setting's default, from OPTIONS: the one place defaults are written."""
+    return next(o.default for o in OPTIONS if o.name == name)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Parsed operator settings; see OPTIONS for the meaning and default of each field."""
 
-    chart_repo: str = "https://charts.jetstack.io"
-    chart_name: str = "cert-manager"
-    chart_version: str = "1.19.1"
-    chart_values_file: tuple[str, ...] = ()
-    allow_chart_skip: bool = False
-    namespace: str = "default"
-    kubeconfig_label: str = "sigs.k8s.io/multicluster-runtime-kubeconfig"
-    kubeconfig_key: str = "kubeconfig"
-    trust_kubeconfig_secrets: bool = False
-    no_self_cluster: bool = False
-    watch_kubeconfig: str = ""
-    watch_context: str = ""
-    watch_kubeconfig_secret: str = ""
-    watch_kubeconfig_secret_namespace: str = ""
-    watch_kubeconfig_secret_key: str = "kubeconfig"
-    ensure_watch_crds: bool = False
-    watch_namespace: str = ""
-    release_namespace: str = "tenant"
-    crd_policy: str = "create"
-    max_concurrent_reconciles: int = 4
-    max_concurrent_helm: int = 8
-    resync_period: float = 600.0
-    api_timeout: float = 30.0
-    helm_wait: bool = True
-    helm_timeout: float = 180.0
-    helm_executable: str = "helm"
-    helm_driver: str = "secret"
-    allow_duplicate_clusters: bool = False
-    chart_fetch_timeout: float = 60.0
-    delete_namespace_on_uninstall: bool = False
-    adopt_namespaces: bool = False
-    rollout_canary_clusters: str = ""
-    rollout_max_parallel_clusters: int = 0
-    rollout_max_failures: int = 0
-    rollout_wave_deadline: float = 600.0
-    rollout_wave_soak: float = 0.0
-    rollout_auto_revert: bool = False
-    log_format: str = ""
-    log_level: str = "info"
-    health_probe_bind_address: str = ":8081"
-    metrics_bind_address: str = ":8080"
-    leader_elect: bool = False
-    leader_election_namespace: str = "default"
-    leader_election_id: str = "krypton-leader"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    shutdown_timeout: float = 30.0
+    chart_repo: str = _default("chart_repo")
+    chart_name: str = _default("chart_name")
+    chart_version: str = _default("chart_version")
+    chart_values_file: tuple[str, ...] = _default("chart_values_file")
+    allow_chart_skip: bool = _default("allow_chart_skip")
+    namespace: str = _default("namespace")
+    kubeconfig_label: str = _default("kubeconfig_label")
+    kubeconfig_key: str = _default("kubeconfig_key")
+    trust_kubeconfig_secrets: bool = _default("trust_kubeconfig_secrets")
+    no_self_cluster: bool = _default("no_self_cluster")
+    watch_kubeconfig: str = _default("watch_kubeconfig")
+    watch_context: str = _default("watch_context")
+    watch_kubeconfig_secret: str = _default("watch_kubeconfig_secret")
+    watch_kubeconfig_secret_namespace: str = _default("watch_kubeconfig_secret_namespace")
+    watch_kubeconfig_secret_key: str = _default("watch_kubeconfig_secret_key")
+    ensure_watch_crds: bool = _default("ensure_watch_crds")
+    watch_namespace: str = _default("watch_namespace")
+    release_namespace: str = _default("release_namespace")
+    crd_policy: str = _default("crd_policy")
+    max_concurrent_reconciles: int = _default("max_concurrent_reconciles")
+    max_concurrent_helm: int = _default("max_concurrent_helm")
+    resync_period: float = _default("resync_period")
+    api_timeout: float = _default("api_timeout")
+    helm_wait: bool = _default("helm_wait")
+    helm_timeout: float = _default("helm_timeout")
+    helm_executable: str = _default("helm_executable")
+    helm_driver: str = _default("helm_driver")
+    allow_duplicate_clusters: bool = _default("allow_duplicate_clusters")
+    chart_fetch_timeout: float = _default("chart_fetch_timeout")
+    delete_namespace_on_uninstall: bool = _default("delete_namespace_on_uninstall")
+    adopt_namespaces: bool = _default("adopt_namespaces")
+    rollout_canary_clusters: str = _default("rollout_canary_clusters")
+    rollout_max_parallel_clusters: int = _default("rollout_max_parallel_clusters")
+    rollout_max_failures: int = _default("rollout_max_failures")
+    rollout_wave_deadline: float = _default("rollout_wave_deadline")
+    rollout_wave_soak: float = _default("rollout_wave_soak")
+    rollout_auto_revert: bool = _default("rollout_auto_revert")
+    log_format: str = _default("log_format")
+    log_level: str = _default("log_level")
+    health_probe_bind_address: str = _default("health_probe_bind_address")
+    metrics_bind_address: str = _default("metrics_bind_address")
+    leader_elect: bool = _default("leader_elect")
+    leader_election_namespace: str = _default("leader_election_namespace")
+    leader_election_id: str = _default("leader_election_id")
+    lease_duration: float = _default("lease_duration")
+    renew_deadline: float = _default("renew_deadline")
+    retry_period: float = _default("retry_period")
+    shutdown_timeout: float = _default("shutdown_timeout")
     # derived at load time
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
