@@ -33,6 +33,7 @@ from kubernetes.aio import config as k8s_config
 from kubernetes.aio.config.kube_config import KubeConfigLoader
 
 from krypton.adapters import metrics
+from krypton.decisions import retry
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -594,14 +595,14 @@ class Informer:
             self._task = None
 
     async def run(self) -> None:
-        backoff, rv, failing = 0.5, "", False
+        failures, rv, failing = 0, "", False
         while True:
             try:
                 if not rv:
                     rv = await self._list()
                     failing = False
                 rv = await self._watch(rv, failing)
-                failing, backoff = False, 0.5
+                failing, failures = False, 0
                 continue
             except Gone:
                 metrics.WATCH_RELISTS.labels(self.kube.name, self.what).inc()
@@ -617,8 +618,8 @@ class Informer:
             failing = True
             if self.on_error:
                 self.on_error(error)
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-            backoff = min(backoff * 2, 30.0)
+            failures += 1
+            await asyncio.sleep(retry.WATCH.delay(failures))
 
     async def _list(self) -> str:
         body = await self.kube.list_all(

@@ -31,7 +31,7 @@ from krypton.adapters.kube import (
 )
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions import redact
+from krypton.decisions import redact, retry
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
 from krypton.decisions.rollout import Policy
@@ -170,7 +170,7 @@ class Operator:
         return self.exit_code
 
     async def _connect_home(self) -> Kube:
-        delay = 1.0
+        failures = 0
         while not self.stopping.is_set():
             try:
                 home = await watch_cluster(self.settings, self.workdir)
@@ -178,9 +178,10 @@ class Operator:
                 log.info("watch cluster connected", server=home.config.host, version=version)
                 return home
             except TemporaryError as exc:
+                failures += 1
+                delay = retry.WATCH_CLUSTER.delay(failures)
                 log.warning("watch cluster unreachable", error=str(exc), retry_in=delay)
-                await pause(self.stopping, delay)
-                delay = min(delay * 2, 60.0)
+                await pause(self.stopping, delay)  # SIGTERM ends the wait
         raise asyncio.CancelledError()
 
     async def _run(self) -> None:

@@ -18,7 +18,7 @@ import structlog
 
 from krypton.adapters import metrics
 from krypton.adapters.events import EventRecorder, involved_secret
-from krypton.decisions import kubeconfig, redact, safeyaml
+from krypton.decisions import kubeconfig, redact, retry, safeyaml
 from krypton.decisions.discovery import ClusterSpec, desired_clusters
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.fingerprint import deep_merge
@@ -30,7 +30,6 @@ log = structlog.get_logger("krypton.fleet")
 SELF_CLUSTER = "self-cluster"
 
 
-RESTART_MIN, RESTART_MAX = 1.0, 300.0
 HEALTHY_RUN = 60.0  # a worker that ran this long before failing restarts from the minimum delay
 
 
@@ -151,7 +150,7 @@ class Fleet:
         cluster with it.
         """
         name = engaged.spec.name
-        delay = RESTART_MIN
+        failures = 0
         while True:
             worker = Worker(name, kc, values, self.shared)
             engaged.worker = worker
@@ -162,8 +161,8 @@ class Fleet:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - supervision: report and restart
-                if time.monotonic() - started > HEALTHY_RUN:
-                    delay = RESTART_MIN
+                failures = 1 if time.monotonic() - started > HEALTHY_RUN else failures + 1
+                delay = retry.WORKER_RESTART.delay(failures)
                 detail = redact.describe(exc)
                 metrics.WORKER_FAILURES.labels(name).inc()
                 engaged.problem = f"failing: WorkerFailed: {detail}"
@@ -172,7 +171,6 @@ class Fleet:
                                   f"worker failed with {detail}; restarting in {delay:.0f}s")
             await asyncio.sleep(delay)
             engaged.problem = ""
-            delay = min(delay * 2, RESTART_MAX)
 
     async def _disengage(self, name: str, grace: float = 0.0, *, removed: bool = False) -> None:
         engaged = self.clusters.pop(name)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
@@ -23,7 +23,7 @@ from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.decisions import conditions as cond
-from krypton.decisions import ownership, redact
+from krypton.decisions import ownership, redact, retry
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     AlreadyExists,
@@ -529,8 +529,9 @@ class Reconciler:
             return obj
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(TemporaryError), stop=stop_after_attempt(5),
-                wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+                retry=retry_if_exception_type(TemporaryError),
+                stop=stop_after_attempt(retry.FINGERPRINT_WRITE.attempts),
+                wait=retry.FINGERPRINT_WRITE.wait(), reraise=True,
             ):
                 with attempt:
                     obj = await self._patch_meta(key, {"metadata": {"annotations": {annotation: fp}}})

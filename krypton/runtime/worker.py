@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
@@ -33,7 +34,7 @@ from krypton.adapters.kube import (
     release_records_path,
     tenants_path,
 )
-from krypton.decisions import crd
+from krypton.decisions import crd, retry
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
@@ -104,19 +105,21 @@ class Worker:
                 await asyncio.sleep(0.1)
 
     async def _engage_with_backoff(self) -> None:
-        delay = 1.0
-        while True:
-            try:
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(KryptonError),
+                                           wait=retry.ENGAGE.wait(),
+                                           before_sleep=self._engage_failed):
+            with attempt:
                 await self._engage()
-                return
-            except KryptonError as exc:
-                self.last_error = f"{exc.reason}: {exc}"
-                self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
-                                 retry_in=delay)
-                await self.shared.report(self.name, "Warning", exc.reason, str(exc))
-                await self._close_kube()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 300.0)
+
+    async def _engage_failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        assert isinstance(exc, KryptonError)
+        delay = state.next_action.sleep if state.next_action else 0.0
+        self.last_error = f"{exc.reason}: {exc}"
+        self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
+                         retry_in=delay)
+        await self.shared.report(self.name, "Warning", exc.reason, str(exc))
+        await self._close_kube()
 
     async def _engage(self) -> None:
         settings = self.shared.settings

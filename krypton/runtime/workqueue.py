@@ -14,11 +14,13 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from krypton.decisions import retry
+
 K = TypeVar("K", bound=Hashable)
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, base_delay: float = 1.0, max_delay: float = 300.0) -> None:
+    def __init__(self, *, policy: retry.Policy = retry.RECONCILE) -> None:
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
@@ -28,7 +30,7 @@ class WorkQueue(Generic[K]):
         self._urgent: set[K] = set()  # dirty keys that were added urgently
         self._ready = asyncio.Condition()
         self._closed = False
-        self.base_delay, self.max_delay = base_delay, max_delay
+        self.policy = policy
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -75,7 +77,7 @@ class WorkQueue(Generic[K]):
         """Schedule `key` after its next backoff delay; returns the delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay = min(self.base_delay * (2**n), self.max_delay)
+        delay = self.policy.delay(n + 1)
         self._not_before[key] = asyncio.get_running_loop().time() + delay
         self.add_after(key, delay)
         return delay

@@ -15,7 +15,7 @@ import pytest
 from krypton.adapters.charts import index_versions
 from krypton.adapters.helm import _safe_component
 from krypton.app import health
-from krypton.decisions import ownership, redact, safeyaml
+from krypton.decisions import ownership, redact, retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded
 from krypton.testing import free_port
 
@@ -209,7 +209,7 @@ def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatc
             pass
 
     monkeypatch.setattr(fleet_mod, "Worker", FailingWorker)
-    monkeypatch.setattr(fleet_mod, "RESTART_MIN", 0.05)
+    monkeypatch.setattr(retry, "WORKER_RESTART", retry.Policy(first=0.05, cap=300.0))
     reports: list[tuple[str, str, str]] = []
 
     class Recorder:

@@ -15,6 +15,7 @@ from krypton.decisions.crd import crd_text
 from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.model import ReleaseStatus, is_valid_namespace_name, release_name
 from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.retry import Policy
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
 
@@ -69,7 +70,7 @@ def test_release_index_prefers_our_note_until_the_watch_catches_up() -> None:
 
 def test_work_queue_deduplicates_and_never_hands_out_a_key_twice() -> None:
     async def scenario() -> list[str]:
-        q: WorkQueue[str] = WorkQueue(base_delay=0.01)
+        q: WorkQueue[str] = WorkQueue(policy=Policy(first=0.01, cap=300.0))
         q.add("a")
         q.add("a")
         q.add("b")
@@ -227,7 +228,7 @@ def test_release_index_reports_recent_pending_records_as_locked() -> None:
 
 def test_backoff_ignores_echoes_but_not_real_changes() -> None:
     async def scenario() -> tuple[int, int, int]:
-        q: WorkQueue[str] = WorkQueue(base_delay=10)
+        q: WorkQueue[str] = WorkQueue(policy=Policy(first=10, cap=300.0))
         q.retry("k")
         q.add("k", urgent=False)  # an echo of the failed attempt
         echoed = len(q)
@@ -243,7 +244,7 @@ def test_backoff_ignores_echoes_but_not_real_changes() -> None:
 
 def test_echoes_during_a_failed_attempt_wait_for_the_backoff() -> None:
     async def scenario() -> int:
-        q: WorkQueue[str] = WorkQueue(base_delay=10)
+        q: WorkQueue[str] = WorkQueue(policy=Policy(first=10, cap=300.0))
         q.add("k")
         key = await q.get()
         q.add(key, urgent=False)  # our own status write echoes while we work
@@ -265,3 +266,22 @@ def test_release_index_remembers_our_own_revisions() -> None:
     assert idx.ours("ns", "r") == (3, "fp3")
     idx.forget("ns", "r")
     assert idx.ours("ns", "r") is None
+
+
+def test_retry_policies_double_up_to_their_cap() -> None:
+    """The named policies (krypton.decisions.retry): the n-th failure waits first * 2**(n-1),
+    at most cap; jitter only lengthens a delay, by at most its fraction; tenacity's wait
+    strategy gives the same delays."""
+    from tenacity import RetryCallState
+
+    from krypton.decisions import retry
+
+    assert [retry.ENGAGE.delay(n) for n in (1, 2, 3, 9, 10, 50)] == [1, 2, 4, 256, 300, 300]
+    assert [retry.WATCH_CLUSTER.delay(n) for n in (1, 6, 7)] == [1, 32, 60]
+    for n in range(1, 12):
+        base = min(0.5 * 2 ** (n - 1), 30.0)
+        assert base <= retry.WATCH.delay(n) <= base * 1.2
+    state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    for n in (1, 2, 5, 12):
+        state.attempt_number = n
+        assert retry.ENGAGE.wait()(state) == retry.ENGAGE.delay(n)
