@@ -34,7 +34,7 @@ from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import SELF_CLUSTER, _cluster_values
-from krypton.runtime.reconciler import Reconciler, namespace_state
+from krypton.runtime.reconciler import ClusterView, namespace_state
 
 
 @dataclass
@@ -223,12 +223,8 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                         chart: ChartSource) -> list[Row]:
-    from krypton.runtime.reconciler import ClusterRuntime
-
-    rt = ClusterRuntime(name=c.name, kube=kube, helm=None, recorder=None, chart=chart,  # type: ignore[arg-type]
-                        settings=settings, slots=None, releases=ReleaseIndex(),  # type: ignore[arg-type]
-                        tenants={}, values=c.values)
-    reconciler = Reconciler(rt)
+    view = ClusterView(name=c.name, kube=kube, chart=chart, settings=settings,
+                       releases=ReleaseIndex(), tenants={}, values=c.values)
     rows = []
     for t in await _tenants(kube, settings):
         meta = t["metadata"]
@@ -238,10 +234,10 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                                                   f"owner=helm,name={release}")
         for record in records:
             if record["metadata"].get("namespace") == namespace:
-                rt.releases.on_event("ADDED", record)
-        obs = reconciler.observe(t)
+                view.releases.on_event("ADDED", record)
+        obs = view.observe(t)
         obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
-                                  chart=await reconciler.desired_chart())
+                                  chart=await view.desired_chart())
         decided = plan(obs)
         if decided.action is Action.OBSERVE_NAMESPACE:
             state, owner = namespace_state(await kube.get_namespace(meta["name"]), obs.tenant.key)

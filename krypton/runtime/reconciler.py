@@ -71,20 +71,60 @@ CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVer
                 "VersionInvalid": "ChartVersionInvalid"}
 
 
-@dataclass
-class ClusterRuntime:
-    """What a reconcile needs to know about its cluster."""
+@dataclass(kw_only=True)
+class ClusterView:
+    """What is needed to observe a Tenant on a cluster and decide about it, with nothing
+    that writes: shared by the operator and ``krypton plan``."""
 
     name: str
     kube: Kube
-    helm: Helm
-    recorder: EventRecorder
     chart: ChartSource
     settings: Settings
-    slots: FairSlots
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+
+    async def desired_chart(self) -> ChartTarget | ChartProblem:
+        try:
+            chart = await self.chart.get()
+        except (VersionInvalid, VersionNotFound, ChartNotLoaded) as exc:
+            return ChartProblem(exc.reason, str(exc))
+        fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
+        return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
+
+    def observe(self, obj: dict[str, Any]) -> Observation:
+        view = tenant_view(obj, self.name)
+        release = release_name(view.key.name, self.name)
+        namespace = self.settings.release_namespace_for(view.key.name)
+        own = self.settings.shared_release_namespace is None
+        ours = self.releases.ours(namespace, release)
+        if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
+            # Our status write may not have reached the watch cache yet: a revision our own
+            # helm run made, with the fingerprint it applied, is what is recorded, not drift.
+            view = dataclasses.replace(view, applied_revision=ours[0],
+                                       recorded_fingerprint=ours[1])
+        return Observation(
+            cluster=self.name,
+            tenant=view,
+            chart=None,
+            release=self.releases.observe(
+                namespace, release, now=time.time(),
+                lock_timeout=self.settings.helm_timeout + LOCK_MARGIN),
+            reserved_namespaces=self.settings.reserved_namespaces,
+            adopt_namespaces=self.settings.adopt_namespaces,
+            # with one shared release namespace there is no Tenant namespace to look after
+            own_namespace=own,
+            namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
+        )
+
+
+@dataclass(kw_only=True)
+class ClusterRuntime(ClusterView):
+    """A cluster view plus what a reconcile acts with."""
+
+    helm: Helm
+    recorder: EventRecorder
+    slots: FairSlots
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
     # per Tenant: (the status last written, the status the server stored), both without
     # timestamps; they differ when the served CRD prunes fields (an older CRD)
@@ -163,51 +203,18 @@ class Reconciler:
 
     # -- observe ---------------------------------------------------------------------------
 
-    async def desired_chart(self) -> ChartTarget | ChartProblem:
-        try:
-            chart = await self.rt.chart.get()
-        except (VersionInvalid, VersionNotFound, ChartNotLoaded) as exc:
-            return ChartProblem(exc.reason, str(exc))
-        fp = fingerprint(chart.repo, chart.name, chart.version, self.rt.values)
-        return ChartTarget(chart.repo, chart.name, chart.version, self.rt.values, fp, chart.path)
-
-    def observe(self, obj: dict[str, Any]) -> Observation:
-        view = tenant_view(obj, self.rt.name)
-        release = release_name(view.key.name, self.rt.name)
-        namespace = self.rt.settings.release_namespace_for(view.key.name)
-        own = self.rt.settings.shared_release_namespace is None
-        ours = self.rt.releases.ours(namespace, release)
-        if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
-            # Our status write may not have reached the watch cache yet: a revision our own
-            # helm run made, with the fingerprint it applied, is what is recorded, not drift.
-            view = dataclasses.replace(view, applied_revision=ours[0],
-                                       recorded_fingerprint=ours[1])
-        return Observation(
-            cluster=self.rt.name,
-            tenant=view,
-            chart=None,
-            release=self.rt.releases.observe(
-                namespace, release, now=time.time(),
-                lock_timeout=self.rt.settings.helm_timeout + LOCK_MARGIN),
-            reserved_namespaces=self.rt.settings.reserved_namespaces,
-            adopt_namespaces=self.rt.settings.adopt_namespaces,
-            # with one shared release namespace there is no Tenant namespace to look after
-            own_namespace=own,
-            namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
-        )
-
     # -- one pass --------------------------------------------------------------------------
 
     async def reconcile(self, key: TenantKey) -> Outcome:
         obj = self.rt.tenants.get((key.namespace, key.name))
         if obj is None:
             return Outcome()
-        obs = self.observe(obj)
+        obs = self.rt.observe(obj)
         release = release_name(key.name, self.rt.name)
         log = self.log.bind(tenant=str(key), release=release)
         decided = plan(obs)
         if decided.action is Action.RESOLVE_CHART:
-            obs = dataclasses.replace(obs, chart=await self.desired_chart())
+            obs = dataclasses.replace(obs, chart=await self.rt.desired_chart())
             decided = plan(obs)
         if decided.action is Action.ADD_FINALIZER:
             obj = await self._add_finalizer(obj)
