@@ -119,6 +119,17 @@ def _check_client_pair(cert_pem: bytes, key_pem: bytes, now: dt.datetime) -> lis
     return []
 
 
+def _mapping(data: str) -> dict[str, Any]:
+    """The kubeconfig's YAML, bounded (safeyaml), as a mapping; KubeconfigRejected if not."""
+    try:
+        doc = safeyaml.load(data, safeyaml.KUBECONFIG, what="kubeconfig")
+    except safeyaml.YamlRejected as exc:
+        raise _reject(str(exc)) from exc
+    if not isinstance(doc, dict):
+        raise _reject("kubeconfig is not a YAML mapping")
+    return doc
+
+
 def expiry_warnings(kc: Kubeconfig, now: dt.datetime | None = None) -> list[str]:
     """What an engaged cluster's credentials deserve a warning for at `now` (they were valid
     when parsed): a client certificate that expires within EXPIRY_WARNING, or expired."""
@@ -157,12 +168,7 @@ def parse(
             raise _reject("kubeconfig is not UTF-8 text") from exc
     if not data.strip():
         raise _reject("kubeconfig is empty")
-    try:
-        doc = safeyaml.load(data, safeyaml.KUBECONFIG, what="kubeconfig")
-    except safeyaml.YamlRejected as exc:
-        raise _reject(str(exc)) from exc
-    if not isinstance(doc, dict):
-        raise _reject("kubeconfig is not a YAML mapping")
+    doc = _mapping(data)
 
     contexts = doc.get("contexts") or []
     if not isinstance(contexts, list):
@@ -339,12 +345,7 @@ def inline_files(data: str, base_dir: str) -> str:
     """
     import os
 
-    try:
-        doc = safeyaml.load(data, safeyaml.KUBECONFIG, what="kubeconfig")
-    except safeyaml.YamlRejected as exc:
-        raise _reject(str(exc)) from exc
-    if not isinstance(doc, dict):
-        raise _reject("kubeconfig is not a YAML mapping")
+    doc = _mapping(data)
 
     def read(path: str) -> bytes:
         full = path if os.path.isabs(path) else os.path.join(base_dir, path)
