@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ Query = dict[str, str | int | None]
 
 HELM_RELEASE_SELECTOR = "owner=helm"
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
+SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
 MERGE_PATCH = "application/merge-patch+json"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -601,8 +603,16 @@ class Informer:
                 if not rv:
                     rv = await self._list()
                     failing = False
+                opened = time.monotonic()
                 rv = await self._watch(rv, failing)
-                failing, failures = False, 0
+                failing = False
+                if time.monotonic() - opened >= SHORT_WATCH:
+                    failures = 0
+                    continue
+                # A watch the server ended at once (a proxy closing every connection): not an
+                # error, but resuming at once would spin; wait as after a failure.
+                failures += 1
+                await asyncio.sleep(retry.WATCH.delay(failures))
                 continue
             except Gone:
                 metrics.WATCH_RELISTS.labels(self.kube.name, self.what).inc()

@@ -138,3 +138,61 @@ contexts: [{{name: dead, context: {{cluster: dead, user: dead}}}}]
     assert isinstance(error, ClusterUnreachable), error
     assert 1.5 <= elapsed < 10, elapsed
     assert ticks >= 10  # the loop was free while the request waited
+
+
+def test_a_server_that_ends_every_watch_at_once_is_not_hammered(tmp_path: Path) -> None:
+    """A proxy that answers every watch with an empty 200 at once: resuming is right, but
+    resuming at once would spin. Over 3 s the informer opens a handful of watches, not
+    thousands, and still lists only once."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    watches = 0
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            nonlocal watches
+            body = b"" if "watch=true" in self.path else json.dumps(
+                {"kind": "ConfigMapList", "metadata": {"resourceVersion": "1"},
+                 "items": []}).encode()
+            watches += "watch=true" in self.path
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kc = parse(f"""
+apiVersion: v1
+kind: Config
+current-context: p
+clusters: [{{name: p, cluster: {{server: "http://127.0.0.1:{server.server_address[1]}"}}}}]
+users: [{{name: p, user: {{}}}}]
+contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
+""".encode(), trust=True)
+
+    async def run() -> int:
+        kube = Kube(await configuration_for(kc, tmp_path), name="closing-proxy", timeout=5)
+        informer = Informer(kube, "configmaps", core_path("configmaps", "default"),
+                            lambda _t, _o: None).start()
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 10)
+            await asyncio.sleep(3)
+        finally:
+            await informer.stop()
+            await kube.close()
+        return informer.lists
+
+    try:
+        lists = asyncio.run(run())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert lists == 1
+    assert 2 <= watches <= 8, watches  # backoff 0.5, 1, 2 s (+ jitter) within 3 s
