@@ -35,6 +35,7 @@ from krypton.decisions.errors import (
     NotFound,
     OwnershipConflict,
     PermanentError,
+    ReleaseLocked,
     TemporaryError,
     VersionInvalid,
     VersionNotFound,
@@ -348,6 +349,12 @@ class Reconciler:
                     await self.rt.helm.rollback(release, namespace)
                 result = await self.rt.helm.install_or_upgrade(
                     release, chart.path, namespace, chart.values, operation=verb.lower())
+        except ReleaseLocked as exc:
+            # Another helm operation holds the release (it took the lock after this pass
+            # looked): nothing failed, so no failedFingerprint, and a progressive rollout
+            # never counts it as a failed release. Retried with backoff, like a planned wait.
+            log.info("release busy, waiting", detail=str(exc))
+            return Outcome(retry=True, reason=exc.reason)
         except HelmFailed as exc:
             reason = exc.reason if isinstance(exc, OwnershipConflict) else f"{verb}Failed"
             log.error(f"helm {verb.lower()} failed", error=str(exc))

@@ -110,3 +110,49 @@ def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     with pytest.raises(Fenced):
         asyncio.run(reconciler._act(obj, obs, decided, "tenant-t-c1", reconciler.log))
     assert helm_calls == []
+
+
+@pytest.mark.parametrize("error", ["ReleaseLocked", "HelmFailed"])
+def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
+    """helm refusing because another operation holds the release (ReleaseLocked) is a wait:
+    no failedFingerprint, so a progressive rollout never counts it as failed (issue 11,
+    item 6). A real failure still records the fingerprint that failed."""
+    from krypton.decisions import errors
+    from krypton.decisions.model import FINALIZER, ChartTarget, NamespaceState, Observation
+    from krypton.decisions.planner import plan
+    from krypton.decisions.releases import ReleaseIndex
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
+    from krypton.runtime.slots import FairSlots
+
+    written: list[dict[str, Any]] = []
+
+    class Helm:
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            raise getattr(errors, error)("another operation (install/upgrade/rollback) is in "
+                                         "progress" if error == "ReleaseLocked" else "boom")
+
+    class Cluster:
+        async def emit(self, *_a: object) -> None:
+            pass
+
+        async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
+            written.append(patch["status"])
+            return {**obj, "status": patch["status"]}
+
+    rt = ClusterRuntime(name="c1", kube=Cluster(), helm=Helm(), recorder=Cluster(),  # type: ignore[arg-type]
+                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
+                        releases=ReleaseIndex(), tenants={})
+    obj: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u",
+                                        "resourceVersion": "1", "generation": 1,
+                                        "finalizers": [FINALIZER]}, "spec": {}}
+    obs = Observation("c1", tenant_view(obj, "c1"),
+                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
+                      namespace=NamespaceState.OWNED)
+    reconciler = Reconciler(rt)
+    outcome = asyncio.run(reconciler._act(obj, obs, plan(obs), "tenant-t-c1", reconciler.log))
+    assert outcome.retry and outcome.reason == ("ReleaseLocked" if error == "ReleaseLocked"
+                                                else "InstallFailed")
+    failed = [((s.get("clusters") or {}).get("c1") or {}).get("failedFingerprint")
+              for s in written]
+    assert failed[-1:] == ([None] if error == "ReleaseLocked" else ["f" * 64])
