@@ -6,10 +6,12 @@ Public API:
   loopback, with generated certificates and an admin kubeconfig.
 - :class:`ChartRepository` - charts packaged by a real helm and served over HTTP.
 - :func:`testbin` - the directory holding the pinned tool binaries, built on first use.
+- :class:`BlackHole` - a loopback listener that accepts TCP and never answers.
 """
 
 from .chartrepo import ChartRepository
-from .controlplane import ControlPlane, ControlPlaneError, free_port
+from .controlplane import BlackHole, ControlPlane, ControlPlaneError, free_port
 from .testbin import testbin
 
-__all__ = ["ChartRepository", "ControlPlane", "ControlPlaneError", "free_port", "testbin"]
+__all__ = ["BlackHole", "ChartRepository", "ControlPlane", "ControlPlaneError", "free_port",
+           "testbin"]

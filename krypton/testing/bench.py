@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from . import ChartRepository, ControlPlane, testbin
+from . import BlackHole, ChartRepository, ControlPlane, testbin
 from .operator import OperatorProcess, cmdline, descendants, kubeconfig_secret, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,20 +293,6 @@ def install_waits(bed: Bed, op: OperatorProcess, ns: str, prefix: str,
         waits.append(_log_time(op, "helm install start", tenant=f"{ns}/{name}") - created)
         time.sleep(0.3)
     return waits
-
-
-class BlackHole:
-    """A loopback listener that accepts TCP connections and never answers (a dead cluster
-    behind a load balancer)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(1024)
-        self.url = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def starvation(bed: Bed, dead: int, total: int = 100, samples: int = 30) -> dict[str, Any]:

@@ -60,6 +60,20 @@ def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:
     return int(popen.returncode)
 
 
+class BlackHole:
+    """A loopback listener that accepts TCP connections and never answers (a dead cluster
+    behind a load balancer). `url` is an https URL to it; :meth:`close` when done."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.url = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or to become ready."""
 

@@ -5,7 +5,6 @@ stalled watches dropped, every request bounded."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -13,9 +12,11 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import Informer, Kube, configuration_for, configuration_from_file, core_path
+from krypton.decisions import retry
 from krypton.decisions.errors import ClusterUnreachable, TemporaryError
 from krypton.decisions.kubeconfig import parse
-from krypton.testing import ControlPlane
+from krypton.testing import BlackHole, ControlPlane
+from tests.reliability.test_hostile_input import Responder
 
 
 async def _kube(cp: ControlPlane, name: str) -> Kube:
@@ -62,21 +63,28 @@ def test_a_stalled_watch_is_resumed_not_relisted(remote: ControlPlane) -> None:
         seen: list[tuple[str, str]] = []
         errors: list[Exception] = []
         healthy: list[float] = []
+        three_stalls, two_seen = asyncio.Event(), asyncio.Event()
+
+        def on_event(type_: str, obj: dict[str, Any]) -> None:
+            seen.append((type_, obj["metadata"]["name"]))
+            if len(seen) >= 2:
+                two_seen.set()
+
+        def on_error(exc: Exception) -> None:
+            errors.append(exc)
+            if len(errors) >= 3:
+                three_stalls.set()
+
         await kube.create_namespace(name, {}, {})
-        informer = Informer(kube, "configmaps", core_path("configmaps", name),
-                            lambda t, o: seen.append((t, o["metadata"]["name"])),
+        informer = Informer(kube, "configmaps", core_path("configmaps", name), on_event,
                             label_selector=f"krypton-test={name}", stall_timeout=1.0,
-                            on_error=errors.append, on_healthy=lambda: healthy.append(1))
+                            on_error=on_error, on_healthy=lambda: healthy.append(1))
         informer.start()
         try:
             await asyncio.wait_for(informer.synced.wait(), 30)
-            async with asyncio.timeout(60):
-                while len(errors) < 3:  # three stalls, three resumed watches
-                    await asyncio.sleep(0.05)
+            await asyncio.wait_for(three_stalls.wait(), 60)  # three stalls, three resumes
             await _create_configmaps(kube, name, name, 2)
-            async with asyncio.timeout(30):
-                while len(seen) < 2:
-                    await asyncio.sleep(0.05)
+            await asyncio.wait_for(two_seen.wait(), 30)
         finally:
             await informer.stop()
             await kube.delete_namespace(name)
@@ -92,87 +100,73 @@ def test_a_stalled_watch_is_resumed_not_relisted(remote: ControlPlane) -> None:
 
 def test_a_server_that_never_answers_costs_one_bounded_request(tmp_path: Path) -> None:
     """A black-holed API server (TCP accepted, no answer): the request ends after the client
-    timeout with ClusterUnreachable, and meanwhile the event loop keeps running."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
+    timeout with ClusterUnreachable, and meanwhile the event loop keeps running: a callback
+    scheduled while the request waits runs before the request ends."""
+    hole = BlackHole()
     kc = parse(f"""
 apiVersion: v1
 kind: Config
 current-context: dead
-clusters: [{{name: dead, cluster: {{server: "https://127.0.0.1:{port}",
+clusters: [{{name: dead, cluster: {{server: "{hole.url}",
                                    insecure-skip-tls-verify: true}}}}]
 users: [{{name: dead, user: {{token: abc}}}}]
 contexts: [{{name: dead, context: {{cluster: dead, user: dead}}}}]
 """.encode())
 
-    async def run() -> tuple[Any, float, int]:
+    async def run() -> tuple[Any, float, bool]:
         kube = Kube(await configuration_for(kc, tmp_path), name="dead", timeout=1.5)
-        ticks = 0
-
-        async def tick() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.05)
-                ticks += 1
-
-        ticker = asyncio.create_task(tick())
+        request = asyncio.create_task(kube.server_version())
+        meanwhile = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.2, meanwhile.set)
         start = time.monotonic()
+        await meanwhile.wait()
+        loop_was_free = not request.done()  # the loop ran our callback during the request
         try:
-            await kube.server_version()
+            await request
         except TemporaryError as exc:
             error: Any = exc
         else:
             error = None
         finally:
             elapsed = time.monotonic() - start
-            ticker.cancel()
             await kube.close()
-        return error, elapsed, ticks
+        return error, elapsed, loop_was_free
 
     try:
-        error, elapsed, ticks = asyncio.run(run())
+        error, elapsed, loop_was_free = asyncio.run(run())
     finally:
-        listener.close()
+        hole.close()
     assert isinstance(error, ClusterUnreachable), error
-    assert 1.5 <= elapsed < 10, elapsed
-    assert ticks >= 10  # the loop was free while the request waited
+    assert 1.0 <= elapsed < 10, elapsed
+    assert loop_was_free
 
 
 def test_a_server_that_ends_every_watch_at_once_is_not_hammered(tmp_path: Path) -> None:
     """A proxy that answers every watch with an empty 200 at once: resuming is right, but
-    resuming at once would spin. Over 3 s the informer opens a handful of watches, not
-    thousands, and still lists only once."""
+    resuming at once would spin. Consecutive watches are spaced by the WATCH retry policy
+    (0.5 s, 1 s, 2 s, ...: jitter only lengthens them), and the collection is listed once."""
     import json
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    watches = 0
+    watches: list[float] = []
+    four = threading.Event()
+    listing = json.dumps({"kind": "ConfigMapList", "metadata": {"resourceVersion": "1"},
+                          "items": []}).encode()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
-            nonlocal watches
-            body = b"" if "watch=true" in self.path else json.dumps(
-                {"kind": "ConfigMapList", "metadata": {"resourceVersion": "1"},
-                 "items": []}).encode()
-            watches += "watch=true" in self.path
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> bytes:
+        if "watch=true" not in path:
+            return listing
+        watches.append(time.monotonic())
+        if len(watches) >= 4:
+            four.set()
+        return b""  # 200, and the watch is over
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = Responder(answer, content_type="application/json")
     kc = parse(f"""
 apiVersion: v1
 kind: Config
 current-context: p
-clusters: [{{name: p, cluster: {{server: "http://127.0.0.1:{server.server_address[1]}"}}}}]
+clusters: [{{name: p, cluster: {{server: "{proxy.url}"}}}}]
 users: [{{name: p, user: {{}}}}]
 contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
 """.encode(), trust=True)
@@ -182,8 +176,7 @@ contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
         informer = Informer(kube, "configmaps", core_path("configmaps", "default"),
                             lambda _t, _o: None).start()
         try:
-            await asyncio.wait_for(informer.synced.wait(), 10)
-            await asyncio.sleep(3)
+            assert await asyncio.to_thread(four.wait, 30), "four watches"
         finally:
             await informer.stop()
             await kube.close()
@@ -192,7 +185,7 @@ contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
     try:
         lists = asyncio.run(run())
     finally:
-        server.shutdown()
-        server.server_close()
+        proxy.close()
     assert lists == 1
-    assert 2 <= watches <= 8, watches  # backoff 0.5, 1, 2 s (+ jitter) within 3 s
+    gaps = [b - a for a, b in zip(watches, watches[1:4], strict=False)]
+    assert all(gap >= retry.WATCH.first * 2 ** n for n, gap in enumerate(gaps)), gaps
