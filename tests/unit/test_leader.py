@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from krypton.decisions.model import FINALIZER
 from krypton.runtime import leader
 from krypton.runtime.leader import LeaderElector
 
@@ -67,17 +68,54 @@ def test_a_lease_taken_by_another_holder_is_lost_at_once(monkeypatch: pytest.Mon
     assert not elector.holds() and not elector.is_leader
 
 
+TENANT: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u",
+                                       "resourceVersion": "1", "generation": 1,
+                                       "finalizers": [FINALIZER]},
+                          "spec": {}}
+
+
+class _Cluster:
+    """The reconcile's ports to its cluster: status writes are recorded, Events dropped."""
+
+    def __init__(self) -> None:
+        self.written: list[dict[str, Any]] = []
+
+    async def emit(self, *_a: object) -> None:
+        pass
+
+    async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
+        self.written.append(patch.get("status") or {})
+        return {**TENANT, "status": patch.get("status") or {}}
+
+
+def _install_pass(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluster]:
+    """The plan for a new Tenant on cluster c1 (an install) and a coroutine acting on it with
+    `helm`, plus the cluster fake that records what was written."""
+    from krypton.decisions.model import ChartTarget, NamespaceState, Observation
+    from krypton.decisions.planner import plan
+    from krypton.decisions.releases import ReleaseIndex
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
+    from krypton.runtime.slots import FairSlots
+
+    cluster = _Cluster()
+    rt = ClusterRuntime(name="c1", kube=cluster, helm=helm, recorder=cluster,  # type: ignore[arg-type]
+                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
+                        releases=ReleaseIndex(), tenants={}, fence=fence)
+    obs = Observation("c1", tenant_view(TENANT, "c1"),
+                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
+                      namespace=NamespaceState.OWNED)
+    decided = plan(obs)
+    reconciler = Reconciler(rt)
+    return decided, reconciler._act(TENANT, obs, decided, "tenant-t-c1", reconciler.log), cluster
+
+
 @pytest.mark.parametrize("stage", ["start", "slot"])
 def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     """The reconciler asks the fence before it announces a helm run and again once it has a
     helm slot (waiting for one may outlast the Lease): a stale leader starts nothing."""
     from krypton.decisions.errors import Fenced
-    from krypton.decisions.model import FINALIZER, ChartTarget, NamespaceState, Observation
-    from krypton.decisions.planner import Action, plan
-    from krypton.decisions.releases import ReleaseIndex
-    from krypton.decisions.settings import Settings
-    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
-    from krypton.runtime.slots import FairSlots
+    from krypton.decisions.planner import Action
 
     helm_calls: list[str] = []
     answers = iter([True] if stage == "slot" else [])  # fresh at the start, stale at the slot
@@ -87,28 +125,10 @@ def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
             helm_calls.append("install")
             return {"version": 1, "info": {"status": "deployed"}}
 
-    class Quiet:  # the status write and its Event (reached only in the "slot" case)
-        async def emit(self, *_a: object) -> None:
-            pass
-
-        async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
-            return {**obj, "status": patch.get("status") or {}}
-
-    rt = ClusterRuntime(name="c1", kube=Quiet(), helm=Helm(), recorder=Quiet(),  # type: ignore[arg-type]
-                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
-                        releases=ReleaseIndex(), tenants={},
-                        fence=lambda: next(answers, False))
-    obj: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u",
-                                        "resourceVersion": "1", "generation": 1,
-                                        "finalizers": [FINALIZER]}, "spec": {}}
-    obs = Observation("c1", tenant_view(obj, "c1"),
-                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
-                      namespace=NamespaceState.OWNED)
-    decided = plan(obs)
+    decided, act, _ = _install_pass(Helm(), fence=lambda: next(answers, False))
     assert decided.action is Action.INSTALL
-    reconciler = Reconciler(rt)
     with pytest.raises(Fenced):
-        asyncio.run(reconciler._act(obj, obs, decided, "tenant-t-c1", reconciler.log))
+        asyncio.run(act)
     assert helm_calls == []
 
 
@@ -118,41 +138,16 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
     no failedFingerprint, so a progressive rollout never counts it as failed (issue 11,
     item 6). A real failure still records the fingerprint that failed."""
     from krypton.decisions import errors
-    from krypton.decisions.model import FINALIZER, ChartTarget, NamespaceState, Observation
-    from krypton.decisions.planner import plan
-    from krypton.decisions.releases import ReleaseIndex
-    from krypton.decisions.settings import Settings
-    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
-    from krypton.runtime.slots import FairSlots
-
-    written: list[dict[str, Any]] = []
 
     class Helm:
         async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
             raise getattr(errors, error)("another operation (install/upgrade/rollback) is in "
                                          "progress" if error == "ReleaseLocked" else "boom")
 
-    class Cluster:
-        async def emit(self, *_a: object) -> None:
-            pass
-
-        async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
-            written.append(patch["status"])
-            return {**obj, "status": patch["status"]}
-
-    rt = ClusterRuntime(name="c1", kube=Cluster(), helm=Helm(), recorder=Cluster(),  # type: ignore[arg-type]
-                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
-                        releases=ReleaseIndex(), tenants={})
-    obj: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u",
-                                        "resourceVersion": "1", "generation": 1,
-                                        "finalizers": [FINALIZER]}, "spec": {}}
-    obs = Observation("c1", tenant_view(obj, "c1"),
-                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
-                      namespace=NamespaceState.OWNED)
-    reconciler = Reconciler(rt)
-    outcome = asyncio.run(reconciler._act(obj, obs, plan(obs), "tenant-t-c1", reconciler.log))
+    _, act, cluster = _install_pass(Helm())
+    outcome = asyncio.run(act)
     assert outcome.retry and outcome.reason == ("ReleaseLocked" if error == "ReleaseLocked"
                                                 else "InstallFailed")
     failed = [((s.get("clusters") or {}).get("c1") or {}).get("failedFingerprint")
-              for s in written]
+              for s in cluster.written]
     assert failed[-1:] == ([None] if error == "ReleaseLocked" else ["f" * 64])
