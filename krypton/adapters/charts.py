@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from krypton.adapters.helm import Helm, chart_version
-from krypton.decisions import safeyaml
+from krypton.decisions import retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
 from krypton.decisions.versions import is_exact, parse_constraint, resolve
 
@@ -73,19 +73,13 @@ class ChartSource:
     async def get(self) -> ResolvedChart:
         """The chart to install now; raises VersionInvalid, VersionNotFound or ChartNotLoaded."""
         parse_constraint(self.spec)  # VersionInvalid before any network
-        now = time.monotonic()
-        if self._fresh(now):
-            assert self._resolved is not None
-            return self._resolved
-        if self._failure is not None and now - self._failed_at < self._failure_backoff():
-            raise self._failure
+        cached = self._cached()
+        if cached is not None:
+            return cached
         async with self._lock:
-            now = time.monotonic()
-            if self._fresh(now):
-                assert self._resolved is not None
-                return self._resolved
-            if self._failure is not None and now - self._failed_at < self._failure_backoff():
-                raise self._failure
+            cached = self._cached()  # another caller may have loaded it meanwhile
+            if cached is not None:
+                return cached
             try:
                 self._resolved = await self._load()
                 self._resolved_at, self._failure, self._failures = time.monotonic(), None, 0
@@ -95,10 +89,16 @@ class ChartSource:
                 self._failures += 1
                 raise
 
-    def _failure_backoff(self) -> float:
-        """How long a failed load is answered from the cache: failure_ttl, doubling per
-        consecutive failure, at most 5 minutes."""
-        return min(self.failure_ttl * 2 ** max(self._failures - 1, 0), FAILURE_BACKOFF_MAX)
+    def _cached(self) -> ResolvedChart | None:
+        """The resolved chart while fresh; the last failure (raised) while it is cached, for
+        failure_ttl doubling per consecutive failure, at most 5 minutes; else None."""
+        now = time.monotonic()
+        if self._fresh(now):
+            return self._resolved
+        backoff = retry.Policy(first=self.failure_ttl, cap=FAILURE_BACKOFF_MAX)
+        if self._failure is not None and now - self._failed_at < backoff.delay(self._failures):
+            raise self._failure
+        return None
 
     def _fresh(self, now: float) -> bool:
         if self._resolved is None:

@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -298,3 +299,31 @@ def test_cached_objects_keep_only_what_krypton_reads() -> None:
     slim = without_managed_fields(tenant)
     assert slim == {"metadata": {"name": "t"}, "spec": {}, "status": {}}
     assert tenant["metadata"]["managedFields"] == managed  # the original is not changed
+
+
+def test_a_failed_chart_load_is_answered_from_the_cache_with_growing_backoff(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A chart that cannot be loaded is not fetched again on every pass: the failure is the
+    answer for failure_ttl (10 s here), then 20 s, 40 s, ... after each further failure."""
+    from krypton.adapters import charts
+    from krypton.decisions.errors import ChartNotLoaded
+
+    clock = [100.0]
+    monkeypatch.setattr(charts.time, "monotonic", lambda: clock[0])
+    source = charts.ChartSource("https://r", "c", "1.0.0", helm=None,  # type: ignore[arg-type]
+                                cache_dir=tmp_path, failure_ttl=10.0)
+    loads = 0
+
+    async def load() -> charts.ResolvedChart:
+        nonlocal loads
+        loads += 1
+        raise ChartNotLoaded("repository down")
+
+    monkeypatch.setattr(source, "_load", load)
+    seen = []
+    for now in (100.0, 109.0, 110.5, 130.0, 130.5, 170.0, 170.6):
+        clock[0] = now
+        with pytest.raises(ChartNotLoaded):
+            asyncio.run(source.get())
+        seen.append(loads)
+    assert seen == [1, 1, 2, 2, 3, 3, 4]
