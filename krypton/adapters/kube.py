@@ -272,7 +272,7 @@ class Kube:
             return None
 
     async def list_all(self, what: str, path: str, *, label_selector: str | None = None,
-                   accept: str = "application/json", page_size: int = PAGE_SIZE) -> Obj:
+                       accept: str = "application/json", page_size: int = PAGE_SIZE) -> Obj:
         """A whole collection, read in pages; a page token that expired (410) restarts the
         list, so the answer is always one consistent snapshot."""
         while True:

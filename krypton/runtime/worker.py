@@ -10,6 +10,7 @@ disengages it; its private directory (kubeconfig and certificates) is removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -75,6 +76,8 @@ class Worker:
         self.kube: Kube | None = None
         self.runtime: ClusterRuntime | None = None
         self._busy = 0
+        self._idle = asyncio.Event()  # set while no reconcile is running
+        self._idle.set()
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
         self._dir = shared.workdir / name
         self.reconciles = 0
@@ -99,10 +102,9 @@ class Worker:
         slot gives up); give running reconciles up to `grace` seconds to finish."""
         self.draining = True
         await self.queue.close()
-        if grace > 0 and self._busy:
-            deadline = time.monotonic() + grace
-            while self._busy and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+        if grace > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
 
     async def _engage_with_backoff(self) -> None:
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(KryptonError),
@@ -127,7 +129,7 @@ class Worker:
         cfg = configuration_in_cluster() if self.kc.in_cluster else None
         if cfg is None:
             cfg = await configuration_for(self.kc, self._dir / "tls",
-                                    trust=settings.trust_kubeconfig_secrets)
+                                          trust=settings.trust_kubeconfig_secrets)
         self.kube = Kube(cfg, name=self.name, timeout=settings.api_timeout)
         try:
             version = await self.kube.server_version()
@@ -438,6 +440,7 @@ class Worker:
             except asyncio.CancelledError:
                 return
             self._busy += 1
+            self._idle.clear()
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
             start = time.monotonic()
             try:
@@ -462,6 +465,8 @@ class Worker:
                 metrics.RECONCILES.labels(self.name).inc()
                 metrics.RECONCILE_SECONDS.labels(self.name).observe(time.monotonic() - start)
                 self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
                 self.queue.done(key)
 
     async def _close_kube(self) -> None:
