@@ -158,11 +158,14 @@ class Helm:
             reset_values=True, wait=self.wait, timeout=f"{int(self.timeout)}s"))
 
     async def rollback(self, release: str, namespace: str, revision: int | None = None,
-                       *, force: bool = False) -> None:
-        """``helm rollback``; `force` recreates objects a failed upgrade left missing."""
+                       *, force: bool = False) -> int:
+        """``helm rollback``; `force` recreates objects a failed upgrade left missing.
+        Returns the revision the rollback made (``helm status``)."""
         await self._run("rollback", self._command.rollback(
             release, revision, namespace=namespace, wait=self.wait, force=force,
             timeout=f"{int(self.timeout)}s"))
+        status = await self._run("status", self._command.status(release, namespace=namespace))
+        return int((status or {}).get("version") or 0)
 
     async def manifest(self, release: str, namespace: str) -> list[Any]:
         """The documents of the release's latest manifest (``helm get manifest``)."""

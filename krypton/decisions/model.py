@@ -157,7 +157,22 @@ class TenantView:
     applied_fingerprint: str | None = None
     applied_revision: int | None = None
     recorded_fingerprint: str | None = None  # status.clusters[c].fingerprint
+    recorded_version: str | None = None  # status.clusters[c].chartVersion
+    failed_fingerprint: str | None = None  # status.clusters[c].failedFingerprint
+    reverted_fingerprint: str | None = None  # status.clusters[c].revertedFingerprint
+    progress: tuple[str, str] | None = None  # ClusterProgress/c when True: (reason, message)
     annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RolloutGate:
+    """What the fleet-wide rollout (F1) allows on one cluster: whether Tenants may move to the
+    target now (`reason` says why not), and whether the releases that failed on the target
+    are to be rolled back (a halted wave with --rollout-auto-revert)."""
+
+    open: bool = True
+    reason: str = ""
+    revert: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,3 +188,4 @@ class Observation:
     reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces
     adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
     own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)
+    rollout: RolloutGate = RolloutGate()

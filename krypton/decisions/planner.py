@@ -1,7 +1,8 @@
 """What should happen next to one Tenant on one cluster. Pure: no I/O, no clock.
 
-`plan` maps an :class:`~krypton.decisions.model.Observation` to one :class:`Plan` through a single
-decision table, in order:
+The release is first observed into one value, :class:`ReleaseState` (`release_state`); `plan`
+then maps the :class:`~krypton.decisions.model.Observation` to one :class:`Plan` through a
+single decision table, in order:
 
 1. deleting          -> Uninstall (if our finalizer is on it), else nothing
 2. paused            -> Pause
@@ -15,16 +16,20 @@ decision table, in order:
 5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
    chart problem     -> Blocked with the chart reason
 6. no finalizer      -> AddFinalizer (then plan again)
-7. in sync           -> Skip (fingerprint annotation matches, release deployed at the
-                        revision we recorded)
-   annotation lost   -> Annotate (the release is deployed at the revision and fingerprint we
+7. InSync            -> Skip
+   Unrecorded        -> Annotate (the release is deployed at the revision and fingerprint we
                         recorded; only the annotation is missing or wrong: write it, no helm)
-8. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
-9. namespace owned by another Tenant, or existing and not created by krypton (unless
-   adoption is allowed) -> Blocked NamespaceConflict (permanent)
-10. release locked by a recent pending operation -> Wait (retry later, no writes)
-11. release pending or failed without a good revision -> Recover, then install/upgrade
-12. release absent   -> Install, else Upgrade
+8. the rollout asks to revert and this release failed on the target -> Revert (Wait while
+   the release is locked)
+9. the rollout gate is closed and the Tenant would move to a new target -> Hold (drift
+   repairs and first installs are not held: they restore or create, they move nothing)
+10. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
+11. namespace owned by another Tenant, or existing and not created by krypton (unless
+    adoption is allowed) -> Blocked NamespaceConflict (permanent)
+12. Locked           -> Wait (retry later, no writes)
+13. Stale or Failed without a good revision -> uninstall, then install; Stale with a good
+    revision -> roll back, then upgrade
+14. Absent (or Drifted with the release gone) -> Install; anything else -> Upgrade
 """
 
 from __future__ import annotations
@@ -37,9 +42,49 @@ from krypton.decisions.model import (
     ChartProblem,
     NamespaceState,
     Observation,
+    ReleaseObservation,
     ReleaseStatus,
+    TenantView,
     is_valid_namespace_name,
 )
+
+
+class ReleaseState(enum.Enum):
+    """The release on the cluster, judged against the target fingerprint."""
+
+    IN_SYNC = "in-sync"  # deployed, at the revision recorded, with the target's fingerprint
+    UNRECORDED = "unrecorded"  # deployed as recorded; the fingerprint annotation is missing/wrong
+    LOCKED = "locked"  # a recent pending operation: another helm run may still be at work
+    STALE = "stale"  # a pending operation left behind by a helm run that did not finish
+    FAILED = "failed"  # the last operation failed
+    DRIFTED = "drifted"  # the target was applied, and the release changed or went since
+    ABSENT = "absent"  # no release, and the target was never applied here
+    OUT_OF_SYNC = "out-of-sync"  # deployed; the target changed
+
+
+PENDING = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
+           ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
+
+
+def release_state(t: TenantView, target: str, rel: ReleaseObservation) -> ReleaseState:
+    """One value for the release of Tenant `t`, given the target fingerprint."""
+    deployed = rel.status is ReleaseStatus.DEPLOYED
+    if deployed and t.applied_fingerprint == target and \
+            (t.applied_revision is None or t.applied_revision == rel.revision):
+        return ReleaseState.IN_SYNC
+    if deployed and t.recorded_fingerprint == target and t.applied_revision == rel.revision:
+        return ReleaseState.UNRECORDED
+    if rel.locked:
+        return ReleaseState.LOCKED
+    if rel.status in PENDING:
+        return ReleaseState.STALE
+    if rel.status in (ReleaseStatus.FAILED, ReleaseStatus.UNKNOWN):
+        return ReleaseState.FAILED
+    if target in (t.applied_fingerprint, t.recorded_fingerprint):
+        return ReleaseState.DRIFTED
+    if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+        return ReleaseState.ABSENT
+    return ReleaseState.OUT_OF_SYNC
 
 
 class Action(enum.Enum):
@@ -56,6 +101,8 @@ class Action(enum.Enum):
     WAIT = "wait"
     ANNOTATE = "annotate"
     ADD_FINALIZER = "add-finalizer"
+    HOLD = "hold"
+    REVERT = "revert"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
 
@@ -114,22 +161,34 @@ def plan(obs: Observation) -> Plan:
                     permanent=obs.chart.reason in ("VersionInvalid",))
     if not t.has_finalizer:
         return Plan(Action.ADD_FINALIZER, "Finalizer", "add the release-cleanup finalizer")
-    rel = obs.release
-    in_sync = (
-        t.applied_fingerprint == obs.chart.fingerprint
-        and rel.status is ReleaseStatus.DEPLOYED
-        and (t.applied_revision is None or t.applied_revision == rel.revision)
-    )
-    if in_sync:
+    rel, target = obs.release, obs.chart.fingerprint
+    state = release_state(t, target, rel)
+    if state is ReleaseState.IN_SYNC:
         return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
-    if (t.recorded_fingerprint == obs.chart.fingerprint and rel.status is ReleaseStatus.DEPLOYED
-            and t.applied_revision is not None and t.applied_revision == rel.revision):
+    if state is ReleaseState.UNRECORDED:
         why = ("fingerprint annotation missing" if t.applied_fingerprint is None
                else "fingerprint annotation differs from the deployed release")
         return Plan(Action.ANNOTATE, "NoChange",
                     f"{why}: chart {obs.chart.version} is deployed at revision {rel.revision} as "
                     "recorded; write the annotation", drift=t.applied_fingerprint is None)
-    drift = obs.chart.fingerprint in (t.applied_fingerprint, t.recorded_fingerprint)
+    version = obs.chart.version
+    if obs.rollout.revert and t.failed_fingerprint == target and \
+            t.reverted_fingerprint != target and t.applied_revision is not None and \
+            rel.revision != t.applied_revision:
+        # (the last check also stops a second rollback where an older CRD drops
+        # revertedFingerprint: the revision a rollback made is the one recorded)
+        if state is ReleaseState.LOCKED:
+            return _locked(rel)
+        return Plan(Action.REVERT, "RolloutHalted",
+                    f"chart {version} failed and the rollout halted: roll back to revision "
+                    f"{t.applied_revision} (chart {t.recorded_version or 'as applied'})")
+    drift = target in (t.applied_fingerprint, t.recorded_fingerprint)
+    moving = t.applied_fingerprint is not None or rel.status is not ReleaseStatus.ABSENT
+    if not obs.rollout.open and moving and not drift:
+        return Plan(Action.HOLD, obs.rollout.reason or "RolloutPending",
+                    "the fleet-wide rollout is halted; this cluster stays on its version"
+                    if obs.rollout.reason == "RolloutHalted" else
+                    "the fleet-wide rollout has not reached this cluster yet")
     if obs.namespace is NamespaceState.UNKNOWN:
         return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
     if obs.namespace is NamespaceState.CONFLICT:
@@ -140,20 +199,15 @@ def plan(obs: Observation) -> Plan:
         return Plan(Action.BLOCKED, "NamespaceConflict",
                     f"namespace {t.key.name!r} exists and was not created by krypton "
                     "(--adopt-namespaces allows taking it over)", permanent=True)
-    version = obs.chart.version
-    if rel.locked:
-        return Plan(Action.WAIT, "ReleaseLocked",
-                    f"release is {rel.status.value} at revision {rel.revision}: another helm "
-                    "operation may be running")
-    if rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING) or (
-        rel.status in (ReleaseStatus.FAILED, ReleaseStatus.PENDING_UPGRADE,
-                       ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNKNOWN)
-        and not rel.has_good_revision
-    ):
+    if state is ReleaseState.LOCKED:
+        return _locked(rel)
+    if state in (ReleaseState.STALE, ReleaseState.FAILED) and (
+            rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING)
+            or not rel.has_good_revision):
         return Plan(Action.UNINSTALL_THEN_INSTALL, "Installing",
                     f"release left {rel.status.value}: uninstall and install chart {version}",
                     drift=drift)
-    if rel.status in (ReleaseStatus.PENDING_UPGRADE, ReleaseStatus.PENDING_ROLLBACK):
+    if state is ReleaseState.STALE:
         return Plan(Action.ROLLBACK_THEN_UPGRADE, "Upgrading",
                     f"release left {rel.status.value}: roll back, then upgrade to {version}",
                     drift=drift)
@@ -165,3 +219,15 @@ def plan(obs: Observation) -> Plan:
                else f"release {rel.status.value} at revision {rel.revision}, not as applied")
         return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}", drift=True)
     return Plan(Action.UPGRADE, "Upgrading", f"fingerprint changed: upgrade to chart {version}")
+
+
+def _locked(rel: ReleaseObservation) -> Plan:
+    return Plan(Action.WAIT, "ReleaseLocked",
+                f"release is {rel.status.value} at revision {rel.revision}: another helm "
+                "operation may be running")
+
+
+def announced(obs: Observation, p: Plan) -> bool:
+    """The Tenant's status already says that `p` is under way on this cluster: the pass
+    that decided it wrote that (its one status write) and the helm run may start."""
+    return obs.tenant.progress == (p.reason, p.message)

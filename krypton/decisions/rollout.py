@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from krypton.decisions.model import RolloutGate
+
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
 
 
@@ -43,6 +45,9 @@ class ClusterObservation:
     tenants: int  # Tenants this cluster serves
     done: int  # of them Ready on the target
     failed: int  # of them whose install/upgrade to the target failed
+    to_revert: int = 0  # failed ones with a revision to go back to, not rolled back yet
+    reverted: int = 0  # failed ones rolled back (--rollout-auto-revert)
+    revert_failed: int = 0  # failed ones whose rollback failed
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,10 @@ class RolloutState:
     wave_healthy_since: float | None = None
     skipped: tuple[str, ...] = ()  # unreachable when their wave ran
     failed: tuple[str, ...] = ()  # clusters with failed releases in the halted wave
-    reverted: bool = False
+    reverted: bool = False  # the failed releases were handed to their workers to roll back
+    revert_reported: bool = False  # every one of them was rolled back or failed to
+    reverted_releases: int = 0
+    revert_failures: int = 0
     message: str = ""
     history: tuple[str, ...] = field(default_factory=tuple)
 
@@ -105,6 +113,30 @@ def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
     if state.phase == HALTED:
         return False, "RolloutHalted"
     return False, "RolloutPending"  # a later wave, or engaged late and queued by `include`
+
+
+def gate(state: RolloutState | None, cluster: str, policy: Policy) -> RolloutGate:
+    """The rollout's word to one cluster's reconciles: `allowed`, plus whether the
+    releases that failed there are to be rolled back."""
+    may, reason = allowed(state, cluster)
+    revert = (policy.auto_revert and state is not None and state.phase == HALTED
+              and state.reverted and cluster in state.failed)
+    return RolloutGate(may, reason, revert)
+
+
+def revert_outcome(state: RolloutState, observed: dict[str, ClusterObservation]) -> RolloutState:
+    """Once every release handed over for a rollback (on the reachable failed clusters) was
+    rolled back or failed to, the halted state records the real outcome, once."""
+    if state.phase != HALTED or not state.reverted or state.revert_reported:
+        return state
+    seen = [observed[c] for c in state.failed if c in observed and observed[c].reachable]
+    if any(o.to_revert for o in seen):
+        return state
+    done, bad = sum(o.reverted for o in seen), sum(o.revert_failed for o in seen)
+    note = f"rolled back {done} failed release(s)" + (
+        f"; {bad} could not be rolled back" if bad else "")
+    return dataclasses.replace(state, revert_reported=True, reverted_releases=done,
+                               revert_failures=bad, message=f"{state.message}; {note}")
 
 
 def include(state: RolloutState, clusters: list[str], policy: Policy) -> RolloutState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,12 +55,13 @@ from krypton.decisions.model import (
     NamespaceState,
     Observation,
     ReleaseStatus,
+    RolloutGate,
     TenantKey,
     TenantView,
     fingerprint_annotation,
     release_name,
 )
-from krypton.decisions.planner import INSTALLING, Action, Plan, plan
+from krypton.decisions.planner import INSTALLING, Action, Plan, announced, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.runtime.slots import FairSlots
@@ -68,6 +69,8 @@ from krypton.runtime.slots import FairSlots
 CHART_SKIP_REQUEUE = 120.0
 CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
 LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
+ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
+QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL}  # no Resumed with these
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
 
@@ -93,7 +96,7 @@ class ClusterView:
         fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
         return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
 
-    def observe(self, obj: dict[str, Any]) -> Observation:
+    def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
         release = release_name(view.key.name, self.name)
         namespace = self.settings.release_namespace_for(view.key.name)
@@ -116,6 +119,7 @@ class ClusterView:
             # with one shared release namespace there is no Tenant namespace to look after
             own_namespace=own,
             namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
+            rollout=rollout or RolloutGate(),
         )
 
 
@@ -130,7 +134,7 @@ class ClusterRuntime(ClusterView):
     # per Tenant: (the status last written, the status the server stored), both without
     # timestamps; they differ when the served CRD prunes fields (an older CRD)
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
-    gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")
+    gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
 
 
@@ -159,6 +163,9 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
     applied = (status.get("clusters") or {}).get(cluster) or {}
     ref = (obj.get("spec") or {}).get("clusterRef") or {}
     revision = applied.get("revision")
+    progress = next((c for c in (status.get("conditions") or [])
+                     if c.get("type") == cond.cluster_type(cond.PROGRESS, cluster)
+                     and c.get("status") == "True"), None)
     return TenantView(
         key=TenantKey(meta["namespace"], meta["name"]),
         generation=int(meta.get("generation") or 1),
@@ -171,6 +178,11 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         applied_fingerprint=annotations.get(fingerprint_annotation(cluster)),
         applied_revision=int(revision) if isinstance(revision, int) else None,
         recorded_fingerprint=applied.get("fingerprint"),
+        recorded_version=applied.get("chartVersion") or None,
+        failed_fingerprint=applied.get("failedFingerprint") or None,
+        reverted_fingerprint=applied.get("revertedFingerprint") or None,
+        progress=(str(progress.get("reason")), str(progress.get("message")))
+        if progress else None,
         annotations=dict(annotations),
     )
 
@@ -197,22 +209,88 @@ class NamespaceNotOwned(PermanentError):
     reason = "NamespaceConflict"
 
 
+@dataclass
+class Pass:
+    """One reconcile pass of one Tenant: what was observed and decided, and the Tenant object
+    as last read or written (its resourceVersion is the precondition of the next write)."""
+
+    obj: dict[str, Any]
+    obs: Observation
+    plan: Plan
+    release: str
+    log: Any
+    changes: list[Change] = field(default_factory=list)  # made by the pass itself (Resumed)
+
+    @property
+    def key(self) -> TenantKey:
+        return self.obs.tenant.key
+
+    @property
+    def chart(self) -> ChartTarget:
+        assert isinstance(self.obs.chart, ChartTarget)
+        return self.obs.chart
+
+
+@dataclass
+class Report:
+    """What a pass reports: the condition changes and the ``status.clusters`` record written
+    in the pass's one status patch at its end, the Event that goes with that patch (only
+    when the status changed), Events that go out whether or not it changed, and how the
+    work queue treats the key next."""
+
+    changes: list[Change] = field(default_factory=list)
+    applied: dict[str, Any] | None = None
+    last_chart: str | None = None
+    event: tuple[str, str, str] | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    outcome: Outcome = Outcome()
+
+
+Action_ = Callable[[Pass], Awaitable[Report]]
+
+
 class Reconciler:
+    """observe -> decide (``planner.plan``) -> one action -> one status write.
+
+    Each action is one small method below, named after the planner's Action; each returns a
+    :class:`Report` and writes no status itself."""
+
     def __init__(self, rt: ClusterRuntime) -> None:
         self.rt = rt
         self.log = structlog.get_logger("krypton.reconciler").bind(cluster=rt.name)
-
-    # -- observe ---------------------------------------------------------------------------
-
-    # -- one pass --------------------------------------------------------------------------
+        self.actions: dict[Action, Action_] = {
+            Action.NOTHING: self._nothing, Action.WAIT: self._wait, Action.PAUSE: self._pause,
+            Action.NOT_TARGETED: self._not_targeted, Action.BLOCKED: self._blocked,
+            Action.HOLD: self._hold, Action.SKIP: self._skip, Action.ANNOTATE: self._annotate,
+            Action.REVERT: self._revert,
+            **{a: self._helm for a in (Action.INSTALL, Action.UPGRADE,
+                                       Action.UNINSTALL_THEN_INSTALL, Action.ROLLBACK_THEN_UPGRADE)},
+        }
 
     async def reconcile(self, key: TenantKey) -> Outcome:
         obj = self.rt.tenants.get((key.namespace, key.name))
         if obj is None:
             return Outcome()
-        obs = self.rt.observe(obj)
-        release = release_name(key.name, self.rt.name)
-        log = self.log.bind(tenant=str(key), release=release)
+        p = await self._decide(obj)
+        p.log.debug("planned", action=p.plan.action.value, reason=p.plan.reason)
+        if p.plan.action is Action.UNINSTALL:
+            return await self._uninstall(p)  # ends with the finalizer, not with a status
+        if p.plan.action not in QUIET and _has_condition(p.obj, cond.PAUSED):
+            p.changes.append(Change(cond.PAUSED, False, "Resumed", "reconciliation active"))
+        report = await self.actions[p.plan.action](p)
+        changes = p.changes + report.changes
+        if changes or report.applied is not None:
+            p.obj, _ = await self._commit(p.obj, changes, p.log, event=report.event,
+                                          applied=report.applied, last_chart=report.last_chart)
+        for event in report.events:
+            await self.rt.recorder.emit(involved_tenant(p.obj), *event)
+        return report.outcome
+
+    async def _decide(self, obj: dict[str, Any]) -> Pass:
+        """Observe and plan; the steps that need a look at the cluster (the chart, the
+        finalizer, the namespace) are done as the plan asks for them, then it plans again."""
+        obs = self.rt.observe(obj, self.rt.gate(self.rt.name))
+        key = obs.tenant.key
         decided = plan(obs)
         if decided.action is Action.RESOLVE_CHART:
             obs = dataclasses.replace(obs, chart=await self.rt.desired_chart())
@@ -225,182 +303,221 @@ class Reconciler:
             state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
             obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
             decided = plan(obs)
-        log.debug("planned", action=decided.action.value, reason=decided.reason)
-        return await self._act(obj, obs, decided, release, log)
+        release = release_name(key.name, self.rt.name)
+        return Pass(obj, obs, decided, release,
+                    self.log.bind(tenant=str(key), release=release))
 
-    async def _act(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
-                   log: Any) -> Outcome:
-        c = self.rt.name
-        a = p.action
-        if a is Action.NOTHING:
-            return Outcome()
-        if a is Action.WAIT:
-            log.info("release busy, waiting", detail=p.message)
-            return Outcome(retry=True, reason=p.reason)
-        if a is Action.UNINSTALL:
-            return await self._uninstall(obj, release, log)
-        if a is Action.PAUSE:
-            await self._commit(obj, [Change(cond.PAUSED, True, "Paused", p.message)], log)
-            return Outcome()
-        changes = [Change(cond.PAUSED, False, "Resumed", "reconciliation active")] \
-            if _has_condition(obj, cond.PAUSED) else []
-        if a is Action.NOT_TARGETED:
-            changes.append(Change(cond.cluster_type(cond.PROGRESS, c), False, "NotTargeted",
-                                  p.message))
-            await self._commit(obj, changes, log, event=("Normal", "NotTargeted", p.message))
-            return Outcome()
-        if a is Action.BLOCKED:
-            return await self._blocked(obj, p, changes, log)
-        assert isinstance(obs.chart, ChartTarget)
-        if a is Action.ANNOTATE:
-            return await self._annotate(obj, obs, p, release, changes, log)
-        if a is Action.SKIP:
-            self._publish(obs.tenant.key, release, obs.chart)
-            changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
-            # Also completes the record of a pass whose last status write was lost.
-            applied = {"release": release, "chartVersion": obs.chart.version,
-                       "fingerprint": obs.chart.fingerprint, "revision": obs.release.revision}
-            await self._commit(obj, changes, log, event=("Normal", "HelmSkip", p.message),
-                               applied=applied, last_chart=obs.chart.ref)
-            return Outcome()
-        return await self._helm(obj, obs, p, release, changes, log)
+    def _namespace(self, p: Pass) -> str:
+        return self.rt.settings.release_namespace_for(p.key.name)
+
+    def _type(self, kind: str) -> str:
+        return cond.cluster_type(kind, self.rt.name)
 
     # -- actions ---------------------------------------------------------------------------
 
-    async def _annotate(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
-                        changes: list[Change], log: Any) -> Outcome:
+    async def _nothing(self, _p: Pass) -> Report:
+        return Report()
+
+    async def _wait(self, p: Pass) -> Report:
+        """Another helm operation holds the release: retry later, write nothing."""
+        p.log.info("release busy, waiting", detail=p.plan.message)
+        return Report(outcome=Outcome(retry=True, reason=p.plan.reason))
+
+    async def _pause(self, p: Pass) -> Report:
+        return Report([Change(cond.PAUSED, True, "Paused", p.plan.message)])
+
+    async def _not_targeted(self, p: Pass) -> Report:
+        return Report([Change(self._type(cond.PROGRESS), False, "NotTargeted", p.plan.message)],
+                      event=("Normal", "NotTargeted", p.plan.message))
+
+    async def _hold(self, p: Pass) -> Report:
+        """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""
+        return Report([Change(self._type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+                      outcome=Outcome(reason=p.plan.reason))
+
+    async def _blocked(self, p: Pass) -> Report:
+        """Input that cannot be acted on (a chart problem, a name, a namespace)."""
+        reason, message = p.plan.reason, p.plan.message
+        metrics.RECONCILE_ERRORS.labels(self.rt.name, reason).inc()
+        report = Report([Change(self._type(cond.ERROR), True, reason, message),
+                         Change(self._type(cond.PROGRESS), False, reason, message)],
+                        event=("Warning", CHART_EVENTS.get(reason, reason), message),
+                        outcome=Outcome(retry=True, reason=reason))
+        if p.plan.permanent:
+            p.log.warning("tenant blocked", reason=reason, detail=message)
+            report.outcome = Outcome(reason=reason)
+            return report
+        p.log.warning("chart not available", reason=reason, detail=message)
+        if reason in CHART_EVENTS and self.rt.settings.allow_chart_skip:
+            report.outcome = Outcome(requeue_after=CHART_SKIP_REQUEUE, reason=reason)
+        return report
+
+    async def _skip(self, p: Pass) -> Report:
+        """In sync: nothing to do but make sure the record says so (it also completes the
+        record of a pass whose last status write was lost)."""
+        self._publish(p.key, p.release, p.chart)
+        return Report(self._success_changes(p.obj, "NoChange", p.plan.message, keep_ready=True),
+                      applied={"release": p.release, "chartVersion": p.chart.version,
+                               "fingerprint": p.chart.fingerprint,
+                               "revision": p.obs.release.revision},
+                      last_chart=p.chart.ref, event=("Normal", "HelmSkip", p.plan.message))
+
+    async def _annotate(self, p: Pass) -> Report:
         """The release is deployed as recorded; only the fingerprint annotation is missing or
         wrong (a failed write, or removed by hand). Write it; never run helm for it."""
-        assert isinstance(obs.chart, ChartTarget)
-        obj = await self._set_fingerprint(obj, obs.chart.fingerprint, log)  # raises on failure
-        self._publish(obs.tenant.key, release, obs.chart)
-        changes += self._success_changes(obj, "NoChange", p.message, keep_ready=True)
-        await self._commit(obj, changes, log)
-        if p.drift:
-            log.info("drift repaired", detail=p.message)
-            await self.rt.recorder.emit(involved_tenant(obj), "Normal", "DriftRepaired",
-                                        f"{p.message}: restored")
-        return Outcome()
+        p.obj = await self._set_fingerprint(p.obj, p.chart.fingerprint, p.log)  # raises on failure
+        self._publish(p.key, p.release, p.chart)
+        report = Report(self._success_changes(p.obj, "NoChange", p.plan.message, keep_ready=True))
+        if p.plan.drift:
+            p.log.info("drift repaired", detail=p.plan.message)
+            report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}: restored"))
+        return report
 
-    async def _blocked(self, obj: dict[str, Any], p: Plan, changes: list[Change],
-                       log: Any) -> Outcome:
-        c = self.rt.name
-        changes.append(Change(cond.cluster_type(cond.ERROR, c), True, p.reason, p.message))
-        changes.append(Change(cond.cluster_type(cond.PROGRESS, c), False, p.reason, p.message))
-        event = CHART_EVENTS.get(p.reason, p.reason)
-        await self._commit(obj, changes, log, event=("Warning", event, p.message))
-        metrics.RECONCILE_ERRORS.labels(c, p.reason).inc()
-        if p.permanent:
-            log.warning("tenant blocked", reason=p.reason, detail=p.message)
-            return Outcome(reason=p.reason)
-        log.warning("chart not available", reason=p.reason, detail=p.message)
-        if p.reason in CHART_EVENTS and self.rt.settings.allow_chart_skip:
-            return Outcome(requeue_after=CHART_SKIP_REQUEUE, reason=p.reason)
-        return Outcome(retry=True, reason=p.reason)
+    async def _revert(self, p: Pass) -> Report:
+        """Roll a release that failed on a halted rollout's target back to the last revision
+        krypton applied (--rollout-auto-revert). Runs from the work queue like any helm
+        action, so never beside a retry of the same release. When helm's rollback trips over
+        what the failed upgrade left, the last good chart version is applied again."""
+        t, chart, namespace = p.obs.tenant, p.chart, self._namespace(p)
+        good = t.applied_revision or 0  # set: the planner reverts only to a recorded revision
+        fp = t.recorded_fingerprint or t.applied_fingerprint or ""
+        try:
+            async with self.rt.slots.slot(self.rt.name):
+                fenced(self.rt)
+                try:
+                    revision = await self.rt.helm.rollback(p.release, namespace, good)
+                    how = f"rolled back to revision {good}"
+                except HelmFailed as exc:
+                    if not t.recorded_version:
+                        raise
+                    p.log.warning("helm rollback failed, re-applying the last good chart",
+                                  error=str(exc))
+                    old = await self.rt.chart.fetch(t.recorded_version)
+                    fenced(self.rt)
+                    result = await self.rt.helm.install_or_upgrade(
+                        p.release, old.path, namespace, chart.values, operation="revert")
+                    revision = int(result.get("version") or 0)
+                    fp = fingerprint(old.repo, old.name, old.version, chart.values)
+                    how = f"chart {old.version} applied again"
+        except ReleaseLocked as exc:
+            p.log.info("release busy, waiting", detail=str(exc))
+            return Report(outcome=Outcome(retry=True, reason=exc.reason))
+        except (HelmFailed, TemporaryError) as exc:
+            message = f"rolling back after chart {chart.version} failed: {exc}"
+            p.log.error("rollout revert failed", error=str(exc))
+            metrics.RECONCILE_ERRORS.labels(self.rt.name, "RevertFailed").inc()
+            return Report([Change(self._type(cond.ERROR), True, "RevertFailed", message)],
+                          event=("Warning", "RolloutRevertFailed", message),
+                          outcome=Outcome(retry=True, reason="RevertFailed"))
+        self.rt.releases.note(namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp)
+        p.obj = await self._set_fingerprint(p.obj, fp, p.log)
+        message = (f"chart {chart.version} failed and the rollout halted: {how} "
+                   f"(revision {revision}, chart {t.recorded_version})")
+        p.log.info("rollout reverted", revision=revision, detail=how)
+        return Report([Change(self._type(cond.READY), True, "RolledBack", message),
+                       Change(self._type(cond.ERROR), False, "RolledBack", "no error"),
+                       Change(self._type(cond.PROGRESS), False, "RolloutHalted", message)],
+                      applied={"revision": revision, "fingerprint": fp,
+                               "revertedFingerprint": chart.fingerprint,
+                               "lastAppliedTime": now_rfc3339()},
+                      event=("Normal", "RolloutReverted", message))
 
-    def _success_changes(self, obj: dict[str, Any], reason: str, message: str,
-                         *, keep_ready: bool = False) -> list[Change]:
-        c = self.rt.name
-        out = []
-        ready_type = cond.cluster_type(cond.READY, c)
-        if not (keep_ready and _condition_true(obj, ready_type)):
-            out.append(Change(ready_type, True, reason, message))
-        error_type = cond.cluster_type(cond.ERROR, c)
-        if not keep_ready or _condition_true(obj, error_type) or not _has_condition(obj, error_type):
-            out.append(Change(error_type, False, reason, "no error"))
-        if _condition_true(obj, cond.cluster_type(cond.PROGRESS, c)):
-            out.append(Change(cond.cluster_type(cond.PROGRESS, c), False, reason, message))
-        return out
-
-    async def _helm(self, obj: dict[str, Any], obs: Observation, p: Plan, release: str,
-                    changes: list[Change], log: Any) -> Outcome:
-        c, key = self.rt.name, obs.tenant.key
-        chart = obs.chart
-        assert isinstance(chart, ChartTarget)
-        installing = p.action in INSTALLING
+    async def _helm(self, p: Pass) -> Report:
+        """Install or upgrade (after uninstalling or rolling back what an interrupted run
+        left). Announced first: the pass that decides a helm run writes the progress
+        condition and its Event, and the pass that follows it (the status write is its
+        cause) runs helm, so that the Tenant says what is under way while helm waits."""
+        chart, key, c = p.chart, p.key, self.rt.name
+        installing = p.plan.action in INSTALLING
         verb = "Install" if installing else "Upgrade"
-        moving = obs.tenant.applied_fingerprint is not None or \
-            obs.release.status is not ReleaseStatus.ABSENT
-        if moving and not p.drift:
-            may, reason = self.rt.gate(c)
-            if not may:
-                message = ("the fleet-wide rollout has not reached this cluster yet"
-                           if reason == "RolloutPending" else
-                           "the fleet-wide rollout is halted; this cluster stays on its version")
-                await self._commit(obj, changes + [Change(
-                    cond.cluster_type(cond.PROGRESS, c), False, reason, message)], log)
-                return Outcome(reason=reason)
         fenced(self.rt)
-        await self._ensure_namespace(key, obs.namespace)
-        start = Change(cond.cluster_type(cond.PROGRESS, c), True,
-                       "Installing" if installing else "Upgrading", p.message)
-        obj = await self._commit(obj, changes + [start], log,
-                                 event=("Normal", f"Helm{verb}Start", p.message))
-        log.info(f"helm {verb.lower()} start", chart_version=chart.version, action=p.action.value)
-        namespace = self.rt.settings.release_namespace_for(key.name)
+        if not announced(p.obs, p.plan):
+            await self._ensure_namespace(key, p.obs.namespace)
+            p.obj, wrote = await self._commit(
+                p.obj, [*p.changes, Change(self._type(cond.PROGRESS), True, p.plan.reason,
+                                           p.plan.message)],
+                p.log, event=("Normal", f"Helm{verb}Start", p.plan.message))
+            p.changes = []
+            if wrote:
+                # The write's watch event brings the key back; the requeue only covers a
+                # watch that is down.
+                return Report(outcome=Outcome(requeue_after=ANNOUNCE_REQUEUE))
+        p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
+                   action=p.plan.action.value)
+        namespace = self._namespace(p)
         try:
             async with self.rt.slots.slot(c):
                 fenced(self.rt)  # waiting for the slot may have outlasted the Lease
-                if p.action is Action.UNINSTALL_THEN_INSTALL and \
-                        obs.release.status is not ReleaseStatus.ABSENT:
-                    await self._check_ownership(release, namespace)
-                    await self.rt.helm.uninstall(release, namespace)
-                elif p.action is Action.ROLLBACK_THEN_UPGRADE:
-                    await self.rt.helm.rollback(release, namespace)
+                if p.plan.action is Action.UNINSTALL_THEN_INSTALL and \
+                        p.obs.release.status is not ReleaseStatus.ABSENT:
+                    await self._check_ownership(p.release, namespace)
+                    await self.rt.helm.uninstall(p.release, namespace)
+                elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
+                    await self.rt.helm.rollback(p.release, namespace)
                 result = await self.rt.helm.install_or_upgrade(
-                    release, chart.path, namespace, chart.values, operation=verb.lower())
+                    p.release, chart.path, namespace, chart.values, operation=verb.lower())
         except ReleaseLocked as exc:
             # Another helm operation holds the release (it took the lock after this pass
             # looked): nothing failed, so no failedFingerprint, and a progressive rollout
             # never counts it as a failed release. Retried with backoff, like a planned wait.
-            log.info("release busy, waiting", detail=str(exc))
-            return Outcome(retry=True, reason=exc.reason)
+            p.log.info("release busy, waiting", detail=str(exc))
+            return Report(outcome=Outcome(retry=True, reason=exc.reason))
         except HelmFailed as exc:
             reason = exc.reason if isinstance(exc, OwnershipConflict) else f"{verb}Failed"
-            log.error(f"helm {verb.lower()} failed", error=str(exc))
-            await self._commit(obj, [
-                Change(cond.cluster_type(cond.ERROR, c), True, reason, str(exc)),
-                Change(cond.cluster_type(cond.READY, c), False, reason, str(exc)),
-                Change(cond.cluster_type(cond.PROGRESS, c), False, reason, str(exc)),
-            ], log, event=("Warning", f"Helm{verb}Failed", str(exc)),
-                applied={"failedFingerprint": chart.fingerprint})
+            p.log.error(f"helm {verb.lower()} failed", error=str(exc))
             metrics.RECONCILE_ERRORS.labels(c, reason).inc()
-            return Outcome(retry=True, reason=reason)
+            return Report([Change(self._type(cond.ERROR), True, reason, str(exc)),
+                           Change(self._type(cond.READY), False, reason, str(exc)),
+                           Change(self._type(cond.PROGRESS), False, reason, str(exc))],
+                          applied={"failedFingerprint": chart.fingerprint},
+                          event=("Warning", f"Helm{verb}Failed", str(exc)),
+                          outcome=Outcome(retry=True, reason=reason))
         revision = int(result.get("version") or 0)
-        self.rt.releases.note(namespace, release, revision,
+        self.rt.releases.note(namespace, p.release, revision,
                               ReleaseStatus.parse((result.get("info") or {}).get("status")),
                               chart.fingerprint)
         done = "Installed" if installing else "Upgraded"
-        message = f"chart {chart.name} {chart.version} {done.lower()} as {release} revision {revision}"
-        log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
-        applied = {"release": release, "chartVersion": chart.version,
+        message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
+        p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
+        applied = {"release": p.release, "chartVersion": chart.version,
                    "fingerprint": chart.fingerprint, "revision": revision,
-                   "failedFingerprint": "", "lastAppliedTime": now_rfc3339()}
+                   "failedFingerprint": "", "revertedFingerprint": "",
+                   "lastAppliedTime": now_rfc3339()}
         try:
-            obj = await self._set_fingerprint(obj, chart.fingerprint, log)
+            p.obj = await self._set_fingerprint(p.obj, chart.fingerprint, p.log)
         except KryptonError as exc:
             # The release is right; the record of it is not. Keep what was applied so the next
             # pass only retries the annotation (with backoff), never helm.
             message = f"{message}; writing the fingerprint annotation failed: {exc}"
-            await self._commit(obj, [
-                Change(cond.cluster_type(cond.ERROR, c), True, "FingerprintUpdateFailed", message),
-                Change(cond.cluster_type(cond.PROGRESS, c), False, f"{verb}Complete", message),
-            ], log, applied=applied, last_chart=chart.ref)
             metrics.RECONCILE_ERRORS.labels(c, "FingerprintUpdateFailed").inc()
-            return Outcome(retry=True, reason="FingerprintUpdateFailed")
-        self._publish(key, release, chart)
-        success = [
-            Change(cond.cluster_type(cond.READY, c), True, done, message),
-            Change(cond.cluster_type(cond.ERROR, c), False, done, "no error"),
-            Change(cond.cluster_type(cond.PROGRESS, c), False, f"{verb}Complete", message),
-        ]
-        obj = await self._commit(obj, success, log, event=("Normal", f"Helm{done}", message),
-                                 applied=applied, last_chart=chart.ref)
-        if p.drift:
-            log.info("drift repaired", detail=p.message)
-            await self.rt.recorder.emit(involved_tenant(obj), "Normal", "DriftRepaired",
-                                        f"{p.message}; now {message}")
-        return Outcome()
+            return Report([
+                Change(self._type(cond.ERROR), True, "FingerprintUpdateFailed", message),
+                Change(self._type(cond.PROGRESS), False, f"{verb}Complete", message),
+            ], applied=applied, last_chart=chart.ref,
+                outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
+        self._publish(key, p.release, chart)
+        report = Report([Change(self._type(cond.READY), True, done, message),
+                         Change(self._type(cond.ERROR), False, done, "no error"),
+                         Change(self._type(cond.PROGRESS), False, f"{verb}Complete", message)],
+                        applied=applied, last_chart=chart.ref,
+                        event=("Normal", f"Helm{done}", message))
+        if p.plan.drift:
+            p.log.info("drift repaired", detail=p.plan.message)
+            report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))
+        return report
+
+    def _success_changes(self, obj: dict[str, Any], reason: str, message: str,
+                         *, keep_ready: bool = False) -> list[Change]:
+        out = []
+        ready_type = self._type(cond.READY)
+        if not (keep_ready and _condition_true(obj, ready_type)):
+            out.append(Change(ready_type, True, reason, message))
+        error_type = self._type(cond.ERROR)
+        if not keep_ready or _condition_true(obj, error_type) or not _has_condition(obj, error_type):
+            out.append(Change(error_type, False, reason, "no error"))
+        if _condition_true(obj, self._type(cond.PROGRESS)):
+            out.append(Change(self._type(cond.PROGRESS), False, reason, message))
+        return out
 
     async def _check_ownership(self, release: str, namespace: str) -> None:
         """Refuse to uninstall a failed release whose manifest lists objects that another
@@ -418,8 +535,8 @@ class Reconciler:
                 f"deleting objects it does not own: {'; '.join(found[:5])}"
                 + (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
 
-    async def _uninstall(self, obj: dict[str, Any], release: str, log: Any) -> Outcome:
-        key = tenant_view(obj, self.rt.name).key
+    async def _uninstall(self, p: Pass) -> Outcome:
+        obj, release, log, key = p.obj, p.release, p.log, p.key
         involved = involved_tenant(obj)
         namespace = self.rt.settings.release_namespace_for(key.name)
         try:
@@ -568,8 +685,9 @@ class Reconciler:
     async def _commit(self, obj: dict[str, Any], changes: list[Change], log: Any, *,
                       event: tuple[str, str, str] | None = None,
                       applied: dict[str, Any] | None = None,
-                      last_chart: str | None = None) -> dict[str, Any]:
-        """Patch the status if it changed (retrying on conflicts), then emit `event` if so."""
+                      last_chart: str | None = None) -> tuple[dict[str, Any], bool]:
+        """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
+        Returns the Tenant as the server now has it and whether it was written."""
         key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
         settings = self.rt.settings
         changes = [dataclasses.replace(c, message=redact.scrub(c.message)) for c in changes]
@@ -589,7 +707,7 @@ class Reconciler:
             if last_chart is not None:
                 new["lastAppliedChart"] = last_chart
             if _same_status(status, new) or self._stored_as_before(key, status, new):
-                return obj
+                return obj, False
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                      "status": new}
             try:
@@ -600,7 +718,7 @@ class Reconciler:
             except Conflict:
                 fresh = await self.rt.kube.get_tenant(key)
                 if fresh is None:
-                    return obj
+                    return obj, False
                 obj = fresh
                 await asyncio.sleep(0.02 * (attempt + 1))
                 continue
@@ -612,7 +730,7 @@ class Reconciler:
                     log.info("tenant phase is Ready", cluster=self.rt.name)
             if event is not None:
                 await self.rt.recorder.emit(involved_tenant(updated), *event)
-            return updated
+            return updated, True
         raise Conflict(f"status of {key} kept conflicting")
 
 

@@ -19,7 +19,17 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.kube import Kube
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
-from krypton.decisions.rollout import HALTED, Policy, RolloutState, allowed, evaluate, include, start
+from krypton.decisions.model import RolloutGate
+from krypton.decisions.rollout import (
+    HALTED,
+    Policy,
+    RolloutState,
+    evaluate,
+    gate,
+    include,
+    revert_outcome,
+    start,
+)
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")
@@ -43,13 +53,14 @@ class RolloutController:
         self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
         self._waiting_since: float | None = None
 
-    def gate(self, cluster: str) -> tuple[bool, str]:
+    def gate(self, cluster: str) -> RolloutGate:
         if not self.policy.enabled:
-            return True, ""
+            return RolloutGate()
         state = self.state
         if not self._loaded or state is None or state.target != self.current_target:
-            return False, "RolloutPending"  # the rollout of the current target is not planned yet
-        return allowed(state, cluster)
+            # the rollout of the current target is not planned yet
+            return RolloutGate(open=False, reason="RolloutPending")
+        return gate(state, cluster, self.policy)
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -88,14 +99,24 @@ class RolloutController:
             log.error("rollout halted", detail=state.message)
             await self.events.emit(self._involved(), "Warning", "RolloutHalted", state.message)
             if self.policy.auto_revert:
-                for cluster in state.failed:
-                    if cluster in workers:
-                        await workers[cluster].revert_failed()
-                state = dataclasses.replace(state, reverted=True,
-                                 message=state.message + "; failed releases rolled back")
-                await self.events.emit(self._involved(), "Normal", "RolloutReverted",
-                                       f"rolled back the failed releases on "
-                                       f"{', '.join(state.failed)}")
+                # The failed clusters' workers roll their failed releases back through their
+                # work queues (the gate says so once this state is written; the phase change
+                # requeues every Tenant); each release reports its own outcome.
+                state = dataclasses.replace(state, reverted=True, message=state.message
+                                            + "; rolling the failed releases back")
+        state = revert_outcome(state, observed)
+        if state.revert_reported and not (old and old.revert_reported
+                                          and old.target == state.target):
+            summary = (f"on {', '.join(state.failed)}: {state.reverted_releases} failed "
+                       f"release(s) rolled back")
+            if state.revert_failures:
+                log.error("rollout revert incomplete", detail=state.message)
+                await self.events.emit(self._involved(), "Warning", "RolloutRevertFailed",
+                                       f"{summary}, {state.revert_failures} could not be "
+                                       "(see the Tenants' RolloutRevertFailed Events)")
+            else:
+                log.info("rollout reverted", detail=state.message)
+                await self.events.emit(self._involved(), "Normal", "RolloutReverted", summary)
         metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
         metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
         if old is None or state.to_json() != old.to_json():

@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
-from krypton.adapters.events import EventRecorder, involved_tenant
+from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import (
     HELM_RELEASE_SELECTOR,
@@ -40,11 +40,11 @@ from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
-from krypton.decisions.model import TenantKey, is_valid_namespace_name, release_name
+from krypton.decisions.model import RolloutGate, TenantKey, is_valid_namespace_name
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
-from krypton.runtime.reconciler import ClusterRuntime, Reconciler, fenced, tenant_view
+from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
 
@@ -62,7 +62,7 @@ class Shared:
     slots: FairSlots
     report: Reporter  # (cluster, event type, reason, message) -> Event on its Secret
     workdir: Path
-    gate: Callable[[str], tuple[bool, str]] = lambda _cluster: (True, "")  # rollout (F1)
+    gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()  # rollout (F1)
     fence: Callable[[], bool] = lambda: True  # still the leader? (checked before every helm start)
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
@@ -359,58 +359,24 @@ class Worker:
             return ClusterObservation(False, 0, 0, 0)
         fp = self._desired_fingerprint()
         tenants = self._served()
-        done = failed = 0
+        done = failed = to_revert = reverted = revert_failed = 0
         for t in tenants:
             status = t.get("status") or {}
             mine = (status.get("clusters") or {}).get(self.name) or {}
             conds = {c["type"]: c for c in status.get("conditions") or []}
             if fp is not None and mine.get("failedFingerprint") == fp:
                 failed += 1
+                if mine.get("revertedFingerprint") == fp:
+                    reverted += 1
+                elif (conds.get(f"ClusterError/{self.name}") or {}).get("reason") == "RevertFailed":
+                    revert_failed += 1
+                elif isinstance(mine.get("revision"), int):
+                    to_revert += 1
             elif mine.get("fingerprint") == fp and \
                     (conds.get(f"ClusterReady/{self.name}") or {}).get("status") == "True":
                 done += 1
-        return ClusterObservation(True, len(tenants), done, failed)
-
-    async def revert_failed(self) -> None:
-        """Roll the releases that failed to move to the target back to their last good
-        revision (--rollout-auto-revert)."""
-        if self.runtime is None:
-            return
-        rt = self.runtime
-        for t in self._served():
-            mine = ((t.get("status") or {}).get("clusters") or {}).get(self.name) or {}
-            if not mine.get("failedFingerprint") or \
-                    mine.get("failedFingerprint") != self._desired_fingerprint():
-                continue
-            view = tenant_view(t, self.name)
-            release = release_name(view.key.name, self.name)
-            namespace = self.shared.settings.release_namespace_for(view.key.name)
-            good = view.applied_revision  # the last revision krypton saw Ready
-            old_version = mine.get("chartVersion")
-            if good is None or not old_version:
-                continue
-            try:
-                async with rt.slots.slot(self.name):
-                    fenced(rt)
-                    try:
-                        await rt.helm.rollback(release, namespace, good)
-                    except KryptonError as exc:
-                        # A failed upgrade can leave objects helm's rollback trips over;
-                        # applying the last good chart again reaches the same state.
-                        self.log.warning("helm rollback failed, re-applying the last good "
-                                         "chart", release=release, error=str(exc))
-                        chart = await self.shared.chart.fetch(old_version)
-                        fenced(rt)
-                        await rt.helm.install_or_upgrade(release, chart.path, namespace,
-                                                         self.values, operation="revert")
-            except KryptonError as exc:
-                self.log.error("rollout revert failed", tenant=str(view.key), release=release,
-                               error=str(exc))
-                continue
-            self.log.info("rollout reverted", tenant=str(view.key), release=release,
-                          revision=good)
-            await rt.recorder.emit(involved_tenant(t), "Normal", "RolloutReverted",
-                                   f"release {release} rolled back to revision {good}")
+        return ClusterObservation(True, len(tenants), done, failed, to_revert, reverted,
+                                  revert_failed)
 
     def _count_phases(self, reconciler: Reconciler) -> None:
         assert self.runtime is not None

@@ -89,6 +89,21 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     now = versions(fleet, h, r, r2, remote2)
     assert now["home"][0] == "0.2.0"  # the canary is back on the previous version
     assert "failed" in [s for _, s in now["home"][1]]
+    # The revert ran through the canary's work queue and the Tenant records its real
+    # outcome: the revision the rollback made, the fingerprint that failed and was reverted.
+    home_ready = fleet.home.wait_condition(fleet.tenant_ns, h, "ClusterReady/home", "True",
+                                           "RolledBack")
+    assert "0.9.0 failed" in home_ready["message"]
+    mine = fleet.home.tenant(fleet.tenant_ns, h)["status"]["clusters"]["home"]
+    assert mine["revision"] == now["home"][1][-1][0] and mine["chartVersion"] == "0.2.0"
+    assert mine["revertedFingerprint"] == mine["failedFingerprint"] != mine["fingerprint"]
+    fleet.home.wait_event(fleet.tenant_ns, h, "RolloutReverted")
+    # ... and the rollout reports what the releases did, once all of them are through
+    state = wait_for(lambda: (s := rollout_state(fleet)) and s["revert_reported"] and s, 30,
+                     what="the revert's outcome in the rollout state")
+    assert (state["reverted_releases"], state["revert_failures"]) == (1, 0)
+    reverted = fleet.home.wait_event(fleet.discovery_ns, "krypton-rollout", "RolloutReverted")
+    assert "on home: 1 failed release(s) rolled back" in reverted.message
     assert now["remote"] == ("0.2.0", [(1, "deployed")])  # never touched
     assert now["remote2"] == ("0.2.0", [(1, "deployed")])
     fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",

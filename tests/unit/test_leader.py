@@ -5,11 +5,13 @@ past its Lease starts nothing when it runs again."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from krypton.decisions.model import FINALIZER
+from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, TenantKey
 from krypton.runtime import leader
 from krypton.runtime.leader import LeaderElector
 
@@ -75,7 +77,8 @@ TENANT: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u
 
 
 class _Cluster:
-    """The reconcile's ports to its cluster: status writes are recorded, Events dropped."""
+    """The reconcile's ports to its cluster: status writes are recorded, Events dropped, the
+    Tenant's namespace is its own."""
 
     def __init__(self) -> None:
         self.written: list[dict[str, Any]] = []
@@ -83,31 +86,78 @@ class _Cluster:
     async def emit(self, *_a: object) -> None:
         pass
 
+    async def get_namespace(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "annotations": {OWNER_ANNOTATION: "ns/t"}}}
+
     async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
         self.written.append(patch.get("status") or {})
         return {**TENANT, "status": patch.get("status") or {}}
 
+    async def patch_tenant(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
+        return {**TENANT, "metadata": {**TENANT["metadata"], **patch["metadata"]}}
 
-def _install_pass(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluster]:
-    """The plan for a new Tenant on cluster c1 (an install) and a coroutine acting on it with
-    `helm`, plus the cluster fake that records what was written."""
-    from krypton.decisions.model import ChartTarget, NamespaceState, Observation
-    from krypton.decisions.planner import plan
+
+class _Chart:
+    async def get(self) -> Any:
+        return SimpleNamespace(repo="r", name="c", version="1.0.0", path="/chart")
+
+
+def _runtime(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluster]:
+    """A reconciler of cluster c1 acting with `helm` on the cluster fake."""
     from krypton.decisions.releases import ReleaseIndex
     from krypton.decisions.settings import Settings
-    from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
+    from krypton.runtime.reconciler import ClusterRuntime, Reconciler
     from krypton.runtime.slots import FairSlots
 
     cluster = _Cluster()
     rt = ClusterRuntime(name="c1", kube=cluster, helm=helm, recorder=cluster,  # type: ignore[arg-type]
-                        chart=None, settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
+                        chart=_Chart(), settings=Settings(), slots=FairSlots(1),  # type: ignore[arg-type]
                         releases=ReleaseIndex(), tenants={}, fence=fence)
-    obs = Observation("c1", tenant_view(TENANT, "c1"),
-                      ChartTarget("r", "c", "1.0.0", {}, "f" * 64, "/chart"),
-                      namespace=NamespaceState.OWNED)
-    decided = plan(obs)
-    reconciler = Reconciler(rt)
-    return decided, reconciler._act(TENANT, obs, decided, "tenant-t-c1", reconciler.log), cluster
+    return rt, Reconciler(rt), cluster
+
+
+def _install_pass(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluster]:
+    """The plan for a new Tenant on cluster c1 (an install) whose status already announces
+    it (the pass before wrote that), and a coroutine reconciling it with `helm`, plus the
+    cluster fake that records what was written."""
+    rt, reconciler, cluster = _runtime(helm, fence)
+    decided = asyncio.run(reconciler._decide(TENANT)).plan
+    announced = {**TENANT, "status": {"conditions": [
+        {"type": "ClusterProgress/c1", "status": "True", "reason": decided.reason,
+         "message": decided.message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    rt.tenants[("ns", "t")] = announced
+    return decided, reconciler.reconcile(TenantKey("ns", "t")), cluster
+
+
+class _RecordingHelm:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+        self.calls.append("install")
+        return {"version": 1, "info": {"status": "deployed"}}
+
+
+def test_a_helm_run_is_announced_by_one_pass_and_made_by_the_next() -> None:
+    """Each pass writes the status once, at its end (issue 11, item 6): the pass that
+    decides an install writes ClusterProgress True (R10 `Installing`) and starts no helm;
+    the pass its write causes runs helm and writes the result."""
+    helm = _RecordingHelm()
+    rt, reconciler, cluster = _runtime(helm)
+    key = TenantKey("ns", "t")
+    rt.tenants[("ns", "t")] = TENANT
+    asyncio.run(reconciler.reconcile(key))
+    assert helm.calls == [] and len(cluster.written) == 1
+    progress = {c["type"]: c for c in cluster.written[0]["conditions"]}["ClusterProgress/c1"]
+    assert (progress["status"], progress["reason"]) == ("True", "Installing")
+
+    rt.tenants[("ns", "t")] = {**TENANT, "status": cluster.written[0]}  # as the watch delivers it
+    outcome = asyncio.run(reconciler.reconcile(key))
+    assert helm.calls == ["install"] and len(cluster.written) == 2 and not outcome.retry
+    done = {c["type"]: c for c in cluster.written[1]["conditions"]}
+    assert (done["ClusterReady/c1"]["status"], done["ClusterReady/c1"]["reason"]) == \
+        ("True", "Installed")
+    assert cluster.written[1]["clusters"]["c1"]["fingerprint"] == fingerprint("r", "c", "1.0.0", {})
 
 
 @pytest.mark.parametrize("stage", ["start", "slot"])
@@ -150,4 +200,5 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
                                                 else "InstallFailed")
     failed = [((s.get("clusters") or {}).get("c1") or {}).get("failedFingerprint")
               for s in cluster.written]
-    assert failed[-1:] == ([None] if error == "ReleaseLocked" else ["f" * 64])
+    want = fingerprint("r", "c", "1.0.0", {})
+    assert failed == ([] if error == "ReleaseLocked" else [want])  # one write per pass

@@ -13,10 +13,11 @@ from krypton.decisions.model import (
     Observation,
     ReleaseObservation,
     ReleaseStatus,
+    RolloutGate,
     TenantKey,
     TenantView,
 )
-from krypton.decisions.planner import Action, plan
+from krypton.decisions.planner import Action, ReleaseState, announced, plan, release_state
 
 FP = "f" * 64
 CHART = ChartTarget("https://r", "sample", "0.2.0", {}, FP, "/tmp/chart")
@@ -181,3 +182,89 @@ def test_locked_release_waits_without_touching_it() -> None:
     assert plan(obs(SYNCED, release=locked)).action is Action.WAIT
     stale = ReleaseObservation(R.PENDING_UPGRADE, 2, True, locked=False)
     assert plan(obs(SYNCED, release=stale)).action is Action.ROLLBACK_THEN_UPGRADE
+
+
+OLD = "0" * 64  # the fingerprint applied before the target
+S = ReleaseState
+STATES = [
+    # (id, tenant, release, state): the release judged against the target fingerprint FP
+    ("deployed as applied", SYNCED, DEPLOYED, S.IN_SYNC),
+    ("deployed, no revision recorded yet", replace(SYNCED, applied_revision=None), DEPLOYED,
+     S.IN_SYNC),
+    ("annotation lost, record intact", replace(RECORDED, applied_fingerprint=None), DEPLOYED,
+     S.UNRECORDED),
+    ("recent pending operation", SYNCED, ReleaseObservation(R.PENDING_UPGRADE, 2, True, True),
+     S.LOCKED),
+    ("old pending upgrade", SYNCED, ReleaseObservation(R.PENDING_UPGRADE, 2, True), S.STALE),
+    ("old pending install", TENANT, ReleaseObservation(R.PENDING_INSTALL, 1, False), S.STALE),
+    ("uninstall left behind", SYNCED, ReleaseObservation(R.UNINSTALLING, 2, True), S.STALE),
+    ("last operation failed", SYNCED, ReleaseObservation(R.FAILED, 2, True), S.FAILED),
+    ("status helm does not know", TENANT, ReleaseObservation(R.UNKNOWN, 1, False), S.FAILED),
+    ("applied, then deleted", SYNCED, ABSENT, S.DRIFTED),
+    ("applied, then rolled back by hand", SYNCED, ReleaseObservation(R.DEPLOYED, 3, True),
+     S.DRIFTED),
+    ("never applied, nothing there", TENANT, ABSENT, S.ABSENT),
+    ("never applied, uninstalled history", TENANT, ReleaseObservation(R.UNINSTALLED, 2, True),
+     S.ABSENT),
+    ("older target deployed", replace(SYNCED, applied_fingerprint=OLD), DEPLOYED, S.OUT_OF_SYNC),
+]
+
+
+@pytest.mark.parametrize(("tenant", "release", "state"), [s[1:] for s in STATES],
+                         ids=[s[0] for s in STATES])
+def test_release_state(tenant: TenantView, release: ReleaseObservation, state: ReleaseState) -> None:
+    assert release_state(tenant, FP, release) is state
+
+
+# F1 with --rollout-auto-revert: the release moved from OLD (revision 1) to FP, which failed
+# as revision 2; the halted rollout asks this cluster to revert.
+FAILED_UPGRADE = replace(TENANT, applied_fingerprint=OLD, recorded_fingerprint=OLD,
+                         applied_revision=1, recorded_version="0.1.0", failed_fingerprint=FP)
+FAILED_REV = ReleaseObservation(R.FAILED, 2, True)
+HALTED = RolloutGate(open=False, reason="RolloutHalted")
+REVERT = RolloutGate(open=False, reason="RolloutHalted", revert=True)
+GATED = [
+    ("halted, revert asked", FAILED_UPGRADE, FAILED_REV, REVERT, Action.REVERT),
+    ("halted, no revert asked", FAILED_UPGRADE, FAILED_REV, HALTED, Action.HOLD),
+    ("revert asked, release locked", FAILED_UPGRADE,
+     ReleaseObservation(R.PENDING_UPGRADE, 2, True, True), REVERT, Action.WAIT),
+    ("revert done", replace(FAILED_UPGRADE, reverted_fingerprint=FP, applied_revision=3),
+     ReleaseObservation(R.DEPLOYED, 3, True), REVERT, Action.HOLD),
+    # an older CRD drops revertedFingerprint: the recorded revision still says it is done
+    ("revert done, record pruned", replace(FAILED_UPGRADE, applied_revision=3),
+     ReleaseObservation(R.DEPLOYED, 3, True), REVERT, Action.HOLD),
+    ("failed first install: nothing to go back to",
+     replace(TENANT, failed_fingerprint=FP), ReleaseObservation(R.FAILED, 1, False), REVERT,
+     Action.HOLD),
+    ("failed on an older target", replace(FAILED_UPGRADE, failed_fingerprint=OLD), FAILED_REV,
+     REVERT, Action.HOLD),
+    ("not reached yet", replace(SYNCED, applied_fingerprint=OLD), DEPLOYED,
+     RolloutGate(open=False, reason="RolloutPending"), Action.HOLD),
+    ("gate open", replace(SYNCED, applied_fingerprint=OLD), DEPLOYED, RolloutGate(),
+     Action.UPGRADE),
+    # restoring what was applied moves nothing: never held
+    ("drift repair while halted", SYNCED, ABSENT, HALTED, Action.INSTALL),
+    ("first install while halted", TENANT, ABSENT, HALTED, Action.INSTALL),
+    ("in sync while halted", SYNCED, DEPLOYED, HALTED, Action.SKIP),
+]
+
+
+@pytest.mark.parametrize(("tenant", "release", "gate", "action"), [g[1:] for g in GATED],
+                         ids=[g[0] for g in GATED])
+def test_the_rollout_gate_and_revert(tenant: TenantView, release: ReleaseObservation,
+                                     gate: RolloutGate, action: Action) -> None:
+    decided = plan(replace(obs(tenant, release=release), rollout=gate))
+    assert decided.action is action
+    if action is Action.HOLD:
+        assert decided.reason == gate.reason
+
+
+def test_announced_is_the_plan_in_the_status() -> None:
+    decided = plan(obs())
+    assert decided.action is Action.INSTALL
+    assert not announced(obs(), decided)
+    said = obs(replace(TENANT, progress=(decided.reason, decided.message)))
+    assert announced(said, decided)
+    # a new target is a new plan: what an earlier pass announced does not count for it
+    other = obs(replace(TENANT, progress=(decided.reason, "install: install chart 0.1.0")))
+    assert not announced(other, decided)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from krypton.decisions.errors import AlreadyExists, Conflict, NotFound, TemporaryError
+from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollout import (
     COMPLETE,
     HALTED,
@@ -18,8 +19,10 @@ from krypton.decisions.rollout import (
     RolloutState,
     allowed,
     evaluate,
+    gate,
     include,
     plan_waves,
+    revert_outcome,
     start,
 )
 
@@ -154,3 +157,34 @@ def test_rollout_state_is_never_written_over_another_writer() -> None:
     assert asyncio.run(controller._load()) == theirs
     asyncio.run(controller._save(ours))  # based on the fresh read: accepted
     assert RolloutState.from_json(home.stored["data"]["state.json"]).target == "t1"
+
+
+def _halted(policy: Policy) -> RolloutState:
+    state = start("t", "1.0", ["c", "d", "e"], policy, 0)
+    halted = evaluate(state, {"c": FAILED, "d": OK, "e": OK}, policy, 1)
+    assert halted.phase == HALTED and halted.failed == ("c",)
+    return halted
+
+
+def test_the_gate_asks_only_the_failed_clusters_to_revert_once_handed_over() -> None:
+    reverting = Policy(**{**dataclasses.asdict(POLICY), "auto_revert": True})
+    halted = _halted(reverting)
+    assert gate(halted, "c", reverting) == RolloutGate(False, "RolloutHalted", revert=False)
+    handed = dataclasses.replace(halted, reverted=True)
+    assert gate(handed, "c", reverting) == RolloutGate(False, "RolloutHalted", revert=True)
+    assert not gate(handed, "d", reverting).revert  # a cluster that did not fail
+    assert not gate(handed, "c", POLICY).revert  # without --rollout-auto-revert
+
+
+def test_the_revert_outcome_waits_for_every_release_and_counts_failures() -> None:
+    handed = dataclasses.replace(_halted(POLICY), reverted=True)
+    pending = ClusterObservation(True, 3, 0, 3, to_revert=1, reverted=1, revert_failed=1)
+    assert revert_outcome(handed, {"c": pending}) == handed  # one release still to go
+    finished = ClusterObservation(True, 3, 0, 3, to_revert=0, reverted=2, revert_failed=1)
+    done = revert_outcome(handed, {"c": finished})
+    assert (done.revert_reported, done.reverted_releases, done.revert_failures) == (True, 2, 1)
+    assert done.message.endswith("rolled back 2 failed release(s); 1 could not be rolled back")
+    assert revert_outcome(done, {"c": finished}) == done  # reported once
+    gone = revert_outcome(handed, {"c": DOWN})  # unreachable: nothing to wait for
+    assert (gone.revert_reported, gone.reverted_releases) == (True, 0)
+    assert RolloutState.from_json(done.to_json()) == done
