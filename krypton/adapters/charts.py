@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from krypton.adapters.helm import Helm, chart_version
 from krypton.decisions import retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
+from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.versions import is_exact, parse_constraint, resolve
 
 T = TypeVar("T")
@@ -37,6 +38,8 @@ class ResolvedChart:
     version: str
     path: str
 
+
+SHARED_CACHE = 256  # fingerprints whose shared objects are remembered
 
 class ChartSource:
     """The central chart, resolved and unpacked on demand, cached per process."""
@@ -59,7 +62,24 @@ class ChartSource:
         self._failure: KryptonError | None = None
         self._failed_at = 0.0
         self._pulled: dict[str, Path] = {}
+        self._shared: dict[str, tuple[ObjectRef, ...]] = {}
+        self._shared_locks: dict[str, asyncio.Lock] = {}
         self.fetches = 0  # repository round trips, for tests and benchmarks
+
+    async def shared_objects(self, fingerprint: str,
+                             render: Callable[[], Awaitable[tuple[ObjectRef, ...]]]
+                             ) -> tuple[ObjectRef, ...]:
+        """The objects every release of the chart at `fingerprint` claims alike (see
+        ``ownership.shared_candidates``), found by `render` once per fingerprint for all
+        clusters that share it."""
+        lock = self._shared_locks.setdefault(fingerprint, asyncio.Lock())
+        async with lock:
+            if fingerprint not in self._shared:
+                if len(self._shared) >= SHARED_CACHE:
+                    self._shared.pop(next(iter(self._shared)))
+                self._shared[fingerprint] = await render()
+        self._shared_locks.pop(fingerprint, None)
+        return self._shared[fingerprint]
 
     @property
     def cached(self) -> ResolvedChart | None:

@@ -167,6 +167,17 @@ class Helm:
         status = await self._run("status", self._command.status(release, namespace=namespace))
         return int((status or {}).get("version") or 0)
 
+    async def template(self, chart: str, release: str, namespace: str,
+                       values: dict[str, Any]) -> list[Any]:
+        """The documents ``helm template`` renders for `release` in `namespace` (the chart's
+        ``crds/`` left out, as helm installs those only when absent)."""
+        docs = await self._run("template", self._command.template(
+            release, chart, values, namespace=namespace))
+        try:
+            return [d for d in docs if d is not None]
+        except yaml.YAMLError as exc:
+            raise HelmFailed(f"chart {chart} renders documents that are not valid YAML") from exc
+
     async def manifest(self, release: str, namespace: str) -> list[Any]:
         """The documents of the release's latest manifest (``helm get manifest``)."""
         docs = await self._run("get", self._command.get_resources(release, namespace=namespace))

@@ -29,7 +29,7 @@ from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.errors import KubeconfigRejected, TemporaryError
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.model import fingerprint_annotation, release_name
+from krypton.decisions.model import ChartTarget, fingerprint_annotation, release_name
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
@@ -223,7 +223,7 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                         chart: ChartSource) -> list[Row]:
-    view = ClusterView(name=c.name, kube=kube, chart=chart, settings=settings,
+    view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
                        releases=ReleaseIndex(), tenants={}, values=c.values)
     rows = []
     for t in await _tenants(kube, settings):
@@ -241,7 +241,11 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         decided = plan(obs)
         if decided.action is Action.OBSERVE_NAMESPACE:
             state, owner = namespace_state(await kube.get_namespace(meta["name"]), obs.tenant.key)
-            decided = plan(dataclasses.replace(obs, namespace=state, namespace_owner=owner))
+            obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            decided = plan(obs)
+        if decided.action is Action.OBSERVE_SHARED and isinstance(obs.chart, ChartTarget):
+            decided = plan(dataclasses.replace(obs, shared=await view.shared_conflicts(
+                obs.chart, release, namespace)))
         applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
         old_version = applied.get("chartVersion") or "-"
         old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""

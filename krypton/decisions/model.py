@@ -189,3 +189,6 @@ class Observation:
     adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
     own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)
     rollout: RolloutGate = RolloutGate()
+    # objects the chart claims that another release (or nobody) owns on the cluster, as
+    # "<object> (owned by <owner>)"; None: not looked at yet
+    shared: tuple[str, ...] | None = None

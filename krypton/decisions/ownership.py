@@ -48,6 +48,24 @@ def manifest_objects(documents: Iterable[Any]) -> list[ObjectRef]:
     return out
 
 
+HOOK = "helm.sh/hook"
+
+
+def shared_candidates(first: Iterable[Any], second: Iterable[Any]) -> tuple[ObjectRef, ...]:
+    """Objects one chart renders with the same identity for two different releases in two
+    different namespaces: a cluster-scoped object (or one with a fixed namespace) among them
+    is claimed by every release of the chart on a cluster, and helm lets only one own it.
+    Objects without a namespace may still be namespaced kinds (they land in each release's
+    namespace and do not collide): the caller tells them apart by looking on the cluster.
+    Hooks are left out: helm does not record an owner on them."""
+    def objects(docs: Iterable[Any]) -> list[ObjectRef]:
+        kept = [d for d in docs if isinstance(d, Mapping) and HOOK not in
+                ((d.get("metadata") or {}).get("annotations") or {})]
+        return manifest_objects(kept)
+    other = set(objects(second))
+    return tuple(dict.fromkeys(ref for ref in objects(first) if ref in other))
+
+
 def foreign_owner(annotations: Mapping[str, str] | None, release: str, namespace: str) -> str | None:
     """Who owns a live object if not this release: ``<namespace>/<release>`` or a phrase;
     None when this release owns it."""

@@ -27,6 +27,10 @@ single decision table, in order:
 11. namespace owned by another Tenant, or existing and not created by krypton (unless
     adoption is allowed) -> Blocked NamespaceConflict (permanent)
 12. Locked           -> Wait (retry later, no writes)
+    shared objects unknown -> ObserveShared (the caller looks, then plans again)
+    an object the chart renders alike for every release (a CRD, an IngressClass) is owned
+    by another release or by nobody -> Blocked SharedObjects (permanent): helm would refuse
+    it, every retry again
 13. Stale or Failed without a good revision -> uninstall, then install; Stale with a good
     revision -> roll back, then upgrade
 14. Absent (or Drifted with the release gone) -> Install; anything else -> Upgrade
@@ -102,6 +106,7 @@ class Action(enum.Enum):
     ANNOTATE = "annotate"
     ADD_FINALIZER = "add-finalizer"
     HOLD = "hold"
+    OBSERVE_SHARED = "observe-shared"
     REVERT = "revert"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
@@ -201,6 +206,15 @@ def plan(obs: Observation) -> Plan:
                     "(--adopt-namespaces allows taking it over)", permanent=True)
     if state is ReleaseState.LOCKED:
         return _locked(rel)
+    if obs.shared is None:
+        return Plan(Action.OBSERVE_SHARED, "ObserveShared",
+                    "look for objects of the chart that other releases own")
+    if obs.shared:
+        more = f" (and {len(obs.shared) - 5} more)" if len(obs.shared) > 5 else ""
+        return Plan(Action.BLOCKED, "SharedObjects",
+                    f"chart {version} cannot be installed once per Tenant on this cluster: "
+                    f"{'; '.join(obs.shared[:5])}{more}; install the shared part once per "
+                    "cluster (see the README, \"Shared objects\")", permanent=True)
     if state in (ReleaseState.STALE, ReleaseState.FAILED) and (
             rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING)
             or not rel.has_good_revision):

@@ -61,6 +61,7 @@ from krypton.decisions.model import (
     fingerprint_annotation,
     release_name,
 )
+from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import INSTALLING, Action, Plan, announced, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
@@ -69,6 +70,7 @@ from krypton.runtime.slots import FairSlots
 CHART_SKIP_REQUEUE = 120.0
 CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
 LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
+SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two namespaces
 ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL}  # no Resumed with these
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
@@ -82,6 +84,7 @@ class ClusterView:
 
     name: str
     kube: Kube
+    helm: Helm  # renders the chart (and, in a ClusterRuntime, installs it)
     chart: ChartSource
     settings: Settings
     releases: ReleaseIndex
@@ -95,6 +98,36 @@ class ClusterView:
             return ChartProblem(exc.reason, str(exc))
         fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
         return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
+
+    async def shared_conflicts(self, chart: ChartTarget, release: str,
+                               namespace: str) -> tuple[str, ...]:
+        """The objects `chart` renders alike for every release (issue 12) that exist on the
+        cluster and are not `release`'s: each as "<object> (owned by <owner>)". A kind the
+        cluster does not serve, or a namespaced kind (looked for in the release's own
+        namespace), finds nothing to conflict with."""
+        found = []
+        for ref in await self.chart.shared_objects(chart.fingerprint,
+                                                   lambda: self._candidates(chart)):
+            annotations = await self.kube.object_annotations(
+                ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
+            owner = None if annotations is None else \
+                ownership.foreign_owner(annotations, release, namespace)
+            if owner is not None:
+                found.append(f"{ref} (owned by {owner})")
+        return tuple(found)
+
+    async def _candidates(self, chart: ChartTarget) -> tuple[ObjectRef, ...]:
+        try:
+            first, second = [await self._render(chart, probe) for probe in SHARED_PROBES]
+        except HelmFailed as exc:
+            # helm's install reports the same problem, with the Tenant's own failure reason
+            structlog.get_logger("krypton.reconciler").info(
+                "chart not rendered for the shared-objects check", error=str(exc))
+            return ()
+        return ownership.shared_candidates(first, second)
+
+    async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
+        return await self.helm.template(chart.path, release, release, chart.values)
 
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
@@ -127,7 +160,6 @@ class ClusterView:
 class ClusterRuntime(ClusterView):
     """A cluster view plus what a reconcile acts with."""
 
-    helm: Helm
     recorder: EventRecorder
     slots: FairSlots
     published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
@@ -136,6 +168,10 @@ class ClusterRuntime(ClusterView):
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
+
+    async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
+        async with self.slots.slot(self.name):  # a helm process like any other (--max-concurrent-helm)
+            return await super()._render(chart, release)
 
 
 def fenced(rt: ClusterRuntime) -> None:
@@ -304,6 +340,11 @@ class Reconciler:
             obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
             decided = plan(obs)
         release = release_name(key.name, self.rt.name)
+        if decided.action is Action.OBSERVE_SHARED:
+            assert isinstance(obs.chart, ChartTarget)
+            obs = dataclasses.replace(obs, shared=await self.rt.shared_conflicts(
+                obs.chart, release, self.rt.settings.release_namespace_for(key.name)))
+            decided = plan(obs)
         return Pass(obj, obs, decided, release,
                     self.log.bind(tenant=str(key), release=release))
 

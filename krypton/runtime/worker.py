@@ -395,9 +395,16 @@ class Worker:
         if key is None:
             return
         namespace = key[0]
-        for ns, name in list(self.runtime.tenants):
+        refused = f"ClusterError/{self.name}"
+        for (ns, name), tenant in list(self.runtime.tenants.items()):
             if name == namespace:
                 self.queue.add(TenantKey(ns, name), urgent=False)
+            elif type_ == "DELETED" and any(
+                    c.get("type") == refused and c.get("reason") == "SharedObjects"
+                    and c.get("status") == "True"
+                    for c in (tenant.get("status") or {}).get("conditions") or []):
+                # the release that went may have owned what this Tenant was refused
+                self.queue.add(TenantKey(ns, name), urgent=True)
 
     async def _consume(self, reconciler: Reconciler) -> None:
         while True:

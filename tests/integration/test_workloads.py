@@ -92,3 +92,45 @@ def test_workload_chart_shared_objects_do_not_depend_on_the_release(helm_bin: st
     assert a & b == {("CustomResourceDefinition", "gadgets.workload.krypton.test"),
                      ("IngressClass", "krypton-test-workload")}
     assert identities("tenant-a", False) & identities("tenant-b", False) == set()
+
+
+def test_a_second_tenant_is_refused_the_objects_the_first_owns(fleet: Fleet,
+                                                              simulated: Any) -> None:
+    """Issue 12: with the chart's fixed-name CRD and IngressClass on, the first Tenant on the
+    cluster owns them; the second is refused with SharedObjects naming both objects and the
+    owning release, before any helm install (helm would refuse it on every retry)."""
+    from .test_cli import krypton
+
+    sim = _register_simulated(fleet, simulated, values="sharedObjects: true\n")
+    op = fleet.start(chart="workload", version="1.0.0")
+    first = fleet.tenant(sim, unique("first"))
+    sim.wait_phase(fleet.tenant_ns, first, "Ready", timeout=120)
+    second = fleet.tenant(sim, unique("second"))
+    c = sim.wait_condition(fleet.tenant_ns, second, "ClusterError/sim", "True", "SharedObjects")
+    owner = f"release {first}/tenant-{first}-sim"  # R9: tenant-<tenant>-<cluster>, R5 namespace
+    assert f"CustomResourceDefinition gadgets.workload.krypton.test (owned by {owner})" in \
+        c["message"]
+    assert f"IngressClass krypton-test-workload (owned by {owner})" in c["message"]
+    assert sim.phase(fleet.tenant_ns, second) == "Error"
+    sim.wait_event(fleet.tenant_ns, second, "SharedObjects")
+    assert op.metric("krypton_helm_processes_total", operation="install") == 1
+    assert sim.release_records(second, f"tenant-{second}-sim") == []
+    assert second not in {ns.metadata.name for ns in sim.core.list_namespace().items}
+    # the chart was rendered for the two probe releases once, for both Tenants
+    assert op.metric("krypton_helm_processes_total", operation="template") == 2
+
+    flags = [f for f in fleet.args(chart="workload", version="1.0.0")
+             if f not in ("--resync-period", "600s", "--helm-timeout", "60s")]
+    planned = krypton(fleet, "plan", *flags)
+    row = next(line for line in planned.stdout.splitlines() if second in line)
+    assert "blocked" in row and "SharedObjects" in row, planned.stdout
+    assert " skip " in next(line for line in planned.stdout.splitlines() if first in line)
+
+    # The owner goes (its uninstall deletes the objects it owned): the refused Tenant is
+    # looked at again at once and installed, and now owns them.
+    sim.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1", fleet.tenant_ns,
+                                               "tenants", first)
+    sim.wait_phase(fleet.tenant_ns, second, "Ready", timeout=120)
+    crd = client.ApiextensionsV1Api(sim.api).read_custom_resource_definition(
+        "gadgets.workload.krypton.test")
+    assert crd.metadata.annotations["meta.helm.sh/release-name"] == f"tenant-{second}-sim"

@@ -101,6 +101,9 @@ class _Chart:
     async def get(self) -> Any:
         return SimpleNamespace(repo="r", name="c", version="1.0.0", path="/chart")
 
+    async def shared_objects(self, *_a: object) -> tuple[()]:
+        return ()  # a chart whose objects are all named after the release
+
 
 def _runtime(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluster]:
     """A reconciler of cluster c1 acting with `helm` on the cluster fake."""

@@ -30,10 +30,10 @@ ABSENT = ReleaseObservation()
 def obs(tenant: TenantView = TENANT, chart: object = CHART,
         release: ReleaseObservation = ABSENT,
         namespace: NamespaceState = NamespaceState.OWNED, *, adopt: bool = False,
-        own_namespace: bool = True) -> Observation:
+        own_namespace: bool = True, shared: tuple[str, ...] | None = ()) -> Observation:
     return Observation("c1", tenant, chart, release, namespace, "ns/other",  # type: ignore[arg-type]
                        reserved_namespaces=frozenset({"krypton-system"}), adopt_namespaces=adopt,
-                       own_namespace=own_namespace)
+                       own_namespace=own_namespace, shared=shared)
 
 
 RECORDED = replace(SYNCED, recorded_fingerprint=FP)  # status.clusters[c1] says FP at revision 1
@@ -140,6 +140,20 @@ CASES = [
         R.PENDING_UPGRADE, 1, False)), Action.UNINSTALL_THEN_INSTALL, "Installing", False),
     ("unknown status", obs(release=ReleaseObservation(R.UNKNOWN, 1, False)),
      Action.UNINSTALL_THEN_INSTALL, "Installing", False),
+    # issue 12: objects every release of the chart claims alike
+    ("shared objects not looked at", obs(shared=None), Action.OBSERVE_SHARED, "ObserveShared",
+     False),
+    ("shared objects owned by another release", obs(shared=(
+        "IngressClass nginx (owned by release a/tenant-a-c1)",)), Action.BLOCKED,
+     "SharedObjects", True),
+    ("shared objects block upgrades too", obs(replace(SYNCED, applied_fingerprint="0" * 64),
+                                              release=DEPLOYED, shared=("CRD x (owned by y)",)),
+     Action.BLOCKED, "SharedObjects", True),
+    ("in sync needs no look", obs(SYNCED, release=DEPLOYED, shared=None), Action.SKIP,
+     "NoChange", False),
+    ("a locked release is waited for first", obs(
+        SYNCED, release=ReleaseObservation(R.PENDING_UPGRADE, 2, True, True), shared=None),
+     Action.WAIT, "ReleaseLocked", False),
 ]
 
 
@@ -268,3 +282,11 @@ def test_announced_is_the_plan_in_the_status() -> None:
     # a new target is a new plan: what an earlier pass announced does not count for it
     other = obs(replace(TENANT, progress=(decided.reason, "install: install chart 0.1.0")))
     assert not announced(other, decided)
+
+
+def test_shared_objects_are_named_with_their_owner() -> None:
+    said = [f"CustomResourceDefinition c{i}.example.io (owned by release a/tenant-a-c1)"
+            for i in range(7)]
+    decided = plan(obs(shared=tuple(said)))
+    assert said[0] in decided.message and said[4] in decided.message
+    assert said[5] not in decided.message and "(and 2 more)" in decided.message
