@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
 from pyhelm3 import errors as helm_errors
 from pyhelm3.command import CHART_NOT_FOUND, Command
@@ -34,13 +35,26 @@ from krypton.decisions.errors import (
 from krypton.decisions.versions import parse_version
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
+_log = structlog.get_logger("krypton.helm")
+
+
+MESSAGE_LIMIT = 900  # characters of helm's error kept for a condition or an Event
+_NOISE = re.compile(r"^(WARNING: |[IWE]\d{4} \d\d:\d\d:\d\d)")  # helm's warnings, client-go's log
 
 
 def _stderr(exc: helm_errors.Error) -> str:
+    """helm's error as one line: every line of it, not only the last (helm 4 names the
+    resource that was not ready, or the hook that failed, before "context deadline
+    exceeded"), without warnings and log lines, bounded in length (issue 12, item 5)."""
     text = exc.stderr.decode(errors="replace").strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    message = lines[-1] if lines else f"helm exited with {exc.returncode}"
-    return message.removeprefix("Error: ")[:900]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not _NOISE.match(ln)] or lines
+    if not lines:
+        return f"helm exited with {exc.returncode}"
+    message = "; ".join(ln.removeprefix("Error: ") for ln in lines)
+    if len(message) > MESSAGE_LIMIT:
+        message = f"{message[:MESSAGE_LIMIT - 1]}…"
+    return message
 
 
 _FOREIGN = re.compile(r'(?P<kind>\w+) "(?P<name>[^"]+)" in namespace "(?P<ns>[^"]*)" exists and '
@@ -142,6 +156,9 @@ class Helm:
             raise HelmFailed(f"helm {operation} did not finish in {self.timeout + 60:.0f}s") from exc
         except helm_errors.Error as exc:
             result = "error"
+            # the whole of it, for who runs at debug level; conditions and Events get _stderr
+            _log.debug("helm failed", operation=operation,
+                       stderr=exc.stderr.decode(errors="replace")[:20000])
             raise _helm_error(exc) from exc
         finally:
             metrics.HELM_SECONDS.labels(operation, result).observe(time.monotonic() - start)

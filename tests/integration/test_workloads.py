@@ -70,7 +70,9 @@ def test_pods_that_never_become_ready_fail_the_install(fleet: Fleet, simulated: 
     name = fleet.tenant(sim, unique("stuck"))
     cond = sim.wait_condition(fleet.tenant_ns, name, "ClusterError/sim", "True", "InstallFailed",
                               timeout=120)
-    assert cond["message"]
+    # helm 4 names the resource that was not ready before "context deadline exceeded"; the
+    # message keeps it (issue 12, item 5)
+    assert f"resource Deployment/{name}/tenant-{name}-sim not ready" in cond["message"]
     assert sim.phase(fleet.tenant_ns, name) == "Error"
     deployment = client.AppsV1Api(sim.api).read_namespaced_deployment(f"tenant-{name}-sim", name)
     assert not deployment.status.ready_replicas

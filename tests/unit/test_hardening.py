@@ -263,6 +263,43 @@ def test_helm_ownership_error_names_object_and_owner() -> None:
     assert str(err).startswith("CustomResourceDefinition w.example is owned by release a/tenant-a-c")
 
 
+@pytest.mark.parametrize(("stderr", "message"), [
+    # helm 4.2.4, --wait on a Deployment whose pods cannot be scheduled (seen on the test bed)
+    ("Error: INSTALLATION FAILED: resource Deployment/default/x not ready. status: InProgress, "
+     "message: Available: 0/2\ncontext deadline exceeded\n",
+     "INSTALLATION FAILED: resource Deployment/default/x not ready. status: InProgress, "
+     "message: Available: 0/2; context deadline exceeded"),
+    # helm 3.19.5, the same case: it says no more than this
+    ("Error: INSTALLATION FAILED: context deadline exceeded\n",
+     "INSTALLATION FAILED: context deadline exceeded"),
+    # warnings and client-go log lines are not the error
+    ("WARNING: Kubernetes configuration file is group-readable.\n"
+     "W1123 06:00:00.000000   1 warnings.go:70] v1 Endpoints is deprecated\n"
+     "Error: UPGRADE FAILED: failed post-upgrade: 1 error occurred:\n\t* job x-smoke failed: "
+     "BackoffLimitExceeded\n",
+     "UPGRADE FAILED: failed post-upgrade: 1 error occurred:; * job x-smoke failed: "
+     "BackoffLimitExceeded"),
+    ("", "helm exited with 1"),
+])
+def test_helm_errors_keep_every_line_that_says_what_failed(stderr: str, message: str) -> None:
+    from pyhelm3 import errors as helm_errors
+
+    from krypton.adapters.helm import _helm_error
+
+    assert str(_helm_error(helm_errors.Error(1, b"", stderr.encode()))) == message
+
+
+def test_helm_errors_are_bounded() -> None:
+    from pyhelm3 import errors as helm_errors
+
+    from krypton.adapters.helm import MESSAGE_LIMIT, _helm_error
+
+    long = "\n".join(f"resource ConfigMap/ns/c{i} not ready" for i in range(200))
+    text = str(_helm_error(helm_errors.Error(1, b"", long.encode())))
+    assert len(text) == MESSAGE_LIMIT and text.endswith("…")
+    assert text.startswith("resource ConfigMap/ns/c0 not ready; resource ConfigMap/ns/c1")
+
+
 def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
     from prometheus_client import generate_latest
 
