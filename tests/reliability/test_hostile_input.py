@@ -559,23 +559,25 @@ def test_recovery_keeps_objects_of_other_releases(fleet: Fleet, helm_bin: str,
                                          "meta.helm.sh/release-namespace": a}}})
         fleet.tenant(fleet.remote, a)
         fleet.remote.wait_phase(fleet.tenant_ns, a, "Ready")
-        # recovering B must not uninstall it: helm would delete A's CRD
+        # recovering B must not uninstall it: helm would delete A's CRD. The chart renders
+        # the CRD alike for every release, so B is refused before any recovery (issue 12).
         fleet.remote.patch_tenant(fleet.tenant_ns, b, {"metadata": {"annotations": {
             "mesh.openkcm.io/paused": None}}})
         cond = fleet.remote.wait_condition(fleet.tenant_ns, b, "ClusterError/remote", "True",
-                                           "OwnershipConflict")
-        assert f"CustomResourceDefinition {CRD} is owned by release {a}/tenant-{a}-remote" in \
+                                           "SharedObjects")
+        assert f"CustomResourceDefinition {CRD} (owned by release {a}/tenant-{a}-remote)" in \
             cond["message"], cond["message"]
         assert fleet.remote.phase(fleet.tenant_ns, b) == "Error"
         assert (_crd_annotations(fleet.remote) or {}).get("meta.helm.sh/release-name") == \
             f"tenant-{a}-remote"
         assert fleet.remote.release_records(b, f"tenant-{b}-remote") == [(1, "failed")]
-        # a third Tenant's install is refused by helm itself: reported as OwnershipConflict
+        # a third Tenant is refused the same way, before helm
         c = fleet.tenant(fleet.remote, unique("third"))
         cond = fleet.remote.wait_condition(fleet.tenant_ns, c, "ClusterError/remote", "True",
-                                           "OwnershipConflict")
-        assert f"CustomResourceDefinition {CRD} is owned by release {a}/tenant-{a}-remote" in \
+                                           "SharedObjects")
+        assert f"CustomResourceDefinition {CRD} (owned by release {a}/tenant-{a}-remote)" in \
             cond["message"], cond["message"]
+        assert fleet.remote.release_records(c, f"tenant-{c}-remote") == []
         assert _crd_annotations(fleet.remote) is not None
         assert fleet.remote.phase(fleet.tenant_ns, a) == "Ready"
         assert op.alive()
