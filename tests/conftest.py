@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,22 +96,32 @@ def chart_repo(helm_bin: str) -> Iterator[object]:
         repo.close()
 
 
+SESSION_MARK = "KRYPTON_TEST_SESSION"  # inherited by every process this session starts
+
+
 def _our_control_plane_pids() -> list[int]:
+    """Control-plane processes started by this pytest session (a demo or another checkout's
+    suite running beside it on the machine is not this session's)."""
+    mark = f"{SESSION_MARK}={os.environ.get(SESSION_MARK, '')}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if not re.search(r"(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok) "
+                             r".*krypton-cp-", cmdline):
+                continue
+            if mark not in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                continue
         except OSError:
             continue
-        if re.search(r"(etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok) .*krypton-cp-",
-                     cmdline):
-            pids.append(int(entry))
+        pids.append(int(entry))
     return pids
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
     session.config._krypton_preexisting = set(_our_control_plane_pids())  # type: ignore[attr-defined]
 
 

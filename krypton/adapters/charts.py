@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from krypton.adapters.helm import Helm, chart_version
-from krypton.decisions import retry, safeyaml
+from krypton.decisions import chartcrds, retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.versions import is_exact, parse_constraint, resolve
@@ -240,3 +240,21 @@ async def _in_daemon_thread(fn: Callable[[], T]) -> T:
 
     threading.Thread(target=run, daemon=True, name="chart-index").start()
     return await future
+
+
+def read_chart_crds(chart_dir: str | Path) -> list[dict[str, Any]]:
+    """The CRDs of an unpacked chart's ``crds/`` directory and of its unpacked subcharts'
+    (``charts/*/crds/``), as ``chartcrds.chart_crds`` keeps them; raises ChartNotLoaded for
+    a file that is not valid YAML or over the limits."""
+    root = Path(chart_dir)
+    files = sorted(p for d in [root / "crds", *sorted(root.glob("charts/*/crds"))]
+                   if d.is_dir() for p in d.rglob("*")
+                   if p.is_file() and p.suffix in (".yaml", ".yml", ".json"))
+    docs: list[Any] = []
+    for path in files:
+        try:
+            docs += safeyaml.load_all(path.read_bytes(), safeyaml.CHART_CRDS,
+                                      what=f"chart file {path.relative_to(root)}")
+        except safeyaml.YamlRejected as exc:
+            raise ChartNotLoaded(str(exc)) from exc
+    return chartcrds.chart_crds(docs)

@@ -164,7 +164,8 @@ class Helm:
             metrics.HELM_SECONDS.labels(operation, result).observe(time.monotonic() - start)
 
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
-                                 values: dict[str, Any], *, operation: str) -> dict[str, Any]:
+                                 values: dict[str, Any], *, operation: str,
+                                 skip_crds: bool = False) -> dict[str, Any]:
         """``helm upgrade --install`` of a local chart directory; returns the release JSON.
 
         ``--reset-values`` always: helm would otherwise keep the previous release's values
@@ -172,7 +173,8 @@ class Helm:
         ones (a release made by another tool keeps its own values under an empty config)."""
         return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]
             release, chart, values, namespace=namespace, create_namespace=False,
-            reset_values=True, wait=self.wait, timeout=f"{int(self.timeout)}s"))
+            reset_values=True, skip_crds=skip_crds, wait=self.wait,
+            timeout=f"{int(self.timeout)}s"))
 
     async def rollback(self, release: str, namespace: str, revision: int | None = None,
                        *, force: bool = False) -> int:

@@ -340,6 +340,24 @@ class Kube:
         """The Tenant CRD as the cluster serves it, None when there is none."""
         return await self.get(f"get CRD {CRD_NAME}", f"{CRDS_PATH}/{CRD_NAME}")
 
+    async def crd(self, name: str) -> Obj | None:
+        return await self.get(f"get CRD {name}", f"{CRDS_PATH}/{name}")
+
+    async def create_crd(self, body: Obj) -> Obj:
+        """Create a CRD and wait until it is established (its kind is served)."""
+        name = body["metadata"]["name"]
+        created = await self.request(f"create CRD {name}", "POST", CRDS_PATH, body=body)
+        try:
+            await self._wait_established(f"{CRDS_PATH}/{name}")
+        except TimeoutError as exc:
+            raise TemporaryError(f"CRD {name} created but not established within 30 s") from exc
+        return created
+
+    async def replace_crd(self, body: Obj, resource_version: str) -> Obj:
+        name = body["metadata"]["name"]
+        body = dict(body, metadata=dict(body["metadata"], resourceVersion=resource_version))
+        return await self.request(f"replace CRD {name}", "PUT", f"{CRDS_PATH}/{name}", body=body)
+
     async def ensure_crd(self, manifest: Obj, *, upgrade: bool) -> tuple[str, Obj]:
         """Create the CRD when absent; replace it only when `upgrade` and its revision differs.
 

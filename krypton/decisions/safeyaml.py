@@ -39,6 +39,7 @@ KUBECONFIG = Limits(max_bytes=1 << 20, max_nodes=20_000)
 VALUES = Limits(max_bytes=1 << 20, max_nodes=100_000)
 CHART_INDEX = Limits(max_bytes=32 << 20, max_nodes=5_000_000, max_depth=16)
 CHART_METADATA = Limits(max_bytes=1 << 20, max_nodes=20_000)
+CHART_CRDS = Limits(max_bytes=8 << 20, max_nodes=2_000_000)  # one file of a chart's crds/
 
 
 def load(text: str | bytes, limits: Limits, *, what: str = "document") -> Any:
@@ -63,6 +64,31 @@ def load(text: str | bytes, limits: Limits, *, what: str = "document") -> Any:
         raise YamlRejected(f"{what} is nested too deeply") from exc
     finally:
         loader.dispose()
+
+
+def load_all(text: str | bytes, limits: Limits, *, what: str = "document") -> list[Any]:
+    """Every document of a YAML stream, the stream within `limits` as a whole (size) and each
+    document within them (nodes, depth); raises YamlRejected."""
+    size = len(text.encode("utf-8", "replace") if isinstance(text, str) else text)
+    if size > limits.max_bytes:
+        raise YamlRejected(f"{what} is {size} bytes, over the limit of {limits.max_bytes}")
+    loader = _Loader(text)
+    out = []
+    try:
+        try:
+            while loader.check_node():
+                node = loader.get_node()
+                if node is None:
+                    continue
+                _check_size(node, limits, what)
+                out.append(loader.construct_document(node))
+        except yaml.YAMLError as exc:
+            raise YamlRejected(f"{what} is not valid YAML{_where(exc)}") from exc
+    except RecursionError as exc:
+        raise YamlRejected(f"{what} is nested too deeply") from exc
+    finally:
+        loader.dispose()
+    return out
 
 
 def _where(exc: yaml.YAMLError) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from krypton.decisions import safeyaml
+from krypton.decisions.chartcrds import POLICIES as CHART_CRD_POLICIES
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.fingerprint import deep_merge
 
@@ -142,6 +143,10 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("crd_policy", "create: only create a missing CRD; upgrade: also replace an older one; "
         "skip: never read or write CRDs (they are applied beforehand)",
         "create", choice("create", "upgrade", "skip")),
+    Opt("chart_crds", "The chart's crds/ directory, applied by krypton once per cluster and "
+        "chart version before tenant releases (helm runs with --skip-crds): skip, create "
+        "(only missing ones) or create-replace (also replace changed ones)", "create",
+        choice(*CHART_CRD_POLICIES)),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
@@ -222,6 +227,7 @@ class Settings:
     watch_namespace: str = _default("watch_namespace")
     release_namespace: str = _default("release_namespace")
     crd_policy: str = _default("crd_policy")
+    chart_crds: str = _default("chart_crds")
     max_concurrent_reconciles: int = _default("max_concurrent_reconciles")
     max_concurrent_helm: int = _default("max_concurrent_helm")
     resync_period: float = _default("resync_period")

@@ -18,12 +18,12 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from krypton.adapters import metrics
-from krypton.adapters.charts import ChartSource
+from krypton.adapters.charts import ChartSource, read_chart_crds
 from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, now_rfc3339
+from krypton.decisions import chartcrds, ownership, redact, retry
 from krypton.decisions import conditions as cond
-from krypton.decisions import ownership, redact, retry
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     AlreadyExists,
@@ -168,6 +168,8 @@ class ClusterRuntime(ClusterView):
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
+    crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
+    crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
         async with self.slots.slot(self.name):  # a helm process like any other (--max-concurrent-helm)
@@ -436,7 +438,8 @@ class Reconciler:
                     old = await self.rt.chart.fetch(t.recorded_version)
                     fenced(self.rt)
                     result = await self.rt.helm.install_or_upgrade(
-                        p.release, old.path, namespace, chart.values, operation="revert")
+                        p.release, old.path, namespace, chart.values, operation="revert",
+                        skip_crds=True)
                     revision = int(result.get("version") or 0)
                     fp = fingerprint(old.repo, old.name, old.version, chart.values)
                     how = f"chart {old.version} applied again"
@@ -483,6 +486,16 @@ class Reconciler:
                 # The write's watch event brings the key back; the requeue only covers a
                 # watch that is down.
                 return Report(outcome=Outcome(requeue_after=ANNOUNCE_REQUEUE))
+        try:
+            await self._apply_chart_crds(chart, p.log)
+        except KryptonError as exc:
+            message = f"applying the CRDs of chart {chart.version}'s crds/ failed: {exc}"
+            p.log.error("chart CRDs not applied", error=str(exc))
+            metrics.RECONCILE_ERRORS.labels(c, "ChartCRDsFailed").inc()
+            return Report([Change(self._type(cond.ERROR), True, "ChartCRDsFailed", message),
+                           Change(self._type(cond.PROGRESS), False, "ChartCRDsFailed", message)],
+                          event=("Warning", "ChartCRDsFailed", message),
+                          outcome=Outcome(retry=True, reason="ChartCRDsFailed"))
         p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
                    action=p.plan.action.value)
         namespace = self._namespace(p)
@@ -496,7 +509,8 @@ class Reconciler:
                 elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
                     await self.rt.helm.rollback(p.release, namespace)
                 result = await self.rt.helm.install_or_upgrade(
-                    p.release, chart.path, namespace, chart.values, operation=verb.lower())
+                    p.release, chart.path, namespace, chart.values, operation=verb.lower(),
+                    skip_crds=True)
         except ReleaseLocked as exc:
             # Another helm operation holds the release (it took the lock after this pass
             # looked): nothing failed, so no failedFingerprint, and a progressive rollout
@@ -546,6 +560,34 @@ class Reconciler:
             p.log.info("drift repaired", detail=p.plan.message)
             report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))
         return report
+
+    async def _apply_chart_crds(self, chart: ChartTarget, log: Any) -> None:
+        """The chart's crds/ under --chart-crds, once per cluster and chart version, before
+        any release of that version (helm itself runs with --skip-crds)."""
+        policy = self.rt.settings.chart_crds
+        if policy == "skip" or chart.version in self.rt.crds_applied:
+            return
+        async with self.rt.crds_lock:
+            if chart.version in self.rt.crds_applied:
+                return
+            for crd in read_chart_crds(chart.path):
+                name = crd["metadata"]["name"]
+                live = await self.rt.kube.crd(name)
+                action = chartcrds.crd_action(policy, live, crd)
+                if action == "create":
+                    try:
+                        await self.rt.kube.create_crd(crd)
+                    except AlreadyExists:
+                        continue  # created meanwhile by someone else: theirs
+                elif action == "replace":
+                    assert live is not None
+                    await self.rt.kube.replace_crd(crd, live["metadata"]["resourceVersion"])
+                else:
+                    continue
+                metrics.API_WRITES.labels(self.rt.name, "crd").inc()
+                log.info("chart CRD applied", crd=name, action=action,
+                         chart_version=chart.version)
+            self.rt.crds_applied.add(chart.version)
 
     def _success_changes(self, obj: dict[str, Any], reason: str, message: str,
                          *, keep_ready: bool = False) -> list[Change]:
