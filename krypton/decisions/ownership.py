@@ -49,6 +49,16 @@ def manifest_objects(documents: Iterable[Any]) -> list[ObjectRef]:
 
 
 HOOK = "helm.sh/hook"
+RESOURCE_POLICY = "helm.sh/resource-policy"
+
+
+def kept(doc: Any) -> bool:
+    """The manifest document says ``helm.sh/resource-policy: keep``: helm's uninstall leaves
+    the object in place."""
+    if not isinstance(doc, Mapping):
+        return False
+    annotations = (doc.get("metadata") or {}).get("annotations") or {}
+    return isinstance(annotations, Mapping) and annotations.get(RESOURCE_POLICY) == "keep"
 
 
 def shared_candidates(first: Iterable[Any], second: Iterable[Any]) -> tuple[ObjectRef, ...]:

@@ -602,11 +602,15 @@ class Reconciler:
             out.append(Change(self._type(cond.PROGRESS), False, reason, message))
         return out
 
-    async def _check_ownership(self, release: str, namespace: str) -> None:
-        """Refuse to uninstall a failed release whose manifest lists objects that another
-        release (or nobody) owns: helm would delete them (SPEC R17)."""
+    async def _check_ownership(self, release: str, namespace: str, *,
+                               why: str = "failed and cannot be recovered by uninstalling it"
+                               ) -> None:
+        """Refuse to uninstall a release whose manifest lists objects that another release
+        (or nobody) owns now: helm would delete them (SPEC R17). Objects the manifest marks
+        ``helm.sh/resource-policy: keep`` are left by helm and need no check."""
         live = {}
-        for ref in ownership.manifest_objects(await self.rt.helm.manifest(release, namespace)):
+        docs = await self.rt.helm.manifest(release, namespace)
+        for ref in ownership.manifest_objects(d for d in docs if not ownership.kept(d)):
             annotations = await self.rt.kube.object_annotations(
                 ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
             if annotations is not None:
@@ -614,8 +618,8 @@ class Reconciler:
         found = ownership.conflicts(live, release, namespace)
         if found:
             raise OwnershipConflict(
-                f"release {release} failed and cannot be recovered by uninstalling it without "
-                f"deleting objects it does not own: {'; '.join(found[:5])}"
+                f"release {release} {why} without deleting objects it does not own: "
+                f"{'; '.join(found[:5])}"
                 + (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
 
     async def _uninstall(self, p: Pass) -> Outcome:
@@ -625,6 +629,9 @@ class Reconciler:
         try:
             async with self.rt.slots.slot(self.rt.name):
                 fenced(self.rt)
+                if p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+                    await self._check_ownership(release, namespace,
+                                                why="is not uninstalled (the finalizer stays)")
                 await self.rt.helm.uninstall(release, namespace)
             if self.rt.settings.delete_namespace_on_uninstall and \
                     self.rt.settings.shared_release_namespace is None:

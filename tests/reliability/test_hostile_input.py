@@ -585,3 +585,46 @@ def test_recovery_keeps_objects_of_other_releases(fleet: Fleet, helm_bin: str,
         for running in fleet.operators:  # a retrying install would create the CRD again
             running.stop()
         _delete_crd(fleet.remote)
+
+
+def test_a_tenants_uninstall_never_deletes_what_another_release_owns_now(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 12, item 3: the finalizer's uninstall looks at the release's objects first. When
+    one of them (a CRD the release created) is owned by another release by now, helm would
+    delete it: the uninstall is refused, the finalizer stays, nothing is deleted, and it
+    goes ahead once the object is the release's again."""
+    from kubernetes import client
+
+    _delete_crd(fleet.remote)
+    values = tmp_path / "shared.yaml"
+    values.write_text("sharedCRD: true\n")
+    try:
+        fleet.register("remote", fleet.remote)
+        fleet.start("--chart-values-file", str(values))
+        a = fleet.tenant(fleet.remote, unique("owner"))
+        fleet.remote.wait_phase(fleet.tenant_ns, a, "Ready")
+        mine = {"meta.helm.sh/release-name": f"tenant-{a}-remote",
+                "meta.helm.sh/release-namespace": a}
+        assert {k: (_crd_annotations(fleet.remote) or {}).get(k) for k in mine} == mine
+        crds = client.ApiextensionsV1Api(fleet.remote.api)
+        crds.patch_custom_resource_definition(CRD, {"metadata": {"annotations": {
+            "meta.helm.sh/release-name": "tenant-other-remote",
+            "meta.helm.sh/release-namespace": "other"}}})  # taken over since
+        fleet.remote.custom.delete_namespaced_custom_object(
+            "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", a)
+        refused = fleet.remote.wait_event(fleet.tenant_ns, a, "HelmUninstallFailed")
+        assert f"CustomResourceDefinition {CRD} is owned by release other/tenant-other-remote" \
+            in refused.message, refused.message
+        assert _crd_annotations(fleet.remote) is not None
+        assert fleet.remote.release_records(a, f"tenant-{a}-remote") == [(1, "deployed")]
+        assert "mesh.openkcm.io/release-cleanup" in \
+            fleet.remote.tenant(fleet.tenant_ns, a)["metadata"]["finalizers"]
+        # the object is the release's again: the uninstall goes ahead (and deletes it)
+        crds.patch_custom_resource_definition(CRD, {"metadata": {"annotations": mine}})
+        wait_for(lambda: fleet.remote.release_records(a, f"tenant-{a}-remote") == [], 90,
+                 what="the release uninstalled once the CRD is its own again")
+        wait_for(lambda: _crd_annotations(fleet.remote) is None, 30, what="its CRD deleted")
+    finally:
+        for running in fleet.operators:
+            running.stop()
+        _delete_crd(fleet.remote)

@@ -43,3 +43,12 @@ def test_a_chart_named_after_its_release_has_none() -> None:
         return [_obj("ClusterRole", f"{release}-reader", api="rbac.authorization.k8s.io/v1"),
                 _obj("Service", release, release)]
     assert shared_candidates(render("a"), render("b")) == ()
+
+
+def test_objects_the_manifest_keeps_are_not_checked_before_an_uninstall() -> None:
+    from krypton.decisions.ownership import kept
+
+    keep = _obj("CustomResourceDefinition", "x.example.io", api="apiextensions.k8s.io/v1")
+    keep["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    assert kept(keep)
+    assert not kept(_obj("ConfigMap", "c")) and not kept(None) and not kept("text")
