@@ -506,6 +506,11 @@ class Kube:
         return (await self.list_all("list release records", release_records_path(driver, namespace),
                                 label_selector=label_selector))["items"]
 
+    async def release_record(self, driver: str, namespace: str, name: str) -> Obj | None:
+        """One Helm release record (``sh.helm.release.v1.<release>.v<revision>``)."""
+        return await self.get(f"get release record {namespace}/{name}",
+                              f"{release_records_path(driver, namespace)}/{quote(name, safe='')}")
+
     async def list_events(self, namespace: str) -> list[Obj]:
         return (await self.list_all(f"list events in {namespace}",
                                 core_path("events", namespace)))["items"]

@@ -192,3 +192,5 @@ class Observation:
     # objects the chart claims that another release (or nobody) owns on the cluster, as
     # "<object> (owned by <owner>)"; None: not looked at yet
     shared: tuple[str, ...] | None = None
+    # objects of the deployed release's manifest that are gone from the cluster (F2)
+    missing: tuple[str, ...] = ()

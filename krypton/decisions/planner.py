@@ -70,9 +70,11 @@ PENDING = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
            ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
 
 
-def release_state(t: TenantView, target: str, rel: ReleaseObservation) -> ReleaseState:
-    """One value for the release of Tenant `t`, given the target fingerprint."""
-    deployed = rel.status is ReleaseStatus.DEPLOYED
+def release_state(t: TenantView, target: str, rel: ReleaseObservation,
+                  missing: tuple[str, ...] = ()) -> ReleaseState:
+    """One value for the release of Tenant `t`, given the target fingerprint and the objects
+    of its manifest found gone from the cluster."""
+    deployed = rel.status is ReleaseStatus.DEPLOYED and not missing
     if deployed and t.applied_fingerprint == target and \
             (t.applied_revision is None or t.applied_revision == rel.revision):
         return ReleaseState.IN_SYNC
@@ -167,7 +169,7 @@ def plan(obs: Observation) -> Plan:
     if not t.has_finalizer:
         return Plan(Action.ADD_FINALIZER, "Finalizer", "add the release-cleanup finalizer")
     rel, target = obs.release, obs.chart.fingerprint
-    state = release_state(t, target, rel)
+    state = release_state(t, target, rel, obs.missing)
     if state is ReleaseState.IN_SYNC:
         return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
     if state is ReleaseState.UNRECORDED:
@@ -228,6 +230,11 @@ def plan(obs: Observation) -> Plan:
     if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
         why = "release missing" if drift else "install"
         return Plan(Action.INSTALL, "Installing", f"{why}: install chart {version}", drift=drift)
+    if drift and obs.missing:
+        more = f" (and {len(obs.missing) - 5} more)" if len(obs.missing) > 5 else ""
+        return Plan(Action.UPGRADE, "Upgrading",
+                    f"objects of the release are gone: {'; '.join(obs.missing[:5])}{more}: "
+                    f"upgrade to chart {version} to restore them", drift=True)
     if drift:
         why = ("fingerprint annotation missing" if t.applied_fingerprint is None
                else f"release {rel.status.value} at revision {rel.revision}, not as applied")

@@ -9,7 +9,12 @@ so that a stale view never triggers a second operation.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import gzip
+import io
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from krypton.decisions.model import ReleaseObservation, ReleaseStatus
@@ -94,3 +99,27 @@ class ReleaseIndex:
         status = revisions[latest]
         locked = status in BUSY and now - self._modified.get(key, 0.0) < lock_timeout
         return ReleaseObservation(status, latest, good, locked)
+
+
+RELEASE_MAX_BYTES = 64 << 20  # a decoded release record (helm's own limit is about 1 MiB stored)
+
+
+def decode_release(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
+    """The release a Helm release record stores: ``data.release`` is base64 of gzip of JSON
+    (gzip optional), and the Secret driver base64-encodes that once more. Raises ValueError
+    for a record that is not one."""
+    text = (record.get("data") or {}).get("release")
+    if not isinstance(text, str):
+        raise ValueError("release record without data.release")
+    raw = base64.b64decode(text)
+    if driver != "configmap":
+        raw = base64.b64decode(raw)
+    if raw[:2] == b"\x1f\x8b":
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+            raw = unzipped.read(RELEASE_MAX_BYTES + 1)
+        if len(raw) > RELEASE_MAX_BYTES:
+            raise ValueError("release record over the size limit")
+    release = json.loads(raw)
+    if not isinstance(release, dict):
+        raise ValueError("release record is not a JSON object")
+    return release

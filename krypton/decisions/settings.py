@@ -147,6 +147,9 @@ OPTIONS: tuple[Opt, ...] = (
         "chart version before tenant releases (helm runs with --skip-crds): skip, create "
         "(only missing ones) or create-replace (also replace changed ones)", "create",
         choice(*CHART_CRD_POLICIES)),
+    Opt("drift_detection", "repair: once per --resync-period, look up every object of each "
+        "in-sync release's manifest and upgrade the release when one is gone; off: only "
+        "release records count", "repair", choice("repair", "off")),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
@@ -228,6 +231,7 @@ class Settings:
     release_namespace: str = _default("release_namespace")
     crd_policy: str = _default("crd_policy")
     chart_crds: str = _default("chart_crds")
+    drift_detection: str = _default("drift_detection")
     max_concurrent_reconciles: int = _default("max_concurrent_reconciles")
     max_concurrent_helm: int = _default("max_concurrent_helm")
     resync_period: float = _default("resync_period")

@@ -22,7 +22,7 @@ from krypton.adapters.charts import ChartSource, read_chart_crds
 from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, now_rfc3339
-from krypton.decisions import chartcrds, ownership, redact, retry
+from krypton.decisions import chartcrds, ownership, redact, retry, safeyaml
 from krypton.decisions import conditions as cond
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
@@ -63,7 +63,7 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import INSTALLING, Action, Plan, announced, plan
-from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
 from krypton.runtime.slots import FairSlots
 
@@ -168,6 +168,8 @@ class ClusterRuntime(ClusterView):
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
+    drift_checked: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
+    gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -342,6 +344,22 @@ class Reconciler:
             obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
             decided = plan(obs)
         release = release_name(key.name, self.rt.name)
+        if decided.action is Action.SKIP:
+            missing = self.rt.gone.get(key) or ()
+            if not missing and self._drift_check_due(key):
+                missing = await self._missing_objects(
+                    release, self.rt.settings.release_namespace_for(key.name),
+                    obs.release.revision)
+            if missing:
+                # remembered until a helm run restores them: the pass that announces the
+                # upgrade and the one that makes it both see them
+                self.rt.gone[key] = missing
+                obs = dataclasses.replace(obs, missing=missing)
+                decided = plan(obs)
+                if decided.action is Action.OBSERVE_NAMESPACE:
+                    state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
+                    obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+                    decided = plan(obs)
         if decided.action is Action.OBSERVE_SHARED:
             assert isinstance(obs.chart, ChartTarget)
             obs = dataclasses.replace(obs, shared=await self.rt.shared_conflicts(
@@ -349,6 +367,41 @@ class Reconciler:
             decided = plan(obs)
         return Pass(obj, obs, decided, release,
                     self.log.bind(tenant=str(key), release=release))
+
+    def _drift_check_due(self, key: TenantKey) -> bool:
+        """Once per --resync-period per Tenant (the first one a period after it is first
+        seen, so that a start does not look at every object of the fleet at once)."""
+        if self.rt.settings.drift_detection == "off":
+            return False
+        now = time.monotonic()
+        last = self.rt.drift_checked.setdefault(key, now)
+        if now - last < self.rt.settings.resync_period:
+            return False
+        self.rt.drift_checked[key] = now
+        return True
+
+    async def _missing_objects(self, release: str, namespace: str,
+                               revision: int) -> tuple[str, ...]:
+        """The objects of the deployed revision's manifest (read from its release record,
+        without helm) that are gone from the cluster."""
+        driver = self.rt.settings.helm_driver
+        record = await self.rt.kube.release_record(driver, namespace,
+                                                   f"sh.helm.release.v1.{release}.v{revision}")
+        if record is None:
+            return ()  # the release changed meanwhile: its watch brings the key back
+        try:
+            manifest = str(decode_release(record, driver).get("manifest") or "")
+            docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
+        except (ValueError, safeyaml.YamlRejected) as exc:
+            self.log.warning("release manifest not readable; objects not checked",
+                             release=release, error=str(exc))
+            return ()
+        gone = []
+        for ref in ownership.manifest_objects(docs):
+            if await self.rt.kube.object_annotations(ref.api_version, ref.kind, ref.name,
+                                                     ref.namespace or namespace) is None:
+                gone.append(str(ref))
+        return tuple(gone)
 
     def _namespace(self, p: Pass) -> str:
         return self.rt.settings.release_namespace_for(p.key.name)
@@ -551,6 +604,7 @@ class Reconciler:
             ], applied=applied, last_chart=chart.ref,
                 outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
         self._publish(key, p.release, chart)
+        self.rt.gone.pop(key, None)
         report = Report([Change(self._type(cond.READY), True, done, message),
                          Change(self._type(cond.ERROR), False, done, "no error"),
                          Change(self._type(cond.PROGRESS), False, f"{verb}Complete", message)],
@@ -705,6 +759,8 @@ class Reconciler:
 
     def unpublish(self, key: TenantKey) -> None:
         self.rt.written.pop(key, None)
+        self.rt.drift_checked.pop(key, None)
+        self.rt.gone.pop(key, None)
         old = self.rt.published.pop(key, None)
         if old is not None:
             metrics.TENANT_RELEASE.remove(*old)

@@ -54,6 +54,34 @@ def test_drift_is_repaired(fleet: Fleet, helm_bin: str, tmp_path) -> None:  # ty
     assert fleet.remote.release_records(name, release)[-1] == (5, "deployed")
 
 
+def test_a_deleted_object_of_a_release_is_restored(fleet: Fleet) -> None:
+    """Issue 12, item 3: drift detection reads the deployed revision's manifest from its
+    release record (no helm process) once per --resync-period and upgrades a release one of
+    whose objects is gone; with --drift-detection=off only release records count."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start("--resync-period", "2s")
+    name = fleet.tenant(fleet.remote, unique("gone"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    fleet.remote.core.delete_namespaced_config_map(release, name)  # the chart's one object
+    wait_for(lambda: fleet.remote.release_records(name, release)[-1] == (2, "deployed"), 60,
+             what="upgraded to restore the object")
+    assert fleet.remote.core.read_namespaced_config_map(release, name).data["chartVersion"] == \
+        "0.2.0"
+    repaired = wait_for(lambda: _drift_events(fleet.remote, fleet.tenant_ns, name), 30,
+                        what="DriftRepaired")
+    assert f"ConfigMap {release}" in repaired[0].message and "gone" in repaired[0].message
+    op.stop()
+
+    op = fleet.start("--resync-period", "2s", "--drift-detection", "off")
+    wait_for(lambda: op.metric("krypton_reconciles_total") >= 1, 30, what="a pass")
+    fleet.remote.core.delete_namespaced_config_map(release, name)
+    passes = op.metric("krypton_reconciles_total")
+    wait_for(lambda: op.metric("krypton_reconciles_total") >= passes + 6, 30,
+             what="resync passes after the deletion (three times the check's period)")
+    assert fleet.remote.release_records(name, release)[-1] == (2, "deployed")
+
+
 def test_per_cluster_values(fleet: Fleet) -> None:
     fleet.register("home", fleet.home, values="data:\n  region: eu\n")
     fleet.register("remote", fleet.remote, values="data:\n  region: us\n")

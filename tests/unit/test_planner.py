@@ -290,3 +290,15 @@ def test_shared_objects_are_named_with_their_owner() -> None:
     decided = plan(obs(shared=tuple(said)))
     assert said[0] in decided.message and said[4] in decided.message
     assert said[5] not in decided.message and "(and 2 more)" in decided.message
+
+
+def test_objects_gone_from_an_in_sync_release_are_drift() -> None:
+    gone = ("ConfigMap tenant-acme-c1", "Service web")
+    assert release_state(SYNCED, FP, DEPLOYED, gone) is ReleaseState.DRIFTED
+    decided = plan(replace(obs(SYNCED, release=DEPLOYED), missing=gone))
+    assert (decided.action, decided.drift) == (Action.UPGRADE, True)
+    assert "ConfigMap tenant-acme-c1; Service web" in decided.message
+    # restoring what was applied moves nothing: not held by a closed rollout gate
+    held = replace(obs(SYNCED, release=DEPLOYED), missing=gone,
+                   rollout=RolloutGate(open=False, reason="RolloutPending"))
+    assert plan(held).action is Action.UPGRADE
