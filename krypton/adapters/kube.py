@@ -61,6 +61,7 @@ EventHandler = Callable[[str, Obj], None]
 Query = dict[str, str | int | None]
 
 HELM_RELEASE_SELECTOR = "owner=helm"
+DISCOVERY_TTL = 300.0  # seconds a group version's resource list is reused for object look-ups
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
 MERGE_PATCH = "application/merge-patch+json"
@@ -215,6 +216,7 @@ class Kube:
         self.timeout = timeout
         self.config = cfg
         self.api = k8s.ApiClient(cfg)
+        self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
 
     async def close(self) -> None:
         try:
@@ -426,27 +428,41 @@ class Kube:
 
     # -- any object ------------------------------------------------------------------------
 
-    async def object_annotations(self, api_version: str, kind: str, name: str,
-                                 namespace: str) -> dict[str, str] | None:
-        """Annotations of a live object of any kind, or None when it does not exist (or its
-        kind is not served). `namespace` is used only for namespaced kinds."""
+    async def _resource_path(self, api_version: str, kind: str, name: str,
+                             namespace: str) -> str | None:
+        """The API path of an object of any kind, found by discovery (one answer per group
+        version, remembered for DISCOVERY_TTL seconds); None when the kind is not served."""
         group_version = ("api", api_version) if "/" not in api_version else \
             ("apis", *api_version.split("/", 1))
-        try:
-            served = await self.request(f"discover {api_version}", "GET", _path(*group_version))
-        except NotFound:
-            return None
-        for resource in served.get("resources") or []:
+        cached = self._discovery.get(api_version)
+        if cached is None or time.monotonic() - cached[0] > DISCOVERY_TTL:
+            try:
+                served = await self.request(f"discover {api_version}", "GET",
+                                            _path(*group_version))
+            except NotFound:
+                return None  # not remembered: a CRD may bring the group version later
+            cached = (time.monotonic(), list(served.get("resources") or []))
+            self._discovery[api_version] = cached
+        for resource in cached[1]:
             if resource.get("kind") == kind and "/" not in str(resource.get("name")):
                 parts = [*group_version]
                 if resource.get("namespaced"):
                     parts += ["namespaces", namespace]
-                obj = await self.get(f"get {kind} {name}",
-                                     _path(*parts, str(resource["name"]), name))
-                if obj is None:
-                    return None
-                return dict((obj.get("metadata") or {}).get("annotations") or {})
+                return _path(*parts, str(resource["name"]), name)
         return None
+
+    async def get_object(self, api_version: str, kind: str, name: str,
+                         namespace: str) -> Obj | None:
+        """A live object of any kind, or None when it does not exist (or its kind is not
+        served). `namespace` is used only for namespaced kinds."""
+        path = await self._resource_path(api_version, kind, name, namespace)
+        return None if path is None else await self.get(f"get {kind} {name}", path)
+
+    async def object_annotations(self, api_version: str, kind: str, name: str,
+                                 namespace: str) -> dict[str, str] | None:
+        """Annotations of a live object of any kind, or None when it does not exist."""
+        obj = await self.get_object(api_version, kind, name, namespace)
+        return None if obj is None else dict((obj.get("metadata") or {}).get("annotations") or {})
 
     # -- namespaces, secrets, configmaps, events -------------------------------------------
 

@@ -23,7 +23,7 @@ SUMMARY = "Ready"
 # An error with one of these reasons puts the Tenant in phase Error.
 FATAL_REASONS = frozenset({"InstallFailed", "UpgradeFailed", "InvalidTenantName",
                            "NamespaceConflict", "ReservedNamespace", "SharedObjects",
-                           "OwnershipConflict"})
+                           "OwnershipConflict", "ReadinessTimeout", "Degraded"})
 # Chart errors that do not block Ready when ALLOW_CHART_SKIP=true.
 CHART_REASONS = frozenset({"ChartNotLoaded", "VersionNotFound", "VersionInvalid"})
 

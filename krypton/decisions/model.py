@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from krypton.decisions.health import Health
+
 GROUP = "mesh.openkcm.io"
 VERSION = "v1alpha1"
 PLURAL = "tenants"
@@ -161,6 +163,7 @@ class TenantView:
     failed_fingerprint: str | None = None  # status.clusters[c].failedFingerprint
     reverted_fingerprint: str | None = None  # status.clusters[c].revertedFingerprint
     progress: tuple[str, str] | None = None  # ClusterProgress/c when True: (reason, message)
+    readiness: tuple[bool, str] | None = None  # ClusterReady/c: (status, reason)
     annotations: dict[str, str] = field(default_factory=dict)
 
 
@@ -194,3 +197,7 @@ class Observation:
     shared: tuple[str, ...] | None = None
     # objects of the deployed release's manifest that are gone from the cluster (F2)
     missing: tuple[str, ...] = ()
+    # the release's workload as read live (F6); None: not looked at in this pass
+    health: Health | None = None
+    since_applied: float | None = None  # seconds since the last helm run applied the release
+    readiness_timeout: float = 180.0  # --helm-timeout: how long a fresh release may take

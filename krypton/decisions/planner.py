@@ -16,7 +16,10 @@ single decision table, in order:
 5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
    chart problem     -> Blocked with the chart reason
 6. no finalizer      -> AddFinalizer (then plan again)
-7. InSync            -> Skip
+7. InSync            -> Skip when its workload is ready or was not looked at in this pass;
+                        not ready: Unhealthy Degraded if it was ready before, AwaitReady
+                        (WaitingForReadiness) within --helm-timeout of the helm run that
+                        applied it, Unhealthy ReadinessTimeout after that (SPEC F6)
    Unrecorded        -> Annotate (the release is deployed at the revision and fingerprint we
                         recorded; only the annotation is missing or wrong: write it, no helm)
 8. the rollout asks to revert and this release failed on the target -> Revert (Wait while
@@ -41,6 +44,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from krypton.decisions.health import UNHEALTHY, WAITING
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ChartProblem,
@@ -110,6 +114,8 @@ class Action(enum.Enum):
     HOLD = "hold"
     OBSERVE_SHARED = "observe-shared"
     REVERT = "revert"
+    AWAIT_READY = "await-ready"
+    UNHEALTHY = "unhealthy"
     UNINSTALL = "uninstall"
     NOTHING = "nothing"
 
@@ -171,7 +177,7 @@ def plan(obs: Observation) -> Plan:
     rel, target = obs.release, obs.chart.fingerprint
     state = release_state(t, target, rel, obs.missing)
     if state is ReleaseState.IN_SYNC:
-        return Plan(Action.SKIP, "NoChange", f"chart {obs.chart.version} already deployed")
+        return _in_sync(obs, obs.chart.version)
     if state is ReleaseState.UNRECORDED:
         why = ("fingerprint annotation missing" if t.applied_fingerprint is None
                else "fingerprint annotation differs from the deployed release")
@@ -240,6 +246,30 @@ def plan(obs: Observation) -> Plan:
                else f"release {rel.status.value} at revision {rel.revision}, not as applied")
         return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}", drift=True)
     return Plan(Action.UPGRADE, "Upgrading", f"fingerprint changed: upgrade to chart {version}")
+
+
+HEALTH_REASONS = UNHEALTHY | {WAITING}
+
+
+def _in_sync(obs: Observation, version: str) -> Plan:
+    """The release is as applied; judge its workload (SPEC F6) when it was looked at."""
+    t, health = obs.tenant, obs.health
+    ready_before = t.readiness is not None and t.readiness[0]
+    was = t.readiness[1] if t.readiness is not None else ""
+    if health is None or health.ready:
+        if health is not None and not ready_before and was in HEALTH_REASONS:
+            return Plan(Action.SKIP, "WorkloadReady", f"chart {version}: every workload is ready")
+        return Plan(Action.SKIP, "NoChange", f"chart {version} already deployed")
+    if ready_before or was == "Degraded":
+        return Plan(Action.UNHEALTHY, "Degraded",
+                    f"chart {version} was ready and is not any more: {health.summary()}")
+    if was != "ReadinessTimeout" and obs.since_applied is not None and \
+            obs.since_applied < obs.readiness_timeout:
+        return Plan(Action.AWAIT_READY, "WaitingForReadiness",
+                    f"chart {version} applied; waiting for {health.summary()}")
+    return Plan(Action.UNHEALTHY, "ReadinessTimeout",
+                f"chart {version} not ready {obs.readiness_timeout:.0f}s after it was applied: "
+                f"{health.summary()}")
 
 
 def _locked(rel: ReleaseObservation) -> Plan:

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
@@ -48,6 +49,35 @@ class ClusterObservation:
     to_revert: int = 0  # failed ones with a revision to go back to, not rolled back yet
     reverted: int = 0  # failed ones rolled back (--rollout-auto-revert)
     revert_failed: int = 0  # failed ones whose rollback failed
+
+
+def observe_cluster(cluster: str, tenants: list[dict[str, Any]],
+                    target: str | None) -> ClusterObservation:
+    """How the Tenants that `cluster` serves stand on the `target` fingerprint (None: not
+    resolved yet), from their status: Ready on it, failed on it (a failed helm run, or a
+    workload that never became ready or degraded after it was applied: SPEC F6), and of the
+    failed ones, how far their revert got."""
+    done = failed = to_revert = reverted = revert_failed = 0
+    for t in tenants:
+        status = t.get("status") or {}
+        mine = (status.get("clusters") or {}).get(cluster) or {}
+        conds = {c.get("type"): c for c in status.get("conditions") or []}
+        ready = conds.get(f"ClusterReady/{cluster}") or {}
+        if target is not None and mine.get("failedFingerprint") == target:
+            failed += 1
+            if mine.get("revertedFingerprint") == target:
+                reverted += 1
+            elif (conds.get(f"ClusterError/{cluster}") or {}).get("reason") == "RevertFailed":
+                revert_failed += 1
+            elif isinstance(mine.get("revision"), int):
+                to_revert += 1
+        elif target is not None and mine.get("fingerprint") == target:
+            if ready.get("status") == "True":
+                done += 1
+            elif ready.get("reason") in UNHEALTHY:
+                failed += 1
+    return ClusterObservation(True, len(tenants), done, failed, to_revert, reverted,
+                              revert_failed)
 
 
 @dataclass(frozen=True)

@@ -147,14 +147,16 @@ OPTIONS: tuple[Opt, ...] = (
         "chart version before tenant releases (helm runs with --skip-crds): skip, create "
         "(only missing ones) or create-replace (also replace changed ones)", "create",
         choice(*CHART_CRD_POLICIES)),
-    Opt("drift_detection", "repair: once per --resync-period, look up every object of each "
-        "in-sync release's manifest and upgrade the release when one is gone; off: only "
+    Opt("drift_detection", "repair: upgrade an in-sync release when an object of its manifest "
+        "is gone (looked for once per --resync-period, with the workload's health); off: only "
         "release records count", "repair", choice("repair", "off")),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
     Opt("api_timeout", "Timeout of one Kubernetes API call", 30.0, duration),
-    Opt("helm_wait", "Run helm with --wait", True, boolean),
+    Opt("helm_wait", "Run helm with --wait; false: helm returns once the objects are applied "
+        "(hooks still complete) and krypton tracks the workload's readiness itself", True,
+        boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from krypton.adapters.charts import ChartSource, read_chart_crds
 from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, now_rfc3339
-from krypton.decisions import chartcrds, ownership, redact, retry, safeyaml
+from krypton.decisions import chartcrds, health, ownership, redact, retry, safeyaml
 from krypton.decisions import conditions as cond
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
@@ -41,6 +42,7 @@ from krypton.decisions.errors import (
     VersionNotFound,
 )
 from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.health import Health
 from krypton.decisions.model import (
     ADOPTED_ANNOTATION,
     FINALIZER,
@@ -72,6 +74,7 @@ CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before back
 LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
 SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two namespaces
 ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
+READINESS_POLL = 5.0  # seconds between looks at a workload being waited for
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL}  # no Resumed with these
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
@@ -153,6 +156,9 @@ class ClusterView:
             own_namespace=own,
             namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
             rollout=rollout or RolloutGate(),
+            since_applied=_since(((obj.get("status") or {}).get("clusters") or {})
+                                 .get(self.name, {}).get("lastAppliedTime")),
+            readiness_timeout=self.settings.helm_timeout,
         )
 
 
@@ -168,7 +174,7 @@ class ClusterRuntime(ClusterView):
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
-    drift_checked: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
+    looked_at: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
     gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -203,9 +209,11 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
     applied = (status.get("clusters") or {}).get(cluster) or {}
     ref = (obj.get("spec") or {}).get("clusterRef") or {}
     revision = applied.get("revision")
-    progress = next((c for c in (status.get("conditions") or [])
-                     if c.get("type") == cond.cluster_type(cond.PROGRESS, cluster)
-                     and c.get("status") == "True"), None)
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    progress = conditions.get(cond.cluster_type(cond.PROGRESS, cluster))
+    if progress is not None and progress.get("status") != "True":
+        progress = None
+    ready = conditions.get(cond.cluster_type(cond.READY, cluster))
     return TenantView(
         key=TenantKey(meta["namespace"], meta["name"]),
         generation=int(meta.get("generation") or 1),
@@ -223,8 +231,21 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         reverted_fingerprint=applied.get("revertedFingerprint") or None,
         progress=(str(progress.get("reason")), str(progress.get("message")))
         if progress else None,
+        readiness=(ready.get("status") == "True", str(ready.get("reason")))
+        if ready else None,
         annotations=dict(annotations),
     )
+
+
+def _since(text: Any) -> float | None:
+    """Seconds since the RFC 3339 time `text` (None when it is not one)."""
+    try:
+        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, dt.datetime.now(dt.UTC).timestamp() - when.timestamp())
 
 
 def namespace_state(ns: dict[str, Any] | None, key: TenantKey) -> tuple[NamespaceState, str | None]:
@@ -302,7 +323,8 @@ class Reconciler:
             Action.NOTHING: self._nothing, Action.WAIT: self._wait, Action.PAUSE: self._pause,
             Action.NOT_TARGETED: self._not_targeted, Action.BLOCKED: self._blocked,
             Action.HOLD: self._hold, Action.SKIP: self._skip, Action.ANNOTATE: self._annotate,
-            Action.REVERT: self._revert,
+            Action.REVERT: self._revert, Action.AWAIT_READY: self._await_ready,
+            Action.UNHEALTHY: self._unhealthy,
             **{a: self._helm for a in (Action.INSTALL, Action.UPGRADE,
                                        Action.UNINSTALL_THEN_INSTALL, Action.ROLLBACK_THEN_UPGRADE)},
         }
@@ -346,10 +368,12 @@ class Reconciler:
         release = release_name(key.name, self.rt.name)
         if decided.action is Action.SKIP:
             missing = self.rt.gone.get(key) or ()
-            if not missing and self._drift_check_due(key):
-                missing = await self._missing_objects(
+            if not missing and self._look_due(key, obs.tenant):
+                missing, health = await self._look(
                     release, self.rt.settings.release_namespace_for(key.name),
                     obs.release.revision)
+                obs = dataclasses.replace(obs, health=health)
+                decided = plan(obs)
             if missing:
                 # remembered until a helm run restores them: the pass that announces the
                 # upgrade and the one that makes it both see them
@@ -368,40 +392,70 @@ class Reconciler:
         return Pass(obj, obs, decided, release,
                     self.log.bind(tenant=str(key), release=release))
 
-    def _drift_check_due(self, key: TenantKey) -> bool:
-        """Once per --resync-period per Tenant (the first one a period after it is first
-        seen, so that a start does not look at every object of the fleet at once)."""
-        if self.rt.settings.drift_detection == "off":
-            return False
+    def _look_due(self, key: TenantKey, t: TenantView) -> bool:
+        """Every pass while the release is not Ready on this cluster (its workload is being
+        waited for, timed out or degraded); else once per --resync-period per Tenant (the
+        first one a period after it is first seen, so that a start does not look at every
+        object of the fleet at once)."""
+        if t.readiness is None or not t.readiness[0]:
+            return True
         now = time.monotonic()
-        last = self.rt.drift_checked.setdefault(key, now)
+        last = self.rt.looked_at.setdefault(key, now)
         if now - last < self.rt.settings.resync_period:
             return False
-        self.rt.drift_checked[key] = now
+        self.rt.looked_at[key] = now
         return True
 
-    async def _missing_objects(self, release: str, namespace: str,
-                               revision: int) -> tuple[str, ...]:
-        """The objects of the deployed revision's manifest (read from its release record,
-        without helm) that are gone from the cluster."""
+    async def _look(self, release: str, namespace: str,
+                    revision: int) -> tuple[tuple[str, ...], Health | None]:
+        """The deployed revision's manifest (read from its release record, without helm),
+        looked at on the cluster: the objects that are gone (with --drift-detection=repair)
+        and the health of its workload. One read per object."""
         driver = self.rt.settings.helm_driver
         record = await self.rt.kube.release_record(driver, namespace,
                                                    f"sh.helm.release.v1.{release}.v{revision}")
         if record is None:
-            return ()  # the release changed meanwhile: its watch brings the key back
+            return (), None  # the release changed meanwhile: its watch brings the key back
         try:
             manifest = str(decode_release(record, driver).get("manifest") or "")
-            docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
-        except (ValueError, safeyaml.YamlRejected) as exc:
+        except ValueError as exc:
             self.log.warning("release manifest not readable; objects not checked",
                              release=release, error=str(exc))
-            return ()
-        gone = []
-        for ref in ownership.manifest_objects(docs):
-            if await self.rt.kube.object_annotations(ref.api_version, ref.kind, ref.name,
-                                                     ref.namespace or namespace) is None:
+            return (), None
+        return await self._look_at_manifest(release, namespace, manifest)
+
+    async def _look_at_manifest(self, release: str, namespace: str, manifest: str, *,
+                                workload_only: bool = False
+                                ) -> tuple[tuple[str, ...], Health | None]:
+        try:
+            docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
+        except safeyaml.YamlRejected as exc:
+            self.log.warning("release manifest not readable; objects not checked",
+                             release=release, error=str(exc))
+            return (), None
+        refs = ownership.manifest_objects(docs)
+        if workload_only:
+            refs = health.workload_refs(refs)
+        gone, workload = [], []
+        for ref in refs:
+            obj = await self.rt.kube.get_object(ref.api_version, ref.kind, ref.name,
+                                                ref.namespace or namespace)
+            if obj is None:
                 gone.append(str(ref))
-        return tuple(gone)
+            if ref.kind in health.WORKLOAD_KINDS:
+                workload.append((ref, obj))
+        repair = self.rt.settings.drift_detection != "off"
+        return (tuple(gone) if repair else ()), health.release_health(workload)
+
+    async def _not_ready(self, release: str, namespace: str, manifest: str) -> Health | None:
+        """The health of a release helm applied without waiting, from the manifest it
+        returned; None when every workload object is ready (or there is none)."""
+        try:
+            _gone, found = await self._look_at_manifest(release, namespace, manifest,
+                                                        workload_only=True)
+        except TemporaryError as exc:  # the next pass looks again
+            return Health((f"workload not looked at yet ({exc})",))
+        return None if found is None or found.ready else found
 
     def _namespace(self, p: Pass) -> str:
         return self.rt.settings.release_namespace_for(p.key.name)
@@ -450,13 +504,37 @@ class Reconciler:
 
     async def _skip(self, p: Pass) -> Report:
         """In sync: nothing to do but make sure the record says so (it also completes the
-        record of a pass whose last status write was lost)."""
+        record of a pass whose last status write was lost, and marks a workload that became
+        ready after it was waited for, timed out or degraded)."""
         self._publish(p.key, p.release, p.chart)
-        return Report(self._success_changes(p.obj, "NoChange", p.plan.message, keep_ready=True),
+        event = "HelmSkip" if p.plan.reason == "NoChange" else p.plan.reason
+        return Report(self._success_changes(p.obj, p.plan.reason, p.plan.message,
+                                            keep_ready=True),
                       applied={"release": p.release, "chartVersion": p.chart.version,
                                "fingerprint": p.chart.fingerprint,
                                "revision": p.obs.release.revision},
-                      last_chart=p.chart.ref, event=("Normal", "HelmSkip", p.plan.message))
+                      last_chart=p.chart.ref, event=("Normal", event, p.plan.message))
+
+    async def _await_ready(self, p: Pass) -> Report:
+        """Applied, its workload not ready yet, within --helm-timeout of the helm run: say
+        what is not ready and look again soon (no helm process is held meanwhile)."""
+        reason, message = p.plan.reason, p.plan.message
+        return Report([Change(self._type(cond.READY), False, reason, message),
+                       Change(self._type(cond.PROGRESS), True, reason, message)],
+                      outcome=Outcome(requeue_after=READINESS_POLL, reason=reason))
+
+    async def _unhealthy(self, p: Pass) -> Report:
+        """The workload is not ready: past --helm-timeout after the helm run that applied it
+        (ReadinessTimeout), or no longer ready (Degraded). An error of this cluster, named
+        objects and all; looked at again with backoff, and Ready again once it is."""
+        reason, message = p.plan.reason, p.plan.message
+        metrics.RECONCILE_ERRORS.labels(self.rt.name, reason).inc()
+        p.log.warning("workload not ready", reason=reason, detail=message)
+        return Report([Change(self._type(cond.READY), False, reason, message),
+                       Change(self._type(cond.ERROR), True, reason, message),
+                       Change(self._type(cond.PROGRESS), False, reason, message)],
+                      event=("Warning", reason, message),
+                      outcome=Outcome(retry=True, reason=reason))
 
     async def _annotate(self, p: Pass) -> Report:
         """The release is deployed as recorded; only the fingerprint annotation is missing or
@@ -605,6 +683,18 @@ class Reconciler:
                 outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
         self._publish(key, p.release, chart)
         self.rt.gone.pop(key, None)
+        waiting = None if self.rt.settings.helm_wait else await self._not_ready(
+            p.release, namespace, str(result.get("manifest") or ""))
+        if waiting is not None:
+            # helm did not wait: the workload is tracked by the passes that follow (F6)
+            wait = f"{message}; waiting for {waiting.summary()}"
+            return Report([Change(self._type(cond.READY), False, "WaitingForReadiness", wait),
+                           Change(self._type(cond.ERROR), False, done, "no error"),
+                           Change(self._type(cond.PROGRESS), True, "WaitingForReadiness", wait)],
+                          applied=applied, last_chart=chart.ref,
+                          event=("Normal", f"Helm{done}", wait),
+                          outcome=Outcome(requeue_after=READINESS_POLL,
+                                          reason="WaitingForReadiness"))
         report = Report([Change(self._type(cond.READY), True, done, message),
                          Change(self._type(cond.ERROR), False, done, "no error"),
                          Change(self._type(cond.PROGRESS), False, f"{verb}Complete", message)],
@@ -759,7 +849,7 @@ class Reconciler:
 
     def unpublish(self, key: TenantKey) -> None:
         self.rt.written.pop(key, None)
-        self.rt.drift_checked.pop(key, None)
+        self.rt.looked_at.pop(key, None)
         self.rt.gone.pop(key, None)
         old = self.rt.published.pop(key, None)
         if old is not None:

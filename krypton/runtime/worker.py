@@ -35,7 +35,7 @@ from krypton.adapters.kube import (
     release_records_path,
     tenants_path,
 )
-from krypton.decisions import crd, retry
+from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
@@ -357,26 +357,7 @@ class Worker:
     def rollout_observation(self) -> ClusterObservation:
         if not self.engaged or self.runtime is None:
             return ClusterObservation(False, 0, 0, 0)
-        fp = self._desired_fingerprint()
-        tenants = self._served()
-        done = failed = to_revert = reverted = revert_failed = 0
-        for t in tenants:
-            status = t.get("status") or {}
-            mine = (status.get("clusters") or {}).get(self.name) or {}
-            conds = {c["type"]: c for c in status.get("conditions") or []}
-            if fp is not None and mine.get("failedFingerprint") == fp:
-                failed += 1
-                if mine.get("revertedFingerprint") == fp:
-                    reverted += 1
-                elif (conds.get(f"ClusterError/{self.name}") or {}).get("reason") == "RevertFailed":
-                    revert_failed += 1
-                elif isinstance(mine.get("revision"), int):
-                    to_revert += 1
-            elif mine.get("fingerprint") == fp and \
-                    (conds.get(f"ClusterReady/{self.name}") or {}).get("status") == "True":
-                done += 1
-        return ClusterObservation(True, len(tenants), done, failed, to_revert, reverted,
-                                  revert_failed)
+        return rollout.observe_cluster(self.name, self._served(), self._desired_fingerprint())
 
     def _count_phases(self, reconciler: Reconciler) -> None:
         assert self.runtime is not None

@@ -136,3 +136,102 @@ def test_a_second_tenant_is_refused_the_objects_the_first_owns(fleet: Fleet,
     crd = client.ApiextensionsV1Api(sim.api).read_custom_resource_definition(
         "gadgets.workload.krypton.test")
     assert crd.metadata.annotations["meta.helm.sh/release-name"] == f"tenant-{second}-sim"
+
+
+def _set_scheduling(sim: Cluster, deployment: str, namespace: str, *, possible: bool) -> None:
+    """Give the Deployment's pods a node selector no node matches, or take it away."""
+    selector = None if possible else {"krypton.test/no-such-node": "true"}
+    client.AppsV1Api(sim.api).patch_namespaced_deployment(
+        deployment, namespace, {"spec": {"template": {"spec": {"nodeSelector": selector}}}})
+
+
+def _wait_message(sim: Cluster, namespace: str, name: str, type_: str, status: str,
+                  reason: str, text: str, timeout: float = 60) -> dict[str, Any]:
+    def match() -> dict[str, Any] | None:
+        c = sim.condition(namespace, name, type_)
+        ok = c and (c["status"], c["reason"]) == (status, reason) and text in c["message"]
+        return c if ok else None
+    return wait_for(match, timeout, what=f"{type_}={status} {reason} saying {text!r}")
+
+
+def test_readiness_is_tracked_without_helm_wait(fleet: Fleet, simulated: Any) -> None:
+    """Issue 12, item 4 (SPEC F6): with --helm-wait=false helm returns once the objects are
+    applied and the hook ran; krypton then tracks the workload itself. A Deployment whose pods
+    cannot be scheduled keeps the Tenant out of Ready, with WaitingForReadiness naming it,
+    while no helm process is held; it is Ready once the pods are; one that stays unready past
+    --helm-timeout is an error (ReadinessTimeout, phase Error), and Ready again once it
+    recovers."""
+    sim = _register_simulated(fleet, simulated, values="unschedulable: true\n")
+    op = fleet.start("--helm-wait=false", "--helm-timeout", "20s", chart="workload",
+                     version="1.0.0")
+    fixed, late = fleet.tenant(sim, unique("fixed")), fleet.tenant(sim, unique("late"))
+    for name in (fixed, late):
+        # (the first look may find the Deployment before its controller did)
+        _wait_message(sim, fleet.tenant_ns, name, "ClusterProgress/sim", "True",
+                      "WaitingForReadiness",
+                      f"Deployment tenant-{name}-sim in namespace {name}: 0 of 2 replicas "
+                      "available")
+        ready = sim.condition(fleet.tenant_ns, name, "ClusterReady/sim")
+        assert ready is not None and ready["status"] == "False", ready
+        # helm is done (the hook Job ran, the release is deployed): nothing holds a process
+        assert sim.release_records(name, f"tenant-{name}-sim") == [(1, "deployed")]
+        job = client.BatchV1Api(sim.api).read_namespaced_job(f"tenant-{name}-sim-smoke", name)
+        assert job.status.succeeded == 1
+    assert sim.phase(fleet.tenant_ns, fixed) == "Pending"
+
+    _set_scheduling(sim, f"tenant-{fixed}-sim", fixed, possible=True)
+    sim.wait_condition(fleet.tenant_ns, fixed, "ClusterReady/sim", "True", "WorkloadReady",
+                       timeout=60)
+    assert sim.phase(fleet.tenant_ns, fixed) == "Ready"
+    sim.wait_event(fleet.tenant_ns, fixed, "WorkloadReady")
+
+    c = sim.wait_condition(fleet.tenant_ns, late, "ClusterError/sim", "True", "ReadinessTimeout",
+                           timeout=90)
+    assert f"Deployment tenant-{late}-sim in namespace {late}: 0 of 2 replicas available" in \
+        c["message"], c["message"]
+    assert "not ready 20s after it was applied" in c["message"]
+    assert sim.phase(fleet.tenant_ns, late) == "Error"
+    sim.wait_event(fleet.tenant_ns, late, "ReadinessTimeout")
+    _set_scheduling(sim, f"tenant-{late}-sim", late, possible=True)
+    sim.wait_condition(fleet.tenant_ns, late, "ClusterReady/sim", "True", "WorkloadReady",
+                       timeout=90)
+    sim.wait_phase(fleet.tenant_ns, late, "Ready")
+    # one helm install per Tenant, nothing else: waiting and recovering ran no helm
+    assert op.metric("krypton_helm_processes_total", operation="install") == 2
+    for operation in ("upgrade", "rollback", "uninstall"):
+        assert op.metric("krypton_helm_processes_total", operation=operation) == 0
+    assert sim.release_records(late, f"tenant-{late}-sim") == [(1, "deployed")]
+
+
+def test_a_workload_that_loses_its_pods_is_degraded(fleet: Fleet, simulated: Any) -> None:
+    """Issue 12, item 4: a Tenant that was Ready whose Deployment loses its pods (its nodes
+    cordoned, its pods deleted) is Degraded, the Deployment named, until the pods are back;
+    krypton runs no helm for it (the release itself is as applied)."""
+    sim = _register_simulated(fleet, simulated, values="hook: false\n")
+    op = fleet.start("--resync-period", "3s", chart="workload", version="1.0.0")
+    name = fleet.tenant(sim, unique("degr"))
+    release = f"tenant-{name}-sim"
+    sim.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
+    nodes = [n.metadata.name for n in sim.core.list_node().items]
+    try:
+        for node in nodes:
+            sim.core.patch_node(node, {"spec": {"unschedulable": True}})
+        sim.core.delete_collection_namespaced_pod(
+            name, label_selector=f"app.kubernetes.io/instance={release}")
+        c = sim.wait_condition(fleet.tenant_ns, name, "ClusterReady/sim", "False", "Degraded",
+                               timeout=90)
+        assert f"Deployment {release} in namespace {name}: " in c["message"], c["message"]
+        assert "was ready and is not any more" in c["message"]
+        assert sim.phase(fleet.tenant_ns, name) == "Error"
+        error = sim.condition(fleet.tenant_ns, name, "ClusterError/sim")
+        assert error is not None and (error["status"], error["reason"]) == ("True", "Degraded")
+        sim.wait_event(fleet.tenant_ns, name, "Degraded")
+    finally:
+        for node in nodes:
+            sim.core.patch_node(node, {"spec": {"unschedulable": False}})
+    sim.wait_condition(fleet.tenant_ns, name, "ClusterReady/sim", "True", "WorkloadReady",
+                       timeout=90)
+    sim.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert sim.release_records(name, release) == [(1, "deployed")]
+    assert op.metric("krypton_helm_processes_total", operation="install") == 1
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 0

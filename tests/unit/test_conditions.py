@@ -49,6 +49,14 @@ PHASES = [
     ("fatal even with skip", [c("ClusterReady/a", "True"),
                               c("ClusterError/a", "True", "InstallFailed")], True, "Error"),
     ("progress only", [c("ClusterProgress/a", "True", "Installing")], False, "Pending"),
+    # SPEC F6: a workload that never became ready, or stopped being ready, is an error there
+    ("waiting for the workload", [c("ClusterReady/a", "False", "WaitingForReadiness"),
+                                  c("ClusterProgress/a", "True", "WaitingForReadiness")],
+     False, "Pending"),
+    ("readiness timed out", [c("ClusterReady/b", "True"),
+                             c("ClusterError/a", "True", "ReadinessTimeout")], False, "Error"),
+    ("degraded", [c("ClusterReady/b", "True"), c("ClusterError/a", "True", "Degraded")], True,
+     "Error"),
 ]
 
 

@@ -188,3 +188,37 @@ def test_the_revert_outcome_waits_for_every_release_and_counts_failures() -> Non
     gone = revert_outcome(handed, {"c": DOWN})  # unreachable: nothing to wait for
     assert (gone.revert_reported, gone.reverted_releases) == (True, 0)
     assert RolloutState.from_json(done.to_json()) == done
+
+
+def _tenant(cluster: str, *, fingerprint: str = "", failed: str = "", ready: str = "",
+            reason: str = "", error: str = "", reverted: str = "",
+            revision: int | None = 2) -> dict[str, object]:
+    conditions = [{"type": f"ClusterReady/{cluster}", "status": ready, "reason": reason}]
+    if error:
+        conditions.append({"type": f"ClusterError/{cluster}", "status": "True", "reason": error})
+    return {"status": {"conditions": conditions, "clusters": {cluster: {
+        "fingerprint": fingerprint, "failedFingerprint": failed, "revertedFingerprint": reverted,
+        "revision": revision}}}}
+
+
+def test_a_cluster_counts_ready_failed_and_unhealthy_releases_on_the_target() -> None:
+    """SPEC F1 with F6: a release on the target whose workload timed out or degraded is a
+    failed release of the wave, like a failed helm run; one still waiting is neither."""
+    from krypton.decisions.rollout import observe_cluster
+
+    new, old = "n" * 64, "o" * 64
+    tenants = [
+        _tenant("a", fingerprint=new, ready="True", reason="Upgraded"),
+        _tenant("a", fingerprint=new, ready="False", reason="WaitingForReadiness"),
+        _tenant("a", fingerprint=new, ready="False", reason="ReadinessTimeout"),
+        _tenant("a", fingerprint=new, ready="False", reason="Degraded"),
+        _tenant("a", fingerprint=old, ready="False", reason="Degraded"),  # not on the target
+        _tenant("a", fingerprint=old, failed=new, ready="False", reason="UpgradeFailed"),
+        _tenant("a", fingerprint=old, failed=new, reverted=new, ready="True", reason="RolledBack"),
+        _tenant("a", fingerprint=old, failed=new, error="RevertFailed"),
+        _tenant("a", fingerprint=old, ready="True", reason="NoChange"),
+    ]
+    seen = observe_cluster("a", tenants, new)
+    assert (seen.tenants, seen.done, seen.failed) == (9, 1, 5)
+    assert (seen.to_revert, seen.reverted, seen.revert_failed) == (1, 1, 1)
+    assert observe_cluster("a", tenants, None).failed == 0
