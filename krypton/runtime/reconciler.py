@@ -442,8 +442,9 @@ class Reconciler:
                                                 ref.namespace or namespace)
             if obj is None:
                 gone.append(str(ref))
-            if ref.kind in health.WORKLOAD_KINDS:
-                workload.append((ref, obj))
+            if ref.kind in health.WORKLOAD_KINDS:  # namespaced kinds, named where they are
+                workload.append((dataclasses.replace(ref, namespace=ref.namespace or namespace),
+                                 obj))
         repair = self.rt.settings.drift_detection != "off"
         return (tuple(gone) if repair else ()), health.release_health(workload)
 
