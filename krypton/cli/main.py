@@ -1,29 +1,53 @@
-"""Entry point: ``krypton [run|crds] [flags]`` (also ``python -m krypton``).
+"""Entry point: ``krypton COMMAND [flags]`` (also ``python -m krypton``).
 
-Flags and environment are parsed and checked before any cluster is touched; a bad value or
-a missing helm prints one line and exits with status 2 (SPEC O1).
+``krypton`` alone prints help: the operator starts only with ``krypton run``. Flags and
+environment are parsed and checked before any cluster is touched; a bad value or a missing
+helm prints one line and exits with status 2 (SPEC O1); a misspelt flag or command gets a
+suggestion.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from krypton.decisions import settings as settings_mod
 from krypton.decisions.errors import SettingsError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for an unknown flag or command, shown with the usage of
+    the command it was given to (not the top-level one)."""
+
+    def error(self, message: str) -> NoReturn:
+        known = [o for a in self._actions for o in a.option_strings]
+        known += [c for a in self._actions if isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
+                  for c in a.choices]
+        hints = []
+        for word in re.findall(r"(?:unrecognized arguments: |invalid choice: ')(\S+?)'?(?:\s|$)",
+                               message) + re.findall(r"(--[\w-]+)", message.split(":", 1)[-1]):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close and close[0] != word and f"did you mean {close[0]}?" not in hints:
+                hints.append(f"did you mean {close[0]}?")
+        self.print_usage(sys.stderr)
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="krypton",
         description="Roll one centrally configured Helm chart out to every Tenant on a fleet "
                     "of Kubernetes clusters.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the operator (default)", allow_abbrev=False,
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    run = sub.add_parser("run", help="run the operator", allow_abbrev=False,
                          description="Run the operator. Flag > environment > default.")
     settings_mod.add_arguments(run)
     plan = sub.add_parser(
@@ -31,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Show, for every Tenant on every discovered cluster, what the operator's "
                     "next pass would do (install, upgrade, skip, blocked) and why. Takes the "
-                    "flags of `run`. Exit status 0: nothing would change; 2: something would; "
-                    "1: an error.")
+                    "flags of `run`. Exit status 0: nothing would change and nothing is "
+                    "blocked; 2: something would change or is blocked; 1: an error.")
     settings_mod.add_arguments(plan)
     plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     status = sub.add_parser(
@@ -53,14 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--values", help="per-cluster values.yaml stored in the Secret")
     settings_mod.add_arguments(reg)
     sub.add_parser("crds", help="print the Tenant CRD")
+    parser.commands = sub.choices  # type: ignore[attr-defined]
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
-        args_list = ["run", *args_list]
-    args = build_parser().parse_args(args_list)
+    parser = build_parser()
+    if not args_list:
+        parser.print_help()
+        return 0
+    if args_list[0].startswith("-") and args_list[0] not in ("-h", "--help"):
+        parser.print_usage(sys.stderr)
+        print(f"krypton: error: no command before {args_list[0]} (the operator is "
+              f"`krypton run {args_list[0]} ...`)", file=sys.stderr)
+        return 2
+    args, extra = parser.parse_known_args(args_list)
+    if extra:  # reported by the command's own parser: its usage, its flags to suggest
+        commands: dict[str, argparse.ArgumentParser] = parser.commands  # type: ignore[attr-defined]
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "crds":
         from krypton.decisions.crd import crd_text
 
@@ -106,7 +141,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
         if args.command == "plan":
             rows = asyncio.run(tools.collect_plan(settings))
             print(tools.render(rows, tools.PLAN_COLUMNS, args.output))
-            return 2 if tools.changes_pending(rows) else 0
+            return 2 if tools.changes_pending(rows) or tools.blocked(rows) else 0
         print(asyncio.run(tools.register_cluster(settings, args.name, args.kubeconfig,
                                                  args.context, args.values)))
         return 0

@@ -272,6 +272,12 @@ def changes_pending(rows: list[Row]) -> bool:
     return any(r.action in ("install", "upgrade", "uninstall", "annotate") for r in rows)
 
 
+def blocked(rows: list[Row]) -> bool:
+    """A row that cannot proceed (a chart that does not load, a refused Tenant): `plan`
+    must not report "nothing to do" for it."""
+    return any(r.action == "blocked" for r in rows)
+
+
 def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
     if fmt == "json":
         return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)

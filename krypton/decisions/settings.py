@@ -293,20 +293,51 @@ class Settings:
 assert {o.name for o in OPTIONS} | {"chart_values", "helm_path"} == {f.name for f in fields(Settings)}
 
 
+# --help topics, in order: (title, option-name prefixes or names); the first match wins
+TOPICS = (
+    ("chart", ("chart_repo", "chart_name", "chart_version", "chart_values_file",
+               "allow_chart_skip", "chart_fetch_timeout", "chart_crds")),
+    ("clusters and discovery", ("namespace", "kubeconfig_", "trust_kubeconfig_secrets",
+                                "no_self_cluster", "allow_duplicate_clusters")),
+    ("watch cluster", ("watch_kubeconfig", "watch_kubeconfig_", "watch_context",
+                       "ensure_watch_crds")),
+    ("Tenants and namespaces", ("watch_namespace", "release_namespace", "crd_policy",
+                                "delete_namespace_on_uninstall", "adopt_namespaces")),
+    ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout")),
+    ("helm", ("helm_",)),
+    ("progressive rollout", ("rollout_",)),
+    ("leader election and shutdown", ("leader_", "lease_duration", "renew_deadline",
+                                      "retry_period", "shutdown_timeout")),
+    ("logs, health and metrics", ("log_", "health_", "metrics_")),
+)
+
+
+def topic(name: str) -> str:
+    """The --help topic of option `name`."""
+    for title, keys in TOPICS:
+        if any(name == k or (k.endswith("_") and name.startswith(k)) for k in keys):
+            return title
+    return "other"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every option as a flag; defaults stay None so that env can fill the gaps."""
-    for opt in OPTIONS:
+    """Add every option as a flag, grouped by topic for --help; defaults stay None so that
+    env can fill the gaps."""
+    groups = {title: parser.add_argument_group(f"{title} options") for title, _ in TOPICS}
+    for opt in sorted(OPTIONS, key=lambda o: [t for t, _ in TOPICS].index(topic(o.name))
+                      if topic(o.name) in groups else len(TOPICS)):
+        target = groups.get(topic(opt.name), parser)
         envs = " or ".join(f"${e}" for e in opt.envs)
         default = ", ".join(opt.default) if isinstance(opt.default, tuple) else opt.default
         help_text = f"{opt.help} [env {envs}; default {default!r}]"
         if opt.repeatable:
-            parser.add_argument(opt.flag, action="append", default=None, help=help_text,
+            target.add_argument(opt.flag, action="append", default=None, help=help_text,
                                 metavar=opt.metavar)
         elif opt.parse is boolean:
-            parser.add_argument(opt.flag, nargs="?", const="true", default=None, help=help_text,
+            target.add_argument(opt.flag, nargs="?", const="true", default=None, help=help_text,
                                 metavar="BOOL")
         else:
-            parser.add_argument(opt.flag, default=None, help=help_text, metavar=opt.metavar)
+            target.add_argument(opt.flag, default=None, help=help_text, metavar=opt.metavar)
 
 
 def _raw(opt: Opt, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, str] | None:

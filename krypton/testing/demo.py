@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from kubernetes import client, config
@@ -26,7 +27,6 @@ from . import ChartRepository, ControlPlane, testbin
 from .operator import OperatorProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-WORK = Path(os.environ.get("KRYPTON_DEMO_DIR", "/tmp/krypton-demo"))
 
 
 def step(text: str) -> None:
@@ -43,24 +43,37 @@ def _succeeds(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True).returncode == 0
 
 
+def workdir() -> Path:
+    """$KRYPTON_DEMO_DIR (made empty first), else a new directory per run, so that two demos
+    never share one."""
+    chosen = os.environ.get("KRYPTON_DEMO_DIR")
+    if not chosen:
+        return Path(tempfile.mkdtemp(prefix="krypton-demo-"))
+    path = Path(chosen)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def main() -> int:
     tools = testbin()
     kubectl = str(tools / "kubectl")
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    work = workdir()
+    print(f"demo directory {work}", flush=True)
     home = remote = repo = op = None
+    ok = False
     try:
         step("starting two local control planes (etcd + kube-apiserver), each with two "
              "simulated nodes (kube-scheduler + kwok)")
         home = ControlPlane("home", tools, auth="cert", controller_manager=True, nodes=2,
-                            workdir=WORK / "home").start()
+                            workdir=work / "home").start()
         remote = ControlPlane("remote", tools, auth="token", nodes=2,
-                              workdir=WORK / "remote").start()
+                              workdir=work / "remote").start()
         print(f"home   {home.server}  kubeconfig {home.kubeconfig}  (client certificate)")
         print(f"remote {remote.server}  kubeconfig {remote.kubeconfig}  (bearer token)")
 
         step("serving the workload chart (1.0.0, 1.1.0) from a local chart repository")
-        repo = ChartRepository(tools / "helm", WORK / "charts")
+        repo = ChartRepository(tools / "helm", work / "charts")
         for version in ("1.0.0", "1.1.0"):
             repo.publish(ROOT / "tests" / "charts" / "workload", version)
         repo.start()
@@ -80,9 +93,9 @@ def main() -> int:
         step("starting the operator in the background (home engages itself as self-cluster)")
         op = OperatorProcess([*common, *chart, "--helm-timeout", "60s"], helm_dir=tools,
                              env={"KUBECONFIG": str(home.kubeconfig)},
-                             log_path=WORK / "operator.log", pid_file=WORK / "operator.pid")
+                             log_path=work / "operator.log", pid_file=work / "operator.pid")
         op.start().wait_ready()
-        print(f"operator PID {op.pid}, log {WORK / 'operator.log'}, "
+        print(f"operator PID {op.pid}, log {work / 'operator.log'}, "
               f"metrics http://127.0.0.1:{op.metrics_port}/metrics")
 
         step("applying sample Tenants: acme and globex on remote, globex and initech on home")
@@ -125,6 +138,7 @@ def main() -> int:
                 input("\nPress Enter (or Ctrl-C) to stop the demo and tear everything down. ")
             except (KeyboardInterrupt, EOFError):
                 pass
+        ok = True
         return 0
     finally:
         step("tearing down")
@@ -135,7 +149,10 @@ def main() -> int:
         for plane in (remote, home):
             if plane is not None:
                 plane.stop()
-        shutil.rmtree(WORK, ignore_errors=True)
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"the demo failed; its files (the operator log among them) are kept in {work}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,10 @@ def test_plan_shows_install_skip_upgrade_then_nothing(fleet: Fleet) -> None:
     fleet.remote.wait_phase(fleet.tenant_ns, new, "Ready")
     wait_for(lambda: krypton(fleet, "plan", *run_flags(fleet)).returncode == 0, 60,
              what="plan exit 0 after convergence")
+    # a chart version the repository lacks changes nothing, and blocks every row: not 0
+    missing = krypton(fleet, "plan", *run_flags(fleet, version="9.9.9"), "-o", "json")
+    assert {r["action"] for r in json.loads(missing.stdout)} == {"blocked"}
+    assert missing.returncode == 2
 
     status = krypton(fleet, "status", *run_flags(fleet))
     assert status.returncode == 0

@@ -129,3 +129,42 @@ def test_release_namespace_watch_puts_every_release_in_the_watch_namespace() -> 
         settings(["--release-namespace", "watch"])
     with pytest.raises(SettingsError, match="--release-namespace"):
         settings(["--release-namespace", "elsewhere"])
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "krypton", *argv], capture_output=True,
+                          text=True, timeout=30, env={"COLUMNS": "200"})
+
+
+def test_krypton_alone_prints_help_and_starts_nothing() -> None:
+    result = _cli()
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: krypton") and "register-cluster" in result.stdout
+    flags_only = _cli("--no-self-cluster")
+    assert flags_only.returncode == 2
+    assert "krypton run --no-self-cluster" in flags_only.stderr
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["run", "--chart-versio", "1.2.3"], "did you mean --chart-version?"),
+    (["plan", "--helm-wiat"], "did you mean --helm-wait?"),
+    (["stauts"], "did you mean status?"),
+])
+def test_a_misspelt_flag_or_command_gets_a_suggestion(argv: list[str], hint: str) -> None:
+    result = _cli(*argv)
+    assert result.returncode == 2
+    assert hint in result.stderr.splitlines()[-1]
+    assert result.stderr.startswith(f"usage: krypton {argv[0]}" if argv[0] != "stauts"
+                                    else "usage: krypton [-h]")
+
+
+def test_run_help_groups_flags_by_topic() -> None:
+    out = _cli("run", "--help").stdout
+    sections = [line for line in out.splitlines() if line.endswith(" options:")]
+    assert sections == ["chart options:", "clusters and discovery options:",
+                        "watch cluster options:", "Tenants and namespaces options:",
+                        "reconcile options:", "helm options:", "progressive rollout options:",
+                        "leader election and shutdown options:",
+                        "logs, health and metrics options:"]
+    helm = out.split("helm options:", 1)[1].split("progressive rollout options:", 1)[0]
+    assert "--helm-timeout" in helm and "--chart-repo" not in helm
