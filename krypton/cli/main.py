@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "blocked; 2: something would change or is blocked; 1: an error.")
     settings_mod.add_arguments(plan)
     plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    diff = sub.add_parser(
+        "diff", help="per Tenant x cluster: deployed manifest vs what the next reconcile applies",
+        allow_abbrev=False,
+        description="For every Tenant on every discovered cluster, the unified diff between "
+                    "the manifest of its deployed release and what the next reconcile would "
+                    "apply (helm template of the target chart with the cluster's effective "
+                    "values). Values of Secrets are masked. Takes the flags of `run`. Exit "
+                    "status 0: no differences; 2: differences; 1: an error.")
+    settings_mod.add_arguments(diff)
     status = sub.add_parser(
         "status", help="fleet table: Tenants x clusters with phase, release, chart version",
         allow_abbrev=False, description="Print the fleet. Takes the flags of `run`.")
@@ -102,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(crd_text())
         return 0
     try:
-        settings = settings_mod.load(args, check_helm=args.command in ("run", "plan"))
+        settings = settings_mod.load(args, check_helm=args.command in ("run", "plan", "diff"))
     except SettingsError as exc:
         print(f"krypton: {exc}", file=sys.stderr)
         return 2
@@ -142,6 +151,13 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             rows = asyncio.run(tools.collect_plan(settings))
             print(tools.render(rows, tools.PLAN_COLUMNS, args.output))
             return 2 if tools.changes_pending(rows) or tools.blocked(rows) else 0
+        if args.command == "diff":
+            changed = False
+            for heading, text in asyncio.run(tools.collect_diff(settings)):
+                changed = changed or bool(text)
+                print(f"=== {heading}: {'differs' if text else 'no change'}")
+                sys.stdout.write(text)
+            return 2 if changed else 0
         print(asyncio.run(tools.register_cluster(settings, args.name, args.kubeconfig,
                                                  args.context, args.values)))
         return 0

@@ -24,14 +24,14 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, configuration_for, configuration_in_cluster
 from krypton.app.operator import watch_cluster
-from krypton.decisions import crd, redact, safeyaml
+from krypton.decisions import crd, manifests, redact, safeyaml
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.errors import KubeconfigRejected, TemporaryError
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import ChartTarget, fingerprint_annotation, release_name
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
-from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import SELF_CLUSTER, _cluster_values
 from krypton.runtime.reconciler import ClusterView, namespace_state
@@ -48,6 +48,7 @@ class Row:
     fingerprint: str = ""
     action: str = ""
     reason: str = ""
+    change: str = ""  # what differs from what the release was made with (plan)
     detail: str = ""
 
 
@@ -232,9 +233,9 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         namespace = settings.release_namespace_for(meta["name"])
         records = await kube.list_release_records(settings.helm_driver, namespace,
                                                   f"owner=helm,name={release}")
+        records = [r for r in records if r["metadata"].get("namespace") == namespace]
         for record in records:
-            if record["metadata"].get("namespace") == namespace:
-                view.releases.on_event("ADDED", record)
+            view.releases.on_event("ADDED", record)
         obs = view.observe(t)
         obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
                                   chart=await view.desired_chart())
@@ -251,12 +252,87 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
         new_version = getattr(obs.chart, "version", "?")
         new_fp = getattr(obs.chart, "fingerprint", "")
+        change = ""
+        if isinstance(obs.chart, ChartTarget) and old_fp and old_fp != new_fp:
+            deployed = deployed_release(records, settings.helm_driver)
+            change = manifests.what_changed(
+                (t.get("status") or {}).get("lastAppliedChart"), obs.chart.repo, obs.chart.name,
+                obs.chart.version, None if deployed is None else deployed.get("config") or {},
+                obs.chart.values)
         rows.append(Row(
             c.name, meta["namespace"], meta["name"], release=release,
             chart_version=f"{old_version} -> {new_version}",
             fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
-            action=_action_word(decided.action), reason=decided.reason, detail=decided.message))
+            action=_action_word(decided.action), reason=decided.reason, change=change,
+            detail=decided.message))
     return rows
+
+
+def deployed_release(records: list[dict[str, Any]], driver: str) -> dict[str, Any] | None:
+    """The release (decoded) of the newest record labelled deployed; None if there is none or
+    it cannot be read."""
+    deployed = [r for r in records
+                if (r["metadata"].get("labels") or {}).get("status") == "deployed"]
+    if not deployed:
+        return None
+    newest = max(deployed, key=lambda r: int((r["metadata"].get("labels") or {})
+                                             .get("version") or 0))
+    try:
+        return decode_release(newest, driver)
+    except ValueError:
+        return None
+
+
+async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
+    """For each Tenant x cluster the chart resolves for: (heading, unified diff) between the
+    deployed manifest and what the next reconcile would apply (``helm template`` of the target
+    chart with the cluster's effective values), Secrets masked. An empty diff: no change."""
+    out: list[tuple[str, str]] = []
+    async with _fleet_view(settings, "krypton-diff-") as (tmp, _, clusters):
+        chart = ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
+                            helm=Helm(settings.helm_path or settings.helm_executable),
+                            cache_dir=tmp / "charts")
+        for c in clusters:
+            if c.kube is None:
+                out.append((f"{c.name}: not looked at", f"{c.error}\n"))
+                continue
+            view = ClusterView(name=c.name, kube=c.kube, helm=chart.helm, chart=chart,
+                               settings=settings, releases=ReleaseIndex(), tenants={},
+                               values=c.values)
+            target = await view.desired_chart()
+            if not isinstance(target, ChartTarget):
+                out.append((f"{c.name}: not looked at", f"{target.reason}: {target.message}\n"))
+                continue
+            for t in await _tenants(c.kube, settings):
+                target_cluster = ((t.get("spec") or {}).get("clusterRef") or {}).get("secretName")
+                if target_cluster and target_cluster != c.name:
+                    continue  # the Tenant is not this cluster's
+                name = t["metadata"]["name"]
+                release = release_name(name, c.name)
+                namespace = settings.release_namespace_for(name)
+                records = await c.kube.list_release_records(
+                    settings.helm_driver, namespace, f"owner=helm,name={release}")
+                deployed = deployed_release(
+                    [r for r in records if r["metadata"].get("namespace") == namespace],
+                    settings.helm_driver)
+                before = f"{c.name}/{name} deployed"
+                old_docs: list[Any] = []
+                if deployed is not None:
+                    before += f" (revision {deployed.get('version')})"
+                    try:
+                        old_docs = safeyaml.load_all(str(deployed.get("manifest") or ""),
+                                                     safeyaml.CHART_CRDS,
+                                                     what=f"manifest of {release}")
+                    except safeyaml.YamlRejected as exc:
+                        out.append((f"{c.name}/{name}: not looked at", f"{exc}\n"))
+                        continue
+                new_docs = await chart.helm.template(target.path, release, namespace,
+                                                     target.values)
+                text = manifests.manifest_diff(old_docs, new_docs, before=before,
+                                               after=f"{c.name}/{name} next (chart "
+                                                     f"{target.version})")
+                out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
+    return out
 
 
 def _action_word(action: Action) -> str:
@@ -295,7 +371,7 @@ STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT",
                   ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
 PLAN_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
                 ("ACTION", "action"), ("REASON", "reason"), ("CHART", "chart_version"),
-                ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
+                ("FINGERPRINT", "fingerprint"), ("CHANGE", "change"), ("DETAIL", "detail")]
 
 
 async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,

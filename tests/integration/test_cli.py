@@ -102,3 +102,39 @@ def test_crds_prints_the_canonical_crd(fleet: Fleet) -> None:
     out = krypton(fleet, "crds")
     assert out.returncode == 0
     assert out.stdout == (ROOT / "crds" / "mesh.openkcm.io_tenants.yaml").read_text()
+
+
+def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 13: plan names what differs from what a release was made with (the repository
+    URL as typed, which values keys), and diff shows the manifest change per Tenant x cluster:
+    nothing for a new spelling of the same repository, the changed ConfigMap for a value."""
+    fleet.register("remote", fleet.remote)
+    fleet.start()
+    name = fleet.tenant(fleet.remote, unique("diff"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+
+    unchanged = krypton(fleet, "diff", *run_flags(fleet))
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert f"=== remote/{fleet.tenant_ns}/{name} ({release}): no change" in unchanged.stdout
+
+    values = tmp_path / "values.yaml"
+    values.write_text("data:\n  colour: blue\n")
+    flags = [*run_flags(fleet), "--chart-values-file", str(values)]
+    planned = json.loads(krypton(fleet, "plan", *flags, "-o", "json").stdout)
+    assert [(r["tenant"], r["action"], r["change"]) for r in planned] == \
+        [(name, "upgrade", "values: data.colour")]
+    diff = krypton(fleet, "diff", *flags)
+    assert diff.returncode == 2, diff.stdout + diff.stderr
+    assert f"--- remote/{name} deployed (revision 1) ConfigMap {release}" in diff.stdout
+    assert f"+++ remote/{name} next (chart 0.2.0) ConfigMap {release}" in diff.stdout
+    assert "+  colour: blue" in diff.stdout
+
+    url = fleet.chart_repo.url
+    moved = url.replace("127.0.0.1", "localhost")
+    assert moved != url
+    respelt = [moved if f == url else f for f in run_flags(fleet)]
+    planned = json.loads(krypton(fleet, "plan", *respelt, "-o", "json").stdout)
+    assert [(r["action"], r["change"]) for r in planned] == [("upgrade", f"repo {url} -> {moved}")]
+    same = krypton(fleet, "diff", *respelt)
+    assert same.returncode == 0, same.stdout + same.stderr  # the same chart, the same manifest
