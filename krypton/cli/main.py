@@ -14,7 +14,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from krypton.decisions import settings as settings_mod
@@ -25,22 +25,24 @@ class Parser(argparse.ArgumentParser):
     """argparse with a suggestion for an unknown flag or command, shown with the usage of
     the command it was given to (not the top-level one)."""
 
+    commands: Mapping[str, argparse.ArgumentParser]  # the subcommands' parsers, by name
+
     def error(self, message: str) -> NoReturn:
         known = [o for a in self._actions for o in a.option_strings]
         known += [c for a in self._actions if isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
                   for c in a.choices]
         hints = []
-        for word in re.findall(r"(?:unrecognized arguments: |invalid choice: ')(\S+?)'?(?:\s|$)",
-                               message) + re.findall(r"(--[\w-]+)", message.split(":", 1)[-1]):
-            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
-            if close and close[0] != word and f"did you mean {close[0]}?" not in hints:
-                hints.append(f"did you mean {close[0]}?")
+        for word in re.findall(r"--[\w-]+|(?<=invalid choice: ')[^']+", message):
+            close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close and close[0] != word else ""
+            if hint and hint not in hints:
+                hints.append(hint)
         self.print_usage(sys.stderr)
         hint = f" ({'; '.join(hints)})" if hints else ""
         self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="krypton",
         description="Roll one centrally configured Helm chart out to every Tenant on a fleet "
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--values", help="per-cluster values.yaml stored in the Secret")
     settings_mod.add_arguments(reg)
     sub.add_parser("crds", help="print the Tenant CRD")
-    parser.commands = sub.choices  # type: ignore[attr-defined]
+    parser.commands = sub.choices
     return parser
 
 
@@ -103,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args, extra = parser.parse_known_args(args_list)
     if extra:  # reported by the command's own parser: its usage, its flags to suggest
-        commands: dict[str, argparse.ArgumentParser] = parser.commands  # type: ignore[attr-defined]
-        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "crds":
         from krypton.decisions.crd import crd_text
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import datetime as dt
 import json
 import tempfile
 import time
@@ -29,7 +28,12 @@ from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.errors import KubeconfigRejected, TemporaryError
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.model import ChartTarget, fingerprint_annotation, release_name
+from krypton.decisions.model import (
+    ChartTarget,
+    epoch_seconds,
+    fingerprint_annotation,
+    release_name,
+)
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
@@ -118,9 +122,8 @@ async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
         stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
         if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
             continue
-        try:
-            when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        when = epoch_seconds(stamp)
+        if when is None:
             continue
         name = str(involved.get("name"))
         if now - when < FAILING_WINDOW and when >= latest.get(name, (0.0, ""))[0]:
@@ -203,11 +206,24 @@ async def rollout_summary(settings: Settings) -> str:
             f"{state.message}")
 
 
+def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
+    """The chart of the flags, pulled into `tmp` (the CLI's own cache, gone when it exits)."""
+    return ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
+                       helm=Helm(settings.helm_path or settings.helm_executable),
+                       cache_dir=tmp / "charts")
+
+
+async def _release_records(kube: Kube, settings: Settings, release: str,
+                           namespace: str) -> list[dict[str, Any]]:
+    """The Helm release records of `release` in `namespace` (whole, data included)."""
+    records = await kube.list_release_records(settings.helm_driver, namespace,
+                                              f"owner=helm,name={release}")
+    return [r for r in records if r["metadata"].get("namespace") == namespace]
+
+
 async def collect_plan(settings: Settings) -> list[Row]:
     async with _fleet_view(settings, "krypton-plan-") as (tmp, _, clusters):
-        chart = ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
-                            helm=Helm(settings.helm_path or settings.helm_executable),
-                            cache_dir=tmp / "charts")
+        chart = _chart_source(settings, tmp)
         rows: list[Row] = []
         for c in clusters:
             if c.kube is None:
@@ -231,9 +247,7 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
         namespace = settings.release_namespace_for(meta["name"])
-        records = await kube.list_release_records(settings.helm_driver, namespace,
-                                                  f"owner=helm,name={release}")
-        records = [r for r in records if r["metadata"].get("namespace") == namespace]
+        records = await _release_records(kube, settings, release, namespace)
         for record in records:
             view.releases.on_event("ADDED", record)
         obs = view.observe(t)
@@ -289,9 +303,7 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     chart with the cluster's effective values), Secrets masked. An empty diff: no change."""
     out: list[tuple[str, str]] = []
     async with _fleet_view(settings, "krypton-diff-") as (tmp, _, clusters):
-        chart = ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
-                            helm=Helm(settings.helm_path or settings.helm_executable),
-                            cache_dir=tmp / "charts")
+        chart = _chart_source(settings, tmp)
         for c in clusters:
             if c.kube is None:
                 out.append((f"{c.name}: not looked at", f"{c.error}\n"))
@@ -310,10 +322,8 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                 name = t["metadata"]["name"]
                 release = release_name(name, c.name)
                 namespace = settings.release_namespace_for(name)
-                records = await c.kube.list_release_records(
-                    settings.helm_driver, namespace, f"owner=helm,name={release}")
                 deployed = deployed_release(
-                    [r for r in records if r["metadata"].get("namespace") == namespace],
+                    await _release_records(c.kube, settings, release, namespace),
                     settings.helm_driver)
                 before = f"{c.name}/{name} deployed"
                 old_docs: list[Any] = []

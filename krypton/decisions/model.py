@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import hashlib
 import re
@@ -67,6 +68,16 @@ def cluster_name_problem(cluster: str) -> str | None:
     if not _ANNOTATION_NAME.match(key):
         return f"cluster name {cluster!r} cannot be part of an annotation key"
     return None
+
+
+def epoch_seconds(text: Any) -> float | None:
+    """An RFC 3339 time as the API server writes it (``2026-11-23T07:21:51Z``) in seconds
+    since the epoch; None when `text` is not one (or names no time zone)."""
+    try:
+        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return None if when.tzinfo is None else when.timestamp()
 
 
 def fingerprint_annotation(cluster: str) -> str:

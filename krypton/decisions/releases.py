@@ -10,14 +10,13 @@ so that a stale view never triggers a second operation.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import gzip
 import io
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from krypton.decisions.model import ReleaseObservation, ReleaseStatus
+from krypton.decisions.model import ReleaseObservation, ReleaseStatus, epoch_seconds
 
 GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
 BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
@@ -30,10 +29,7 @@ def _modified(meta: dict[str, Any]) -> float:
     label = (meta.get("labels") or {}).get("modifiedAt")
     if label and str(label).isdigit():
         return float(label)
-    created = meta.get("creationTimestamp")
-    if created:
-        return dt.datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
-    return 0.0
+    return epoch_seconds(meta.get("creationTimestamp")) or 0.0
 
 
 class ReleaseIndex:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from krypton.decisions.model import (
     RolloutGate,
     TenantKey,
     TenantView,
+    epoch_seconds,
     fingerprint_annotation,
     release_name,
 )
@@ -239,13 +239,8 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
 
 def _since(text: Any) -> float | None:
     """Seconds since the RFC 3339 time `text` (None when it is not one)."""
-    try:
-        when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, dt.datetime.now(dt.UTC).timestamp() - when.timestamp())
+    when = epoch_seconds(text)
+    return None if when is None else max(0.0, time.time() - when)
 
 
 def namespace_state(ns: dict[str, Any] | None, key: TenantKey) -> tuple[NamespaceState, str | None]:
