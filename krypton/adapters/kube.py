@@ -507,6 +507,16 @@ class Kube:
         return await self.get(f"get configmap {namespace}/{name}",
                               f"{core_path('configmaps', namespace)}/{quote(name, safe='')}")
 
+    async def get_deployment(self, namespace: str, name: str) -> Obj | None:
+        return await self.get(f"get deployment {namespace}/{name}",
+                              _path("apis", "apps", "v1", "namespaces", namespace,
+                                    "deployments", name))
+
+    async def list_deployments(self, label_selector: str) -> list[Obj]:
+        """Deployments in every namespace with this label."""
+        return (await self.list_all("list deployments", _path("apis", "apps", "v1", "deployments"),
+                                    label_selector=label_selector))["items"]
+
     async def create_configmap(self, namespace: str, body: Obj) -> Obj:
         return await self.request(f"create configmap in {namespace}", "POST",
                                   core_path("configmaps", namespace), body=body)

@@ -18,7 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from krypton.decisions import settings as settings_mod
+from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
+
+TOOLS = ("status", "plan", "diff", "register-cluster")
+CHART_OPTIONS = ("chart_repo", "chart_name", "chart_version")
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,6 +79,11 @@ def build_parser() -> Parser:
         allow_abbrev=False, description="Print the fleet. Takes the flags of `run`.")
     settings_mod.add_arguments(status)
     status.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    status.add_argument("-w", "--watch", action="store_true",
+                        help="keep watching: a new table (and the rollout's progress) on every "
+                             "change, until Ctrl-C")
+    status.add_argument("--wide", action="store_true",
+                        help="add the MESSAGE column (each Tenant's Ready message)")
     reg = sub.add_parser(
         "register-cluster", help="create the labelled, self-contained kubeconfig Secret",
         allow_abbrev=False,
@@ -88,6 +97,14 @@ def build_parser() -> Parser:
     reg.add_argument("--values", help="per-cluster values.yaml stored in the Secret")
     settings_mod.add_arguments(reg)
     sub.add_parser("crds", help="print the Tenant CRD")
+    for tool in (plan, diff, status, reg):
+        tool.add_argument(
+            "--from-deployment", metavar="NAMESPACE/NAME",
+            help="take the settings this command leaves unset (no flag, no environment "
+                 "variable) from the operator Deployment NAMESPACE/NAME on the cluster of "
+                 "--watch-kubeconfig or the kube context; none: do not [env "
+                 "$KRYPTON_FROM_DEPLOYMENT; default: the one Deployment labelled "
+                 f"{NAME_LABEL} that runs `krypton run`, if there is exactly one]")
     parser.commands = sub.choices
     return parser
 
@@ -106,18 +123,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(args_list)
     if extra:  # reported by the command's own parser: its usage, its flags to suggest
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "watch", False) and args.output != "table":
+        parser.commands["status"].error("--watch shows a table: it takes no -o")
     if args.command == "crds":
         from krypton.decisions.crd import crd_text
 
         sys.stdout.write(crd_text())
         return 0
+    if args.command in TOOLS:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="krypton-cli-") as private:
+            try:
+                _inherit(args, private)
+                settings = settings_mod.load(args, check_helm=args.command in ("plan", "diff"))
+            except SettingsError as exc:
+                print(f"krypton: {exc}", file=sys.stderr)
+                return 2
+            return _tool(args, settings)
     try:
-        settings = settings_mod.load(args, check_helm=args.command in ("run", "plan", "diff"))
+        settings = settings_mod.load(args)
     except SettingsError as exc:
         print(f"krypton: {exc}", file=sys.stderr)
         return 2
-    if args.command != "run":
-        return _tool(args, settings)
     import faulthandler
     import signal
 
@@ -130,27 +158,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     return asyncio.run(Operator(settings).run())
 
 
+def _inherit(args: argparse.Namespace, private: str) -> None:
+    """Fill what the user left unset from the running operator's Deployment (issue 13), the
+    values files it mounts copied into `private`; say on stderr where settings came from."""
+    from pathlib import Path
+
+    from krypton.cli import tools
+    from krypton.decisions import deployed
+
+    ref = args.from_deployment
+    if ref is None:
+        ref = os.environ.get("KRYPTON_FROM_DEPLOYMENT", "")
+    ref = ref.strip()
+    if ref != "none" and ref and not re.fullmatch(r"[a-z0-9.-]+/[a-z0-9.-]+", ref):
+        raise SettingsError(f"invalid --from-deployment: {ref!r} is not NAMESPACE/NAME")
+    found = None
+    if ref != "none":
+        user = settings_mod.load(args, check_helm=False)
+        found, contents = asyncio.run(tools.find_operator(user, ref))
+    if found is None:
+        unset = [o for o in CHART_OPTIONS if getattr(args, o, None) is None
+                 and not os.environ.get(f"KRYPTON_{o.upper()}")]
+        if unset and args.command in ("plan", "diff"):
+            print(f"krypton {args.command}: no operator Deployment found (--from-deployment) "
+                  f"and no {', '.join('--' + o.replace('_', '-') for o in unset)}: using the "
+                  "defaults", file=sys.stderr)
+        return
+    files = {}
+    for i, (path, data) in enumerate(sorted(contents.items())):
+        local = Path(private) / f"values-{i}.yaml"
+        local.write_bytes(data)
+        files[path] = str(local)
+    taken = deployed.overlay(args, found, os.environ, files)
+    print(f"krypton {args.command}: settings of the operator Deployment {found.ref} "
+          f"({len(taken)} taken; flags and environment win; --from-deployment none: do not)",
+          file=sys.stderr)
+
+
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     import logging
 
     from krypton.app import log
-    from krypton.cli import tools
+    from krypton.cli import tools, view
     from krypton.decisions.errors import KryptonError, PermanentError
 
     log.configure("console", "warning")
     logging.getLogger("kubernetes").setLevel(logging.ERROR)
     try:
         if args.command == "status":
-            rows = asyncio.run(tools.collect_status(settings))
-            print(tools.render(rows, tools.STATUS_COLUMNS, args.output))
-            if args.output == "table":
-                summary = asyncio.run(tools.rollout_summary(settings))
-                if summary:
-                    print(f"\n{summary}")
-            return 0
+            return _status(args, settings)
         if args.command == "plan":
             rows = asyncio.run(tools.collect_plan(settings))
-            print(tools.render(rows, tools.PLAN_COLUMNS, args.output))
+            print(view.render(rows, view.PLAN_COLUMNS, args.output))
             return 2 if tools.changes_pending(rows) or tools.blocked(rows) else 0
         if args.command == "diff":
             changed = False
@@ -168,3 +227,56 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     except KryptonError as exc:
         print(f"krypton {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
+    from krypton.cli import tools, view
+
+    if args.watch:
+        return _watch(args, settings)
+    rows, clusters = asyncio.run(tools.collect_status(settings))
+    print(view.render(rows, view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS,
+                      args.output))
+    if not clusters:
+        print(f"krypton status: no cluster Secrets labelled {settings.kubeconfig_label}=true "
+              f"in namespace {settings.namespace!r} of the watch cluster (is that the "
+              "operator's --namespace? see --from-deployment)", file=sys.stderr)
+    if args.output == "table":
+        print("\n" + "\n".join(view.progress(rows, asyncio.run(tools.rollout_state(settings)))))
+    return 0
+
+
+def _watch(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
+    """A frame per change until Ctrl-C (or SIGTERM): in a terminal, redrawn in place and
+    clipped to its width; otherwise each new frame printed after a blank line."""
+    import shutil
+    import signal
+    import time
+
+    from krypton.cli import tools, view
+    from krypton.decisions.rollout import RolloutState
+
+    terminal = sys.stdout.isatty()
+    last = [""]
+
+    def show(rows: list[view.Row], rollout: RolloutState | None) -> None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        width = shutil.get_terminal_size().columns if terminal else None
+        text = view.frame(rows, rollout, wide=args.wide, when=when, width=width)
+        body = text.split("\n", 1)[1]
+        if terminal:
+            sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+        elif body != last[0]:
+            sys.stdout.write(text + "\n\n")
+        last[0] = body
+        sys.stdout.flush()
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        asyncio.run(tools.watch_status(settings, show))
+    except KeyboardInterrupt:
+        return 0
+    return 0

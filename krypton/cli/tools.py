@@ -6,54 +6,46 @@ operator's next pass would do.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.helm import Helm
-from krypton.adapters.kube import Kube, configuration_for, configuration_in_cluster
+from krypton.adapters.kube import (
+    Informer,
+    Kube,
+    configuration_for,
+    configuration_in_cluster,
+    core_path,
+    tenants_path,
+)
 from krypton.app.operator import watch_cluster
-from krypton.decisions import crd, manifests, redact, safeyaml
+from krypton.cli.view import Row, cluster_rows, failing_clusters, tenant_rows
+from krypton.decisions import crd, deployed, manifests, redact, safeyaml
 from krypton.decisions import kubeconfig as kubeconfigs
+from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import desired_clusters
-from krypton.decisions.errors import KubeconfigRejected, TemporaryError
+from krypton.decisions.errors import KubeconfigRejected, SettingsError, TemporaryError
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import (
     ChartTarget,
-    epoch_seconds,
     fingerprint_annotation,
     release_name,
 )
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex, decode_release
+from krypton.decisions.rollout import RolloutState
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import SELF_CLUSTER, _cluster_values
 from krypton.runtime.reconciler import ClusterView, namespace_state
-
-
-@dataclass
-class Row:
-    cluster: str
-    namespace: str
-    tenant: str
-    phase: str = ""
-    release: str = ""
-    chart_version: str = ""
-    fingerprint: str = ""
-    action: str = ""
-    reason: str = ""
-    change: str = ""  # what differs from what the release was made with (plan)
-    detail: str = ""
 
 
 @dataclass
@@ -107,28 +99,9 @@ async def _tenants(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
                                                            t["metadata"]["name"]))
 
 
-FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed",
-                   "ClusterAccessDenied", "TenantCRDMissing")
-FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the cluster failing
-
-
 async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
     """Clusters whose Secret carries a recent failure Event from the operator (D8, D9)."""
-    events = await home.list_events(settings.namespace)
-    now = time.time()
-    latest: dict[str, tuple[float, str]] = {}
-    for e in events:
-        involved = e.get("involvedObject") or {}
-        stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
-        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
-            continue
-        when = epoch_seconds(stamp)
-        if when is None:
-            continue
-        name = str(involved.get("name"))
-        if now - when < FAILING_WINDOW and when >= latest.get(name, (0.0, ""))[0]:
-            latest[name] = (when, f"{e['reason']}: {e.get('message', '')}")
-    return {name: detail for name, (_, detail) in latest.items()}
+    return failing_clusters(await home.list_events(settings.namespace), time.time())
 
 
 async def _crd_outdated(kube: Kube) -> str | None:
@@ -140,53 +113,115 @@ async def _crd_outdated(kube: Kube) -> str | None:
     return crd.outdated(served) if served is not None else None
 
 
-async def collect_status(settings: Settings) -> list[Row]:
+async def collect_status(settings: Settings) -> tuple[list[Row], int]:
+    """The fleet's rows and how many clusters were discovered."""
     async with _fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
         failing = await _failing(home, settings)
         for c in clusters:
-            if c.name in failing:
-                rows.append(Row(c.name, "", "", phase="Failing", detail=failing[c.name]))
             if c.kube is None:
-                rows.append(Row(c.name, "", "", phase="-", detail=c.error))
+                rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error)
                 continue
-            stale = await _crd_outdated(c.kube)
-            if stale:
-                rows.append(Row(c.name, "", "", phase="CRDOutdated",
-                                detail=f"{stale}; fix: {crd.FIX}"))
+            stale = await _crd_outdated(c.kube) or ""
             try:
                 tenants = await _tenants(c.kube, settings)
             except TemporaryError as exc:
-                rows.append(Row(c.name, "", "", phase="-", detail=f"unreachable: {exc}"))
-                continue
+                unreachable = f"unreachable: {exc}"
             except Exception as exc:  # noqa: BLE001 - one cluster's garbage must not hide the fleet
-                rows.append(Row(c.name, "", "", phase="-", detail=redact.describe(exc)))
-                continue
-            for t in tenants:
-                status = t.get("status") or {}
-                mine = (status.get("clusters") or {}).get(c.name) or {}
-                meta = t["metadata"]
-                rows.append(Row(c.name, meta["namespace"], meta["name"],
-                                phase=status.get("phase") or "Pending",
-                                release=mine.get("release") or release_name(meta["name"], c.name),
-                                chart_version=mine.get("chartVersion", ""),
-                                fingerprint=(mine.get("fingerprint") or "")[:12],
-                                detail=_first_error(status, c.name)))
-        return rows
+                unreachable = redact.describe(exc)
+            else:
+                unreachable = ""
+            rows += cluster_rows(c.name, failing=failing.get(c.name, ""), stale=stale,
+                                 unreachable=unreachable)
+            if not unreachable:
+                rows += tenant_rows(c.name, tenants)
+        return rows, len(clusters)
 
 
-def _first_error(status: dict[str, Any], cluster: str) -> str:
-    for cond in status.get("conditions") or []:
-        if cond["type"] == f"ClusterError/{cluster}" and cond["status"] == "True":
-            return f"{cond['reason']}: {cond['message']}"
-        if cond["type"] == f"ClusterProgress/{cluster}" and cond["reason"] == "NotTargeted":
-            return "NotTargeted"
-    return ""
+WATCH_DEBOUNCE = 0.3  # a burst of changes (a rollout wave) makes one frame
+WATCH_REFRESH = 30.0  # a frame at least this often (a Failing mark ages out)
 
 
-async def rollout_summary(settings: Settings) -> str:
-    """One line on the progressive rollout (F1), from its ConfigMap; empty when none."""
-    from krypton.decisions.rollout import RolloutState
+async def watch_status(settings: Settings,
+                       show: Callable[[list[Row], RolloutState | None], None]) -> None:
+    """``krypton status --watch``: call `show` with the fleet's rows and the rollout state
+    whenever a watched object changes: the Tenants on every discovered cluster, and the
+    cluster Secrets, Events and rollout ConfigMap in --namespace of the watch cluster. A
+    change to the set of cluster Secrets reopens the fleet. Runs until cancelled."""
+    while True:
+        async with _fleet_view(settings, "krypton-watch-") as (_, home, clusters):
+            await _watch_fleet(settings, home, clusters, show)
+
+
+async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHandle],
+                       show: Callable[[list[Row], RolloutState | None], None]) -> None:
+    from krypton.runtime.rollout_controller import CONFIGMAP
+
+    changed, reopen = asyncio.Event(), asyncio.Event()
+    names = {c.name for c in clusters}
+    unreachable: dict[str, str] = {}
+
+    def poke(_type: str, _obj: dict[str, Any]) -> None:
+        changed.set()
+
+    def secret_changed(_type: str, _obj: dict[str, Any]) -> None:
+        if secrets.synced.is_set():
+            reopen.set()
+            changed.set()
+
+    def failed(name: str) -> Callable[[Exception], None]:
+        def note(exc: Exception) -> None:
+            unreachable[name] = f"unreachable: {redact.describe(exc)}"
+            changed.set()
+        return note
+
+    def healthy(name: str) -> Callable[[], None]:
+        def note() -> None:
+            unreachable.pop(name, None)
+            changed.set()
+        return note
+
+    ns = settings.namespace
+    secrets = Informer(home, "secrets", core_path("secrets", ns), secret_changed,
+                       label_selector=f"{settings.kubeconfig_label}=true", metadata_only=True)
+    configmaps = Informer(home, "configmaps", core_path("configmaps", ns), poke)
+    events = Informer(home, "events", core_path("events", ns), poke)
+    tenants = {c.name: Informer(c.kube, "tenants", tenants_path(settings.watch_namespace or None),
+                                poke, on_error=failed(c.name), on_healthy=healthy(c.name))
+               for c in clusters if c.kube is not None}
+    informers = [secrets, configmaps, events, *tenants.values()]
+    for informer in informers:
+        informer.start()
+    try:
+        stale = {c.name: await _crd_outdated(c.kube) or "" for c in clusters
+                 if c.kube is not None}
+        await secrets.synced.wait()
+        if {key[1] for key in secrets.store} != names:
+            return  # a cluster came or went since the fleet was opened
+        while not reopen.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), WATCH_REFRESH)
+            await asyncio.sleep(WATCH_DEBOUNCE)
+            changed.clear()
+            failing = failing_clusters(events.store.values(), time.time())
+            rows: list[Row] = []
+            for c in clusters:
+                rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error,
+                                     stale=stale.get(c.name, ""),
+                                     unreachable=unreachable.get(c.name, ""))
+                watched = tenants.get(c.name)
+                if watched is not None and watched.synced.is_set():
+                    rows += tenant_rows(c.name, watched.store.values())
+            state = (configmaps.store.get((ns, CONFIGMAP)) or {}).get("data") or {}
+            show(rows, RolloutState.from_json(state["state.json"])
+                 if "state.json" in state else None)
+    finally:
+        for informer in informers:
+            await informer.stop()
+
+
+async def rollout_state(settings: Settings) -> RolloutState | None:
+    """The progressive rollout's state (F1), from its ConfigMap; None when there is none."""
     from krypton.runtime.rollout_controller import CONFIGMAP
 
     with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
@@ -194,16 +229,62 @@ async def rollout_summary(settings: Settings) -> str:
         try:
             cm = await home.get_configmap(settings.namespace, CONFIGMAP)
         except TemporaryError:
-            return ""
+            return None
         finally:
             await home.close()
     data = (cm or {}).get("data") or {}
-    if "state.json" not in data:
-        return ""
-    state = RolloutState.from_json(data["state.json"])
-    wave = min(state.wave + 1, len(state.waves))
-    return (f"rollout {state.version}: {state.phase}, wave {wave}/{len(state.waves)} - "
-            f"{state.message}")
+    return RolloutState.from_json(data["state.json"]) if "state.json" in data else None
+
+
+async def find_operator(settings: Settings, ref: str) -> tuple[Deployed | None, dict[str, bytes]]:
+    """The operator Deployment `ref` (namespace/name), or with "" the one found by its chart's
+    label, read from the user's cluster (--watch-kubeconfig, else the kube context), and the
+    files it mounts for --chart-values-file, by their path in the pod. None when `ref` is ""
+    and no single operator is found or the cluster cannot be asked."""
+    local = dataclasses.replace(settings, watch_kubeconfig_secret="")
+    with tempfile.TemporaryDirectory(prefix="krypton-from-") as tmp:
+        try:
+            home = await watch_cluster(local, Path(tmp))
+        except (SettingsError, TemporaryError):
+            if ref:
+                raise
+            return None, {}
+        try:
+            if ref:
+                namespace, _, name = ref.partition("/")
+                obj = await home.get_deployment(namespace, name)
+                if obj is None:
+                    raise SettingsError(f"invalid --from-deployment: Deployment {ref} not found")
+            else:
+                try:
+                    listed = await home.list_deployments(deployed.NAME_LABEL)
+                except TemporaryError:  # not allowed to list them, or unreachable
+                    return None, {}
+                obj = deployed.choose(listed)
+                if obj is None:
+                    return None, {}
+            found = deployed.read(obj)
+            return found, {path: await _mounted_file(home, found, path, f)
+                           for path, f in found.files.items()}
+        finally:
+            await home.close()
+
+
+async def _mounted_file(home: Kube, found: Deployed, path: str,
+                        f: deployed.MountedFile) -> bytes:
+    namespace = found.ref.partition("/")[0]
+    if f.kind == "secret":
+        obj = await home.get_secret(namespace, f.name)
+        raw = ((obj or {}).get("data") or {}).get(f.key)
+        data = base64.b64decode(raw) if raw is not None else None
+    else:
+        obj = await home.get_configmap(namespace, f.name)
+        text = ((obj or {}).get("data") or {}).get(f.key)
+        data = text.encode() if text is not None else None
+    if data is None:
+        raise SettingsError(f"invalid --from-deployment: {found.ref} reads {path} from key "
+                            f"{f.key!r} of {f.kind} {namespace}/{f.name}, which is missing")
+    return data
 
 
 def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
@@ -362,26 +443,6 @@ def blocked(rows: list[Row]) -> bool:
     """A row that cannot proceed (a chart that does not load, a refused Tenant): `plan`
     must not report "nothing to do" for it."""
     return any(r.action == "blocked" for r in rows)
-
-
-def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)
-    if fmt == "yaml":
-        return str(yaml.safe_dump([dataclasses.asdict(r) for r in rows], sort_keys=False))
-    table = [[title for title, _ in columns]]
-    table += [[str(getattr(r, field)) for _, field in columns] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in table)
-
-
-STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
-                  ("PHASE", "phase"), ("RELEASE", "release"), ("CHART", "chart_version"),
-                  ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
-PLAN_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
-                ("ACTION", "action"), ("REASON", "reason"), ("CHART", "chart_version"),
-                ("FINGERPRINT", "fingerprint"), ("CHANGE", "change"), ("DETAIL", "detail")]
 
 
 async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,

@@ -8,6 +8,7 @@ Conditions have the metav1.Condition shape. Per cluster ``c`` krypton owns
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,9 +76,22 @@ def _true(conditions: Iterable[Mapping[str, Any]], prefix: str) -> list[Mapping[
     return [c for c in conditions if str(c["type"]).startswith(prefix) and c["status"] == "True"]
 
 
+# The Ready condition's message is the MESSAGE column of `kubectl get tenants`: kept to
+# one short line (the per-cluster conditions keep the whole text).
+SUMMARY_MESSAGE_LIMIT = 160
+PHASES = ("Pending", "Ready", "Error", "Suspended")
+
+
 def phase(conditions: Iterable[Mapping[str, Any]], *, allow_chart_skip: bool) -> str:
-    """Error if a fatal error is true; Ready if a cluster is ready and nothing blocks; else Pending."""
+    """Suspended while paused by annotation; Error if a fatal error is true; Ready if a
+    cluster is ready and nothing blocks; else Pending."""
     conditions = list(conditions)
+    if _true(conditions, PAUSED):
+        return "Suspended"
+    return _working_phase(conditions, allow_chart_skip=allow_chart_skip)
+
+
+def _working_phase(conditions: list[Mapping[str, Any]], *, allow_chart_skip: bool) -> str:
     errors = _true(conditions, ERROR)
     if any(c["reason"] in FATAL_REASONS for c in errors):
         return "Error"
@@ -87,9 +101,34 @@ def phase(conditions: Iterable[Mapping[str, Any]], *, allow_chart_skip: bool) ->
     return "Pending"
 
 
-def summary(conditions: Iterable[Mapping[str, Any]], current_phase: str) -> Change:
-    """The aggregate Ready condition for `current_phase`."""
+def servable(current_phase: str, accepted: frozenset[str] | None) -> str:
+    """`current_phase`, or Pending when the cluster's (older) Tenant CRD does not accept it:
+    `accepted` is the served CRD's phase enum, None when it accepts every phase."""
+    return current_phase if accepted is None or current_phase in accepted else "Pending"
+
+
+def summary(conditions: Iterable[Mapping[str, Any]], current_phase: str,
+            *, allow_chart_skip: bool = False) -> Change:
+    """The aggregate Ready condition for `current_phase`, its message one short line."""
     conditions = list(conditions)
+    if current_phase == "Suspended":
+        underneath = _working_phase(conditions, allow_chart_skip=allow_chart_skip)
+        below = _summary(conditions, underneath)
+        return Change(SUMMARY, below.status, "Suspended", _short(
+            f"suspended by annotation (nothing is installed, upgraded or repaired); "
+            f"{below.message}"))
+    found = _summary(conditions, current_phase)
+    return dataclasses.replace(found, message=_short(found.message))
+
+
+def _short(message: str) -> str:
+    line = message.splitlines()[0] if message else ""
+    if len(line) > SUMMARY_MESSAGE_LIMIT or line != message:
+        return line[:SUMMARY_MESSAGE_LIMIT - 3].rstrip() + "..."
+    return line
+
+
+def _summary(conditions: list[Mapping[str, Any]], current_phase: str) -> Change:
     if current_phase == "Ready":
         clusters = sorted(str(c["type"])[len(READY):] for c in _true(conditions, READY))
         return Change(SUMMARY, True, "Ready", f"ready on {', '.join(clusters)}")
@@ -111,7 +150,8 @@ def summarize(
     """Phase and the condition list with the aggregate Ready condition refreshed."""
     conditions = list(conditions)
     current = phase(conditions, allow_chart_skip=allow_chart_skip)
-    return current, apply(conditions, [summary(conditions, current)],
+    return current, apply(conditions,
+                          [summary(conditions, current, allow_chart_skip=allow_chart_skip)],
                           generation=generation, now=now)
 
 

@@ -53,6 +53,16 @@ def outdated(live: dict[str, Any]) -> str | None:
     return "; ".join(problems) or None
 
 
+def served_phases(live: dict[str, Any] | None) -> frozenset[str] | None:
+    """The phases a served Tenant CRD accepts (its status.phase enum); None when it accepts
+    any (no enum, or not known). An older CRD lacks ``Suspended``. Pure."""
+    node = _schema(live or {})
+    for part in ("status", "phase"):
+        node = (node.get("properties") or {}).get(part) or {}
+    enum = node.get("enum")
+    return frozenset(str(v) for v in enum) if isinstance(enum, list) else None
+
+
 def _schema(crd: dict[str, Any]) -> dict[str, Any]:
     for version in (crd.get("spec") or {}).get("versions") or []:
         if version.get("storage"):

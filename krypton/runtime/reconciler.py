@@ -178,6 +178,7 @@ class ClusterRuntime(ClusterView):
     gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
 
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
         async with self.slots.slot(self.name):  # a helm process like any other (--max-concurrent-helm)
@@ -296,7 +297,8 @@ class Report:
 
     changes: list[Change] = field(default_factory=list)
     applied: dict[str, Any] | None = None
-    last_chart: str | None = None
+    last_chart: str | None = None  # repo|name|version applied
+    chart_version: str | None = None  # the version a failed helm run tried
     event: tuple[str, str, str] | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
     outcome: Outcome = Outcome()
@@ -338,7 +340,8 @@ class Reconciler:
         changes = p.changes + report.changes
         if changes or report.applied is not None:
             p.obj, _ = await self._commit(p.obj, changes, p.log, event=report.event,
-                                          applied=report.applied, last_chart=report.last_chart)
+                                          applied=report.applied, last_chart=report.last_chart,
+                                          chart_version=report.chart_version)
         for event in report.events:
             await self.rt.recorder.emit(involved_tenant(p.obj), *event)
         return report.outcome
@@ -652,6 +655,7 @@ class Reconciler:
                            Change(self._type(cond.READY), False, reason, str(exc)),
                            Change(self._type(cond.PROGRESS), False, reason, str(exc))],
                           applied={"failedFingerprint": chart.fingerprint},
+                          chart_version=chart.version,
                           event=("Warning", f"Helm{verb}Failed", str(exc)),
                           outcome=Outcome(retry=True, reason=reason))
         revision = int(result.get("version") or 0)
@@ -816,6 +820,7 @@ class Reconciler:
         generation = int(meta.get("generation") or 1)
         phase, conditions = cond.summarize(remaining, allow_chart_skip=self.rt.settings.allow_chart_skip,
                                            generation=generation, now=now_rfc3339())
+        phase = cond.servable(phase, self.rt.phases)
         if c in (status.get("clusters") or {}) or len(remaining) != len(status.get("conditions") or []):
             metrics.API_WRITES.labels(c, "status").inc()
             obj = await self.rt.kube.patch_tenant_status(key, {
@@ -917,7 +922,8 @@ class Reconciler:
     async def _commit(self, obj: dict[str, Any], changes: list[Change], log: Any, *,
                       event: tuple[str, str, str] | None = None,
                       applied: dict[str, Any] | None = None,
-                      last_chart: str | None = None) -> tuple[dict[str, Any], bool]:
+                      last_chart: str | None = None,
+                      chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
         """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
         Returns the Tenant as the server now has it and whether it was written."""
         key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -931,6 +937,7 @@ class Reconciler:
                                     generation=generation, now=now)
             phase, conditions = cond.summarize(conditions, allow_chart_skip=settings.allow_chart_skip,
                                                generation=generation, now=now)
+            phase = cond.servable(phase, self.rt.phases)
             new = dict(status, phase=phase, conditions=conditions, observedGeneration=generation)
             if applied is not None:
                 previous = (status.get("clusters") or {}).get(self.rt.name) or {}
@@ -938,6 +945,9 @@ class Reconciler:
                                        **{self.rt.name: dict(previous, **applied)})
             if last_chart is not None:
                 new["lastAppliedChart"] = last_chart
+                new["chartVersion"] = last_chart.rsplit("|", 1)[-1]
+            elif chart_version is not None:
+                new["chartVersion"] = chart_version
             if _same_status(status, new) or self._stored_as_before(key, status, new):
                 return obj, False
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},

@@ -139,10 +139,11 @@ class Worker:
         if not settings.allow_duplicate_clusters:
             self._claim(await self.kube.cluster_identity(
                 by_uid=settings.shared_release_namespace is None))
-        result = "not checked (--crd-policy=skip)"
+        result, phases = "not checked (--crd-policy=skip)", None
         if settings.crd_policy != "skip":
             result, served = await self.kube.ensure_crd(crd_manifest(),
                                                         upgrade=settings.crd_policy == "upgrade")
+            phases = crd.served_phases(served)
             await self._judge_crd(served)
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
@@ -155,7 +156,7 @@ class Worker:
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
             gate=lambda cluster: self.shared.gate(cluster),
-            fence=lambda: not self.draining and self.shared.fence())
+            fence=lambda: not self.draining and self.shared.fence(), phases=phases)
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -16,12 +20,16 @@ from .conftest import Fleet, unique
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def krypton(fleet: Fleet, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
+def cli_env(fleet: Fleet, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The CLI's environment: the test bed's tools first; settings only from the flags
+    given (no operator Deployment of another test), unless `env` says otherwise."""
+    return {**os.environ, "PATH": f"{fleet.testbin}:{os.environ['PATH']}",
+            "KRYPTON_FROM_DEPLOYMENT": "none", **(env or {})}
 
-    environ = {**os.environ, "PATH": f"{fleet.testbin}:{os.environ['PATH']}", **(env or {})}
+
+def krypton(fleet: Fleet, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "krypton", *args], capture_output=True,
-                          text=True, timeout=120, env=environ)
+                          text=True, timeout=120, env=cli_env(fleet, env))
 
 
 def run_flags(fleet: Fleet, version: str = "0.2.0") -> list[str]:
@@ -138,3 +146,158 @@ def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Pa
     assert [(r["action"], r["change"]) for r in planned] == [("upgrade", f"repo {url} -> {moved}")]
     same = krypton(fleet, "diff", *respelt)
     assert same.returncode == 0, same.stdout + same.stderr  # the same chart, the same manifest
+
+
+class Watching:
+    """`krypton status --watch` with its output on a pipe: each frame is printed whole,
+    starting with its header line, when it differs from the one before."""
+
+    HEADER = "krypton status --watch"
+
+    def __init__(self, fleet: Fleet, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "krypton", "status", "--watch",
+                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=cli_env(fleet))
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def frames(self) -> list[str]:
+        text = "\n".join(self.lines)
+        return [self.HEADER + f for f in text.split(self.HEADER)[1:]]
+
+    def wait_frame(self, match: Any, what: str, timeout: float = 20) -> str:
+        """The first frame for which `match(frame)` holds. The timeout is below the 30 s
+        refresh of --watch: a frame in time was caused by a watch event."""
+        return wait_for(lambda: next((f for f in self.frames() if match(f)), None), timeout,
+                        what=what)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=30)
+
+
+def _row(frame: str, tenant: str) -> list[str]:
+    """The table cells of `tenant`'s row in a frame (cells two or more spaces apart)."""
+    import re
+
+    line = next((ln for ln in frame.splitlines() if f"  {tenant}  " in ln), "")
+    return re.split(r"\s{2,}", line.strip()) if line else []
+
+
+def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
+    """Issue 13: a live table and progress bar, redrawn from watches: a new Tenant, its
+    install and a pause show up without the command being run again."""
+    fleet.register("remote", fleet.remote)
+    fleet.start()
+    first = fleet.tenant(fleet.remote, unique("first"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    watching = Watching(fleet, "--wide", *run_flags(fleet))
+    try:
+        watching.wait_frame(lambda f: _row(f, first)[3:4] == ["Ready"]
+                            and "releases ready  [####################] 1/1" in f,
+                            "a frame with the first Tenant Ready")
+        second = fleet.tenant(fleet.remote, unique("second"))
+        watching.wait_frame(lambda f: bool(_row(f, second)), "a frame with the new Tenant")
+        done = watching.wait_frame(
+            lambda f: "releases ready  [####################] 2/2" in f,
+            "a frame with both releases ready")
+        assert _row(done, second)[3:6] == ["Ready", f"tenant-{second}-remote", "0.2.0"]
+        assert _row(done, second)[-1] == "ready on remote"  # --wide: the Ready message
+        fleet.remote.patch_tenant(fleet.tenant_ns, first, {"metadata": {"annotations": {
+            "mesh.openkcm.io/paused": "true"}}})
+        paused = watching.wait_frame(lambda f: _row(f, first)[3:4] == ["Suspended"],
+                                     "a frame with the first Tenant Suspended")
+        assert "Suspended: reconciliation paused by annotation" in _row(paused, first)
+        assert "releases ready  [####################] 2/2" in paused  # still installed
+        frames = watching.frames()
+        assert len(frames) == len(set(f.split("\n", 1)[1] for f in frames))  # only changes
+    finally:
+        code = watching.stop()
+    assert code == 0, watching.proc.stderr.read() if watching.proc.stderr else ""
+
+
+def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
+                                                                  tmp_path: Path) -> None:
+    """Issue 13: with the operator installed by its chart, `krypton status` and `plan` need
+    no flag but the cluster: chart, values (from the chart's ConfigMap), discovery
+    namespace, watch namespace and driver come from the Deployment; what is typed wins."""
+    from krypton.testing.pod import render_chart
+
+    fleet.register("remote", fleet.remote)
+    values = {"data": {"colour": "blue"}}
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    fleet.start("--chart-values-file", str(values_file))
+    name = fleet.tenant(fleet.remote, unique("dep"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+
+    objects = render_chart(fleet.testbin / "helm", ROOT / "chart", release="krypton",
+                           namespace=fleet.discovery_ns, include_crds=False, values={
+                               "chart": {"repo": fleet.chart_repo.url, "name": "sample",
+                                         "version": "0.2.0", "values": values},
+                               "discovery": {"namespace": fleet.discovery_ns},
+                               "selfCluster": {"enabled": False},
+                               "helm": {"driver": "secret"},
+                               "extraEnv": [{"name": "WATCH_NAMESPACE",
+                                             "value": fleet.tenant_ns}]})
+    applied = [o for o in objects if o["kind"] in ("Deployment", "ConfigMap")]
+    kubectl = [str(fleet.testbin / "kubectl"), "--kubeconfig", str(fleet.home.cp.kubeconfig)]
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(applied),
+                   check=True, capture_output=True, text=True)
+    home = ["--watch-kubeconfig", str(fleet.home.cp.kubeconfig)]
+    auto = {"KRYPTON_FROM_DEPLOYMENT": ""}
+    try:
+        status = krypton(fleet, "status", *home, env=auto)
+        assert status.returncode == 0, status.stderr
+        assert f"settings of the operator Deployment {fleet.discovery_ns}/krypton" in \
+            status.stderr
+        assert _row(status.stdout, name)[:4] == ["remote", fleet.tenant_ns, name, "Ready"]
+        plan = krypton(fleet, "plan", *home, env=auto)
+        assert plan.returncode == 0, plan.stdout + plan.stderr  # the same values: nothing
+        # the central values change in the chart's ConfigMap: plan says so
+        subprocess.run([*kubectl, "-n", fleet.discovery_ns, "patch", "configmap",
+                        "krypton-values", "--type", "merge", "-p", json.dumps(
+                            {"data": {"values.yaml": "data:\n  colour: red\n"}})],
+                       check=True, capture_output=True)
+        plan = krypton(fleet, "plan", *home, "-o", "json", env=auto)
+        assert plan.returncode == 2, plan.stdout + plan.stderr
+        assert [(r["tenant"], r["action"], r["change"]) for r in json.loads(plan.stdout)] == \
+            [(name, "upgrade", "values: data.colour")]
+        # what the user types wins: another version
+        bump = krypton(fleet, "plan", *home, "--chart-version", "0.3.0", "-o", "json", env=auto)
+        assert [r["chart_version"] for r in json.loads(bump.stdout)] == ["0.2.0 -> 0.3.0"]
+        # without the Deployment: the defaults, and a hint that they found nothing
+        alone = krypton(fleet, "status", *home, "--from-deployment", "none")
+        assert alone.returncode == 0
+        assert "no cluster Secrets labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true " \
+            "in namespace 'default'" in alone.stderr
+        # register-cluster writes into the operator's discovery namespace
+        extra = tmp_path / "extra.kubeconfig"
+        extra.write_text(fleet.remote.cp.kubeconfig.read_text())
+        done = krypton(fleet, "register-cluster", "extra", "--kubeconfig", str(extra), *home,
+                       env=auto)
+        assert done.returncode == 0, done.stderr
+        secret = fleet.home.core.read_namespaced_secret("extra", fleet.discovery_ns)
+        assert secret.metadata.labels["sigs.k8s.io/multicluster-runtime-kubeconfig"] == "true"
+        fleet.unregister("extra")
+        # two operators: the CLI does not guess
+        second = [dict(o, metadata=dict(o["metadata"], namespace=fleet.tenant_ns))
+                  for o in applied]
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(second),
+                       check=True, capture_output=True, text=True)
+        two = krypton(fleet, "status", *home, env=auto)
+        assert two.returncode == 2
+        assert "several krypton operators found" in two.stderr
+        picked = krypton(fleet, "status", *home, "--from-deployment",
+                         f"{fleet.discovery_ns}/krypton", env=auto)
+        assert picked.returncode == 0 and _row(picked.stdout, name), picked.stderr
+    finally:
+        for ns in (fleet.discovery_ns, fleet.tenant_ns):
+            subprocess.run([*kubectl, "-n", ns, "delete", "deployment", "krypton",
+                            "--ignore-not-found"], check=True, capture_output=True)

@@ -9,6 +9,7 @@ with the same chart settings and cluster name.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from krypton.decisions.crd import REVISION_ANNOTATION, crd_manifest
 from krypton.decisions.fingerprint import sha256_hex
 from krypton.decisions.model import FINALIZER
 from krypton.testing import ControlPlane
@@ -137,3 +140,36 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     resynced(3)
     assert _writes(op) == settle, f"{_writes(op) - settle} API writes in three no-op resyncs"
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
+
+
+def test_a_paused_tenant_on_an_older_krypton_crd_is_written_as_pending(
+        fleet: Fleet, proto: Cluster) -> None:
+    """krypton's revision 5 CRD has no phase Suspended: the API server would refuse every
+    status write of a paused Tenant. It is written as Pending, its Ready reason Suspended."""
+    older = copy.deepcopy(crd_manifest())
+    older["metadata"]["annotations"][REVISION_ANNOTATION] = "5"
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["status"]["properties"]["phase"]["enum"] = ["Pending", "Ready", "Error"]
+    kubectl = (str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig))
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump(older), check=True,
+                   capture_output=True, text=True)
+    _run(*kubectl, "wait", "--for=condition=Established", "crd/tenants.mesh.openkcm.io",
+         "--timeout=60s")
+    proto.ensure_namespace(fleet.tenant_ns)
+    fleet.register("proto", proto)
+    op = fleet.start("--resync-period", "2s")  # --crd-policy=create keeps the older CRD
+    name = fleet.tenant(proto, unique("p"), annotations={"mesh.openkcm.io/paused": "true"})
+    ready = proto.wait_condition(fleet.tenant_ns, name, "Ready", "False", "Suspended")
+    assert proto.phase(fleet.tenant_ns, name) == "Pending"
+    assert ready["message"].startswith("suspended")
+    fleet.home.wait_event(fleet.discovery_ns, "proto", "CRDOutdated")
+    # no write per pass: the phase written is the one the server keeps
+    passes = op.metric("krypton_reconciles_total", cluster="proto")
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="proto") >= passes + 3, 60,
+             what="three resyncs")
+    settle = _writes(op)
+    passes = op.metric("krypton_reconciles_total", cluster="proto")
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="proto") >= passes + 3, 60,
+             what="three more resyncs")
+    assert _writes(op) == settle
+    assert op.metric("krypton_helm_processes_total", operation="install") == 0

@@ -135,4 +135,5 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     from .test_cli import krypton, run_flags
 
     status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
-    assert "rollout 0.3.0: Complete, wave 3/3" in status.stdout
+    assert "rollout to 0.3.0: Complete" in status.stdout
+    assert "waves     [####################] 3/3" in status.stdout

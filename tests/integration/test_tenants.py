@@ -3,6 +3,7 @@ and a release left pending by a crash (R9)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 
@@ -70,10 +71,35 @@ def test_pause_and_resume(fleet: Fleet) -> None:
     wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") >= 2, 30,
              what="two passes over the paused Tenant")
     assert op.metric("krypton_helm_processes_total") == 0
+    # issue 13: phase Suspended, and the Ready condition says why (Flux's word for it)
+    assert fleet.remote.phase(fleet.tenant_ns, name) == "Suspended"
+    ready = fleet.remote.condition(fleet.tenant_ns, name, "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "Suspended")
     fleet.remote.patch_tenant(fleet.tenant_ns, name,
                               {"metadata": {"annotations": {"mesh.openkcm.io/paused": None}}})
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
     assert fleet.remote.condition(fleet.tenant_ns, name, "Paused")["status"] == "False"  # type: ignore[index]
+    # pausing a Ready Tenant: Suspended, Ready stays True, and `kubectl get` says so
+    fleet.remote.patch_tenant(fleet.tenant_ns, name,
+                              {"metadata": {"annotations": {"mesh.openkcm.io/paused": "true"}}})
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Suspended")
+    ready = fleet.remote.condition(fleet.tenant_ns, name, "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("True", "Suspended")
+    table = _kubectl_get_tenants(fleet)
+    assert table[0] == ["NAME", "PHASE", "CHART", "MESSAGE", "AGE"]
+    row = next(r for r in table if r[0] == name)
+    assert row[1:3] == ["Suspended", "0.2.0"]
+    assert row[3] == ready["message"] and row[3].endswith("ready on remote")
+    assert op.metric("krypton_helm_processes_total", operation="install") == 1
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 0
+
+
+def _kubectl_get_tenants(fleet: Fleet) -> list[list[str]]:
+    """`kubectl get tenants` as rows of cells (columns are two or more spaces apart)."""
+    out = subprocess.run([str(fleet.testbin / "kubectl"), "--kubeconfig",
+                          str(fleet.remote.cp.kubeconfig), "get", "tenants", "-n",
+                          fleet.tenant_ns], check=True, capture_output=True, text=True).stdout
+    return [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
 
 
 def test_release_left_pending_install_is_recovered(fleet: Fleet, helm_bin: str,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from krypton.decisions.conditions import Change, apply, phase, summarize
+from krypton.decisions.conditions import (
+    SUMMARY_MESSAGE_LIMIT,
+    Change,
+    apply,
+    phase,
+    servable,
+    summarize,
+)
 
 
 def c(type_: str, status: str, reason: str = "R") -> dict[str, str]:
@@ -57,6 +64,13 @@ PHASES = [
                              c("ClusterError/a", "True", "ReadinessTimeout")], False, "Error"),
     ("degraded", [c("ClusterReady/b", "True"), c("ClusterError/a", "True", "Degraded")], True,
      "Error"),
+    # issue 13: paused by annotation is Suspended, whatever lies underneath
+    ("paused before any install", [c("Paused", "True", "Paused")], False, "Suspended"),
+    ("paused while ready", [c("ClusterReady/a", "True"), c("Paused", "True", "Paused")], False,
+     "Suspended"),
+    ("paused with an error", [c("ClusterError/a", "True", "InstallFailed"),
+                              c("Paused", "True", "Paused")], False, "Suspended"),
+    ("resumed", [c("ClusterReady/a", "True"), c("Paused", "False", "Resumed")], False, "Ready"),
 ]
 
 
@@ -76,3 +90,43 @@ def test_summary_ready_condition() -> None:
                              allow_chart_skip=False, generation=3, now="t")
     ready = next(x for x in out if x["type"] == "Ready")
     assert current == "Error" and (ready["status"], ready["reason"]) == ("False", "InstallFailed")
+
+
+def _ready(conditions: list) -> dict:  # type: ignore[type-arg]
+    return next(x for x in conditions if x["type"] == "Ready")
+
+
+def test_a_suspended_tenant_says_so_and_keeps_what_lies_underneath() -> None:
+    current, out = summarize([c("ClusterReady/a", "True"), c("Paused", "True", "Paused")],
+                             allow_chart_skip=False, generation=1, now="t")
+    ready = _ready(out)
+    assert current == "Suspended"
+    assert (ready["status"], ready["reason"]) == ("True", "Suspended")
+    assert ready["message"].startswith("suspended") and ready["message"].endswith("ready on a")
+    current, out = summarize([c("Paused", "True", "Paused")], allow_chart_skip=False,
+                             generation=1, now="t")
+    assert (_ready(out)["status"], _ready(out)["reason"]) == ("False", "Suspended")
+    assert "not installed on any cluster yet" in _ready(out)["message"]
+
+
+def test_the_summary_message_is_one_short_line() -> None:
+    long = dict(c("ClusterError/a", "True", "InstallFailed"),
+                message="helm: " + "x" * 900 + "\nsecond line")
+    _, out = summarize([long], allow_chart_skip=False, generation=1, now="t")
+    message = _ready(out)["message"]
+    assert len(message) == SUMMARY_MESSAGE_LIMIT and "\n" not in message
+    assert message.startswith("a: helm: xxx") and message.endswith("...")
+    two_lines = dict(long, message="first\nsecond")
+    _, out = summarize([two_lines], allow_chart_skip=False, generation=1, now="t")
+    assert _ready(out)["message"] == "a: first..."
+
+
+@pytest.mark.parametrize(("phase_", "accepted", "expected"), [
+    ("Suspended", None, "Suspended"),
+    ("Suspended", frozenset({"Pending", "Ready", "Error"}), "Pending"),
+    ("Ready", frozenset({"Pending", "Ready", "Error"}), "Ready"),
+    ("Suspended", frozenset({"Pending", "Ready", "Error", "Suspended"}), "Suspended"),
+])
+def test_a_phase_an_older_crd_rejects_is_written_as_pending(
+        phase_: str, accepted: frozenset[str] | None, expected: str) -> None:
+    assert servable(phase_, accepted) == expected

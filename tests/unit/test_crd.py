@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from krypton.decisions.crd import crd_manifest, outdated, revision
+from krypton.decisions.conditions import PHASES
+from krypton.decisions.crd import crd_manifest, outdated, revision, served_phases
 
 PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml")
                            .read_text())
@@ -15,7 +16,7 @@ PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-c
 
 def test_the_shipped_crd_is_current() -> None:
     assert outdated(crd_manifest()) is None
-    assert revision(crd_manifest()) == 5
+    assert revision(crd_manifest()) == 6
 
 
 def test_the_prototype_crd_is_outdated_on_both_counts() -> None:
@@ -30,7 +31,7 @@ def test_an_older_revision_without_workspace() -> None:
     older["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "3"
     schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     del schema["properties"]["spec"]["properties"]["workspace"]
-    assert outdated(older) == ("revision 3 (this krypton ships revision 5); its schema lacks "
+    assert outdated(older) == ("revision 3 (this krypton ships revision 6); its schema lacks "
                                "spec.workspace")
 
 
@@ -42,8 +43,23 @@ def test_a_newer_revision_is_not_outdated() -> None:
 
 def test_fields_kept_by_preserve_unknown_fields_are_not_missing() -> None:
     open_status = copy.deepcopy(PROTOTYPE)
-    open_status["metadata"]["annotations"] = {"mesh.openkcm.io/crd-revision": "5"}
+    open_status["metadata"]["annotations"] = {"mesh.openkcm.io/crd-revision": "6"}
     schema = open_status["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema["properties"]["status"] = {"type": "object",
                                       "x-kubernetes-preserve-unknown-fields": True}
     assert outdated(open_status) is None
+
+
+def test_the_shipped_crd_accepts_every_phase_krypton_writes() -> None:
+    assert served_phases(crd_manifest()) == frozenset(PHASES)
+
+
+def test_an_older_crd_lacks_suspended_and_a_crd_without_enum_takes_any() -> None:
+    older = copy.deepcopy(crd_manifest())
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["status"]["properties"]["phase"]["enum"] = ["Pending", "Ready", "Error"]
+    assert served_phases(older) == frozenset({"Pending", "Ready", "Error"})
+    assert served_phases(PROTOTYPE) is None  # its phase is any string
+    del schema["properties"]["status"]["properties"]["phase"]["enum"]
+    assert served_phases(older) is None
+    assert served_phases(None) is None

@@ -1,0 +1,169 @@
+"""What ``krypton status`` and ``plan`` print: rows, tables, the rollout's progress and the
+frames of ``status --watch``. Pure: Tenants and the rollout state in, text out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from krypton.decisions import crd
+from krypton.decisions.model import epoch_seconds, release_name
+from krypton.decisions.rollout import COMPLETE, HALTED, RolloutState
+
+
+@dataclass
+class Row:
+    cluster: str
+    namespace: str
+    tenant: str
+    phase: str = ""
+    release: str = ""
+    chart_version: str = ""
+    fingerprint: str = ""
+    action: str = ""
+    reason: str = ""
+    change: str = ""  # what differs from what the release was made with (plan)
+    detail: str = ""
+    message: str = ""  # the Tenant's Ready message (status --wide)
+    ready: bool = False  # ClusterReady/<cluster> is True
+
+
+STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
+                  ("PHASE", "phase"), ("RELEASE", "release"), ("CHART", "chart_version"),
+                  ("FINGERPRINT", "fingerprint"), ("DETAIL", "detail")]
+WIDE_COLUMNS = STATUS_COLUMNS + [("MESSAGE", "message")]
+PLAN_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
+                ("ACTION", "action"), ("REASON", "reason"), ("CHART", "chart_version"),
+                ("FINGERPRINT", "fingerprint"), ("CHANGE", "change"), ("DETAIL", "detail")]
+
+
+def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """One row per Tenant on `cluster`, sorted by namespace and name."""
+    rows = []
+    for t in sorted(tenants, key=lambda t: (t["metadata"].get("namespace", ""),
+                                            t["metadata"]["name"])):
+        status = t.get("status") or {}
+        mine = (status.get("clusters") or {}).get(cluster) or {}
+        meta = t["metadata"]
+        by_type = {c.get("type"): c for c in status.get("conditions") or []}
+        rows.append(Row(cluster, meta.get("namespace", ""), meta["name"],
+                        phase=status.get("phase") or "Pending",
+                        release=mine.get("release") or release_name(meta["name"], cluster),
+                        chart_version=mine.get("chartVersion", ""),
+                        fingerprint=(mine.get("fingerprint") or "")[:12],
+                        detail=detail(by_type, cluster),
+                        message=(by_type.get("Ready") or {}).get("message", ""),
+                        ready=(by_type.get(f"ClusterReady/{cluster}") or {}).get("status")
+                        == "True"))
+    return rows
+
+
+FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed",
+                   "ClusterAccessDenied", "TenantCRDMissing")
+FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the cluster failing
+
+
+def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[str, str]:
+    """Clusters whose Secret carries a recent failure Event from the operator (D8, D9), with
+    the newest such Event's reason and message."""
+    latest: dict[str, tuple[float, str]] = {}
+    for e in events:
+        involved = e.get("involvedObject") or {}
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
+            continue
+        when = epoch_seconds(stamp)
+        if when is None:
+            continue
+        name = str(involved.get("name"))
+        if now - when < FAILING_WINDOW and when >= latest.get(name, (0.0, ""))[0]:
+            latest[name] = (when, f"{e['reason']}: {e.get('message', '')}")
+    return {name: text for name, (_, text) in latest.items()}
+
+
+def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: str = "",
+                 unreachable: str = "") -> list[Row]:
+    """The rows about the cluster itself, before its Tenants' rows: failing (its Secret's
+    recent Warning), a refused kubeconfig, an outdated Tenant CRD, an unreachable server."""
+    rows = []
+    if failing:
+        rows.append(Row(cluster, "", "", phase="Failing", detail=failing))
+    if rejected:
+        rows.append(Row(cluster, "", "", phase="-", detail=rejected))
+    if stale:
+        rows.append(Row(cluster, "", "", phase="CRDOutdated", detail=f"{stale}; fix: {crd.FIX}"))
+    if unreachable:
+        rows.append(Row(cluster, "", "", phase="-", detail=unreachable))
+    return rows
+
+
+def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:
+    """What a row says about the Tenant on `cluster`: its error, else what is in progress
+    (an install that takes minutes says so), else NotTargeted or Suspended."""
+    for kind in ("ClusterError/", "ClusterProgress/"):
+        c = by_type.get(f"{kind}{cluster}")
+        if c and c.get("status") == "True":
+            return f"{c.get('reason')}: {c.get('message')}"
+    progress = by_type.get(f"ClusterProgress/{cluster}") or {}
+    if progress.get("reason") == "NotTargeted":
+        return "NotTargeted"
+    paused = by_type.get("Paused") or {}
+    if paused.get("status") == "True":
+        return f"Suspended: {paused.get('message')}"
+    return ""
+
+
+def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)
+    if fmt == "yaml":
+        return str(yaml.safe_dump([dataclasses.asdict(r) for r in rows], sort_keys=False))
+    table = [[title for title, _ in columns]]
+    table += [[str(getattr(r, field)) for _, field in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in table)
+
+
+def bar(done: int, total: int, width: int = 20) -> str:
+    """``[#########-----------] 9/20``: `done` of `total`, in `width` cells."""
+    filled = width if total and done >= total else (width * done // total if total else 0)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
+
+
+def progress(rows: list[Row], rollout: RolloutState | None) -> list[str]:
+    """The fleet's progress: with a progressive rollout, its waves and the releases of its
+    clusters at the target version and ready; without one, the releases ready."""
+    tenants = [r for r in rows if r.tenant and r.detail != "NotTargeted"]
+    if rollout is None or not rollout.waves:
+        ready = sum(r.ready for r in tenants)
+        return [f"releases ready  {bar(ready, len(tenants))}"]
+    clusters = {c for wave in rollout.waves for c in wave}
+    targeted = [r for r in tenants if r.cluster in clusters]
+    done = sum(r.ready and r.chart_version == rollout.version for r in targeted)
+    waves = len(rollout.waves) if rollout.phase == COMPLETE else rollout.wave
+    said = f" - {rollout.message}" if rollout.message and rollout.phase != HALTED else ""
+    lines = [f"rollout to {rollout.version}: {rollout.phase}{said}",
+             f"  waves     {bar(waves, len(rollout.waves))}",
+             f"  releases  {bar(done, len(targeted))} at {rollout.version} and ready"]
+    if rollout.phase == HALTED:
+        lines.append(f"  halted: {rollout.message}")
+    return lines
+
+
+def frame(rows: list[Row], rollout: RolloutState | None, *, wide: bool, when: str,
+          width: int | None = None) -> str:
+    """One screen of ``krypton status --watch``; lines clipped to `width` (a terminal's)."""
+    lines = [f"krypton status --watch  {when}  (Ctrl-C to quit)", ""]
+    lines += progress(rows, rollout)
+    lines += ["", render(rows, WIDE_COLUMNS if wide else STATUS_COLUMNS, "table")]
+    text = "\n".join(lines)
+    if width:
+        text = "\n".join(line[:width] for line in text.splitlines())
+    return text

@@ -1,0 +1,117 @@
+"""What krypton status prints: rows, progress bars, the frames of --watch (issue 13). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from krypton.cli.view import (
+    STATUS_COLUMNS,
+    WIDE_COLUMNS,
+    bar,
+    failing_clusters,
+    frame,
+    progress,
+    render,
+    tenant_rows,
+)
+from krypton.decisions.rollout import RolloutState
+
+
+def tenant(name: str, phase: str, conditions: list[tuple[str, str, str, str]],
+           clusters: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": "t", "name": name},
+            "status": {"phase": phase, "clusters": clusters or {},
+                       "conditions": [{"type": t, "status": s, "reason": r, "message": m}
+                                      for t, s, r, m in conditions]}}
+
+
+READY = tenant("ready", "Ready", [("ClusterReady/a", "True", "Installed", "installed"),
+                                  ("Ready", "True", "Ready", "ready on a")],
+               {"a": {"release": "tenant-ready-a", "chartVersion": "1.0.0",
+                      "fingerprint": "0123456789abcdef"}})
+INSTALLING = tenant("slow", "Pending", [("ClusterProgress/a", "True", "Installing",
+                                         "helm install of chart 1.0.0 running")])
+FAILED = tenant("bad", "Error", [("ClusterError/a", "True", "InstallFailed", "boom"),
+                                 ("ClusterProgress/a", "True", "Installing", "x")])
+PAUSED = tenant("held", "Suspended", [("Paused", "True", "Paused", "paused by annotation")])
+ELSEWHERE = tenant("other", "Pending", [("ClusterProgress/a", "False", "NotTargeted",
+                                         "targets b")])
+
+
+def test_a_row_per_tenant_says_what_is_going_on() -> None:
+    rows = {r.tenant: r for r in tenant_rows("a", [READY, INSTALLING, FAILED, PAUSED, ELSEWHERE])}
+    assert [r.tenant for r in tenant_rows("a", [READY, FAILED])] == ["bad", "ready"]
+    r = rows["ready"]
+    assert (r.phase, r.release, r.chart_version, r.fingerprint, r.ready, r.message) == (
+        "Ready", "tenant-ready-a", "1.0.0", "0123456789ab", True, "ready on a")
+    assert rows["slow"].detail == "Installing: helm install of chart 1.0.0 running"
+    assert rows["bad"].detail == "InstallFailed: boom"  # the error before the progress
+    assert rows["held"].detail == "Suspended: paused by annotation"
+    assert rows["other"].detail == "NotTargeted"
+    assert rows["slow"].release == "tenant-slow-a" and not rows["slow"].ready
+
+
+@pytest.mark.parametrize(("done", "total", "expected"), [
+    (0, 0, "[----------] 0/0"), (0, 4, "[----------] 0/4"), (1, 4, "[##--------] 1/4"),
+    (3, 4, "[#######---] 3/4"), (4, 4, "[##########] 4/4"), (5, 4, "[##########] 5/4"),
+])
+def test_bar(done: int, total: int, expected: str) -> None:
+    assert bar(done, total, width=10) == expected
+
+
+def test_progress_without_a_rollout_counts_ready_releases() -> None:
+    rows = tenant_rows("a", [READY, INSTALLING, FAILED, ELSEWHERE])
+    assert progress(rows, None) == [f"releases ready  {bar(1, 3)}"]  # NotTargeted left out
+
+
+def _rollout(**kw: Any) -> RolloutState:
+    return RolloutState(target="fp", version="1.0.0", waves=(("a",), ("b", "c")), **kw)
+
+
+def test_progress_of_a_rollout_in_its_second_wave() -> None:
+    rows = tenant_rows("a", [READY, INSTALLING]) + tenant_rows("b", [READY]) + \
+        tenant_rows("z", [READY])  # z is in no wave
+    rows[2].chart_version = "0.9.0"  # ready on b, but not on the target yet
+    lines = progress(rows, _rollout(wave=1, message="wave 2 of 2: b, c"))
+    assert lines == ["rollout to 1.0.0: Progressing - wave 2 of 2: b, c",
+                     f"  waves     {bar(1, 2)}",
+                     f"  releases  {bar(1, 3)} at 1.0.0 and ready"]
+
+
+def test_a_halted_rollout_says_why_and_a_complete_one_has_every_wave_done() -> None:
+    halted = progress([], _rollout(wave=1, phase="Halted", message="2 failed releases on b"))
+    assert halted[0] == "rollout to 1.0.0: Halted"
+    assert halted[-1] == "  halted: 2 failed releases on b"
+    done = progress([], _rollout(wave=2, phase="Complete"))
+    assert done[1] == f"  waves     {bar(2, 2)}"
+
+
+def test_a_frame_and_its_wide_and_clipped_forms() -> None:
+    rows = tenant_rows("a", [READY, FAILED])
+    text = frame(rows, None, wide=False, when="T")
+    lines = text.splitlines()
+    assert lines[0] == "krypton status --watch  T  (Ctrl-C to quit)"
+    assert lines[2] == f"releases ready  {bar(1, 2)}"
+    assert text.endswith(render(rows, STATUS_COLUMNS, "table"))
+    assert "MESSAGE" not in text
+    wide = frame(rows, None, wide=True, when="T")
+    assert wide.endswith(render(rows, WIDE_COLUMNS, "table")) and "ready on a" in wide
+    clipped = frame(rows, None, wide=True, when="T", width=30)
+    assert max(len(line) for line in clipped.splitlines()) == 30
+
+
+def test_failing_clusters_are_recent_warnings_on_their_secrets() -> None:
+    def event(name: str, reason: str, stamp: str, kind: str = "Secret") -> dict[str, Any]:
+        return {"involvedObject": {"kind": kind, "name": name}, "reason": reason,
+                "message": f"{reason} on {name}", "lastTimestamp": stamp}
+
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    events = [event("a", "ClusterUnreachable", "2027-01-15T07:59:00Z"),
+              event("a", "WorkerFailed", "2027-01-15T07:58:00Z"),  # older than the first
+              event("b", "ClusterUnreachable", "2027-01-15T07:40:00Z"),  # 20 min ago
+              event("c", "Engaged", "2027-01-15T07:59:00Z"),  # not a failure
+              event("d", "ClusterUnreachable", "2027-01-15T07:59:00Z", kind="Tenant"),
+              event("e", "DuplicateCluster", "not a time")]
+    assert failing_clusters(events, now) == {"a": "ClusterUnreachable: ClusterUnreachable on a"}
