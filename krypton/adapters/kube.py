@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import structlog
 import yaml
 from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
@@ -59,6 +60,8 @@ asyncio.sslproto.SSLProtocol.max_size = 16 * 1024
 Obj = dict[str, Any]
 EventHandler = Callable[[str, Obj], None]
 Query = dict[str, str | int | None]
+
+log = structlog.get_logger("krypton.kube")
 
 HELM_RELEASE_SELECTOR = "owner=helm"
 DISCOVERY_TTL = 300.0  # seconds a group version's resource list is reused for object look-ups
@@ -206,6 +209,19 @@ def release_records_path(driver: str, namespace: str | None = None) -> str:
     return core_path("configmaps" if driver == "configmap" else "secrets", namespace)
 
 
+THROTTLED_RETRIES = 5  # a 429 is retried this often, after the Retry-After the server asks
+
+
+def retry_after(header: str | None) -> float:
+    """Seconds to wait before repeating a request answered 429: the Retry-After header's
+    whole seconds, kept within 0.2-5 s; 1 s when absent or not a number."""
+    try:
+        seconds = float(header) if header is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.2), 5.0)
+
+
 class Kube:
     """Async façade over one cluster's API, with krypton's error types."""
 
@@ -244,18 +260,26 @@ class Kube:
                       accept: str = "application/json") -> Obj:
         """One API request, its JSON answer as plain dicts; failures as krypton errors.
         The whole exchange, connecting included, is bounded by the client timeout."""
-        metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
-        try:
-            resp = await self._send(method, path, query=query, body=body,
-                                    content_type=content_type, accept=accept)
+        for attempt in range(THROTTLED_RETRIES + 1):
+            metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
             try:
-                data = await resp.read()
-            finally:
-                resp.release()
-        except TRANSPORT_ERRORS as exc:
-            raise _transport_error(exc, what) from exc
-        except k8s.ApiException as exc:
-            raise ClusterUnreachable(f"{what}: {_short(str(exc.reason))}") from exc
+                resp = await self._send(method, path, query=query, body=body,
+                                        content_type=content_type, accept=accept)
+                try:
+                    data = await resp.read()
+                finally:
+                    resp.release()
+            except TRANSPORT_ERRORS as exc:
+                raise _transport_error(exc, what) from exc
+            except k8s.ApiException as exc:
+                raise ClusterUnreachable(f"{what}: {_short(str(exc.reason))}") from exc
+            if resp.status != 429 or attempt == THROTTLED_RETRIES:
+                break
+            # "Too many requests" (priority and fairness) or "storage is (re)initializing"
+            # (a CRD just created): the server says when to come back; not an error yet.
+            delay = retry_after(resp.headers.get("Retry-After"))
+            log.debug("api throttled, retrying", cluster=self.name, what=what, delay=delay)
+            await asyncio.sleep(delay)
         if not 200 <= resp.status < 300:
             raise _status_error(resp.status, data, what)
         try:

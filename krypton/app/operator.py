@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import platform
 import resource
 import shutil
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 
 import structlog
 
+import krypton
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder
@@ -150,7 +152,7 @@ class Operator:
             loop.add_signal_handler(sig, self.stopping.set)
         self.health.start()
         heartbeat = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
-        metrics.BUILD.info({"version": "0.1.0"})
+        metrics.BUILD.info({"version": krypton.__version__, "python": platform.python_version()})
         try:
             self.home = await self._connect_home()
         except SettingsError as exc:

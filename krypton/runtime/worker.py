@@ -91,6 +91,9 @@ class Worker:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # 0 from discovery on: a cluster that never engages (unreachable, refused) is an
+        # alert (krypton_cluster_engaged == 0), not a missing series
+        metrics.CLUSTER_ENGAGED.labels(self.name).set(0)
         try:
             await self._engage_with_backoff()
             await self._serve()

@@ -118,3 +118,69 @@ def test_rbac_on_a_real_api_server(home: Any, helm_bin: str, kubectl_bin: str,
     assert can("list", "tenants.mesh.openkcm.io", "default") is (not namespaced)
     subprocess.run([helm_bin, "--kubeconfig", kc, "uninstall", release_ns, "-n", release_ns],
                    check=True, capture_output=True)
+
+
+def metric_names() -> set[str]:
+    """Every sample name krypton's metrics produce, as Prometheus scrapes them."""
+    from prometheus_client import REGISTRY
+
+    import krypton.adapters.metrics  # noqa: F401 - registers krypton's metrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                "info": ("_info",), "gauge": ("",)}
+    return {family.name + suffix for family in REGISTRY.collect()
+            if family.name.startswith("krypton_") for suffix in suffixes[family.type]}
+
+
+def named_metrics(expr: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"\bkrypton_[a-z_]+\b", expr))
+
+
+def test_monitoring_names_metrics_that_exist(helm_bin: str) -> None:
+    """Issue 13: the ServiceMonitor, PrometheusRule and Grafana dashboard ship behind values
+    (off by default), and every query in the dashboard and the alerts names a metric
+    krypton exports."""
+    assert {"ServiceMonitor", "PrometheusRule"}.isdisjoint(kinds(render(helm_bin)))
+    docs = render(helm_bin, "--set", "metrics.serviceMonitor.enabled=true",
+                  "--set", "metrics.prometheusRule.enabled=true", "--set", "dashboards.enabled=true",
+                  "--set", "metrics.serviceMonitor.labels.release=prom")
+    known = metric_names()
+    assert {"krypton_reconciles_total", "krypton_reconcile_duration_seconds_bucket",
+            "krypton_build_info", "krypton_tenants_error"} <= known
+
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == \
+        [p["name"] for p in service["spec"]["ports"]]
+
+    rules = next(d for d in docs if d["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
+    alerts = {r["alert"]: r for r in rules}
+    assert {"KryptonRolloutHalted", "KryptonClusterNotEngaged", "KryptonClusterUnhealthy",
+            "KryptonTenantsInError", "KryptonReconcileErrorsRising"} <= set(alerts)
+    for name, rule in alerts.items():
+        assert named_metrics(rule["expr"]), name
+        assert named_metrics(rule["expr"]) <= known, (name, rule["expr"])
+        assert rule["labels"]["severity"] in ("info", "warning", "critical")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+    assert "{{ $labels.cluster }}" in alerts["KryptonTenantsInError"]["annotations"]["summary"]
+    assert alerts["KryptonReconcileErrorsRising"]["expr"].endswith("> 0.05")
+
+    board = next(d for d in docs if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"].endswith("-dashboard"))
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    import json
+
+    dashboard = json.loads(board["data"]["krypton.json"])
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(queries) >= len(dashboard["panels"]) > 10
+    for query in queries:
+        assert named_metrics(query) and named_metrics(query) <= known, query
+    # every family krypton exports is on the dashboard
+    shown = set().union(*map(named_metrics, queries))
+    families = {n for n in known if not n.endswith(("_sum", "_count"))}
+    assert {n.removesuffix("_bucket") for n in families} <= \
+        {n.removesuffix("_bucket") for n in shown}

@@ -189,3 +189,88 @@ contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
     assert lists == 1
     gaps = [b - a for a, b in zip(watches, watches[1:4], strict=False)]
     assert all(gap >= retry.WATCH.first * 2 ** n for n, gap in enumerate(gaps)), gaps
+
+
+class Throttling:
+    """An API server stand-in on 127.0.0.1 answering /version: 429 with Retry-After for the
+    first `throttled` requests (as kube-apiserver does while a new CRD's storage
+    initializes), then 200."""
+
+    def __init__(self, throttled: int) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+        self.throttled, self.times = throttled, []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                outer.times.append(time.monotonic())
+                if len(outer.times) <= outer.throttled:
+                    body, code = (b'{"kind":"Status","status":"Failure","message":"storage is '
+                                  b'(re)initializing","code":429}'), 429
+                else:
+                    body, code = b'{"major":"1","minor":"34","gitVersion":"v1.34.4"}', 200
+                self.send_response(code)
+                if code == 429:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _version_through(server: Throttling, tmp_path: Path) -> Any:
+    kc = parse(f"""
+apiVersion: v1
+kind: Config
+current-context: t
+clusters: [{{name: t, cluster: {{server: "{server.url}"}}}}]
+users: [{{name: t, user: {{}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: t}}}}]
+""".encode(), trust=True)
+
+    async def run() -> Any:
+        kube = Kube(await configuration_for(kc, tmp_path), name="throttling", timeout=5)
+        try:
+            return await kube.server_version()
+        except TemporaryError as exc:
+            return exc
+        finally:
+            await kube.close()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        server.close()
+
+
+def test_a_throttled_request_waits_as_told_and_succeeds(tmp_path: Path) -> None:
+    """Issue 13: "HTTP 429: storage is (re)initializing" while a CRD just created comes up
+    is no failure: the request is repeated after Retry-After, and the caller sees only the
+    answer."""
+    server = Throttling(throttled=2)
+    assert _version_through(server, tmp_path) == "v1.34.4"
+    assert len(server.times) == 3
+    gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
+    assert all(gap >= 0.9 for gap in gaps), gaps  # Retry-After: 1
+
+
+def test_a_server_that_keeps_throttling_is_an_error_in_the_end(tmp_path: Path) -> None:
+    from krypton.adapters.kube import THROTTLED_RETRIES
+
+    server = Throttling(throttled=100)
+    error = _version_through(server, tmp_path)
+    assert isinstance(error, TemporaryError) and "429" in str(error), error
+    assert len(server.times) == THROTTLED_RETRIES + 1
