@@ -208,12 +208,16 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
         if args.command == "status":
             return _status(args, settings)
         if args.command == "plan":
-            rows = asyncio.run(tools.collect_plan(settings))
+            from krypton.cli import planning
+
+            rows = asyncio.run(planning.collect_plan(settings))
             print(view.render(rows, view.PLAN_COLUMNS, args.output))
-            return 2 if tools.changes_pending(rows) or tools.blocked(rows) else 0
+            return 2 if planning.changes_pending(rows) or planning.blocked(rows) else 0
         if args.command == "diff":
             changed = False
-            for heading, text in asyncio.run(tools.collect_diff(settings)):
+            from krypton.cli import planning
+
+            for heading, text in asyncio.run(planning.collect_diff(settings)):
                 changed = changed or bool(text)
                 print(f"=== {heading}: {'differs' if text else 'no change'}")
                 sys.stdout.write(text)

@@ -13,7 +13,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import KubeconfigRejected
+
 VALUES_KEY = "values.yaml"
+
+SELF_CLUSTER = "self-cluster"  # the Secret krypton writes for the cluster it runs in
 
 
 @dataclass(frozen=True)
@@ -49,3 +54,14 @@ def desired_clusters(secrets: list[dict[str, Any]], key: str) -> dict[str, Clust
         out[meta["name"]] = ClusterSpec(meta["name"], meta.get("namespace", ""),
                                         meta.get("uid", ""), kubeconfig, values, digest)
     return out
+
+
+def cluster_values(spec: ClusterSpec) -> dict[str, Any]:
+    """The per-cluster values.yaml stored in the cluster's Secret (empty without one);
+    KubeconfigRejected (ValuesInvalid) when it is not a YAML mapping krypton accepts."""
+    if not spec.values:
+        return {}
+    try:
+        return safeyaml.load_values(spec.values, what="values.yaml in the Secret")
+    except safeyaml.YamlRejected as exc:
+        raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc

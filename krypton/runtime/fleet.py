@@ -18,8 +18,8 @@ import structlog
 
 from krypton.adapters import metrics
 from krypton.adapters.events import EventRecorder, involved_secret
-from krypton.decisions import kubeconfig, redact, retry, safeyaml
-from krypton.decisions.discovery import ClusterSpec, desired_clusters
+from krypton.decisions import kubeconfig, redact, retry
+from krypton.decisions.discovery import SELF_CLUSTER, ClusterSpec, cluster_values, desired_clusters
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import cluster_name_problem
@@ -27,9 +27,6 @@ from krypton.decisions.settings import Settings
 from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")
-SELF_CLUSTER = "self-cluster"
-
-
 HEALTHY_RUN = 60.0  # a worker that ran this long before failing restarts from the minimum delay
 
 
@@ -120,7 +117,7 @@ class Fleet:
                 raise KubeconfigRejected(problem, reason="ClusterNameInvalid")
             kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets,
                                   allow_in_cluster=spec.name == SELF_CLUSTER)
-            values = _cluster_values(spec)
+            values = cluster_values(spec)
         except KubeconfigRejected as exc:
             message = str(exc)
             if spec.kubeconfig is None:
@@ -195,12 +192,3 @@ class Fleet:
         # then cancel what is still running, every cluster at once: each cancelled helm gets
         # a bounded grace of its own (helm.STOP_GRACE), so the whole stop stays bounded
         await asyncio.gather(*(self._disengage(name) for name in list(self.clusters)))
-
-
-def _cluster_values(spec: ClusterSpec) -> dict[str, Any]:
-    if not spec.values:
-        return {}
-    try:
-        return safeyaml.load_values(spec.values, what="values.yaml in the Secret")
-    except safeyaml.YamlRejected as exc:
-        raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc

@@ -1,0 +1,182 @@
+"""``krypton plan`` and ``krypton diff`` (SPEC O7, issue 13): what the operator's next pass
+would do per Tenant x cluster, and the manifest it would apply. They use the operator's own
+discovery, chart resolution and pure planner. Kept apart from ``tools`` so that ``status``
+and ``register-cluster`` do not load helm's wrapper and the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import Kube
+from krypton.cli.tools import ClusterHandle, fleet_view, tenants_of
+from krypton.cli.view import Row
+from krypton.decisions import manifests, safeyaml
+from krypton.decisions.errors import TemporaryError
+from krypton.decisions.model import ChartTarget, fingerprint_annotation, release_name
+from krypton.decisions.planner import HELM_ACTIONS, Action, plan
+from krypton.decisions.releases import ReleaseIndex, decode_release
+from krypton.decisions.settings import Settings
+from krypton.runtime.reconciler import ClusterView, namespace_state
+
+
+def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
+    """The chart of the flags, pulled into `tmp` (the CLI's own cache, gone when it exits)."""
+    return ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
+                       helm=Helm(settings.helm_path or settings.helm_executable),
+                       cache_dir=tmp / "charts")
+
+
+async def _release_records(kube: Kube, settings: Settings, release: str,
+                           namespace: str) -> list[dict[str, Any]]:
+    """The Helm release records of `release` in `namespace` (whole, data included)."""
+    records = await kube.list_release_records(settings.helm_driver, namespace,
+                                              f"owner=helm,name={release}")
+    return [r for r in records if r["metadata"].get("namespace") == namespace]
+
+
+async def collect_plan(settings: Settings) -> list[Row]:
+    async with fleet_view(settings, "krypton-plan-") as (tmp, _, clusters):
+        chart = _chart_source(settings, tmp)
+        rows: list[Row] = []
+        for c in clusters:
+            if c.kube is None:
+                rows.append(Row(c.name, "", "", action="blocked", reason="KubeconfigRejected",
+                                detail=c.error))
+                continue
+            try:
+                rows += await _plan_cluster(c, c.kube, settings, chart)
+            except TemporaryError as exc:
+                rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
+                                detail=str(exc)))
+        return rows
+
+
+async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
+                        chart: ChartSource) -> list[Row]:
+    view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
+                       releases=ReleaseIndex(), tenants={}, values=c.values)
+    rows = []
+    for t in await tenants_of(kube, settings):
+        meta = t["metadata"]
+        release = release_name(meta["name"], c.name)
+        namespace = settings.release_namespace_for(meta["name"])
+        records = await _release_records(kube, settings, release, namespace)
+        for record in records:
+            view.releases.on_event("ADDED", record)
+        obs = view.observe(t)
+        obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
+                                  chart=await view.desired_chart())
+        decided = plan(obs)
+        if decided.action is Action.OBSERVE_NAMESPACE:
+            state, owner = namespace_state(await kube.get_namespace(meta["name"]), obs.tenant.key)
+            obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            decided = plan(obs)
+        if decided.action is Action.OBSERVE_SHARED and isinstance(obs.chart, ChartTarget):
+            decided = plan(dataclasses.replace(obs, shared=await view.shared_conflicts(
+                obs.chart, release, namespace)))
+        applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
+        old_version = applied.get("chartVersion") or "-"
+        old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
+        new_version = getattr(obs.chart, "version", "?")
+        new_fp = getattr(obs.chart, "fingerprint", "")
+        change = ""
+        if isinstance(obs.chart, ChartTarget) and old_fp and old_fp != new_fp:
+            deployed = deployed_release(records, settings.helm_driver)
+            change = manifests.what_changed(
+                (t.get("status") or {}).get("lastAppliedChart"), obs.chart.repo, obs.chart.name,
+                obs.chart.version, None if deployed is None else deployed.get("config") or {},
+                obs.chart.values)
+        rows.append(Row(
+            c.name, meta["namespace"], meta["name"], release=release,
+            chart_version=f"{old_version} -> {new_version}",
+            fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
+            action=_action_word(decided.action), reason=decided.reason, change=change,
+            detail=decided.message))
+    return rows
+
+
+def deployed_release(records: list[dict[str, Any]], driver: str) -> dict[str, Any] | None:
+    """The release (decoded) of the newest record labelled deployed; None if there is none or
+    it cannot be read."""
+    deployed = [r for r in records
+                if (r["metadata"].get("labels") or {}).get("status") == "deployed"]
+    if not deployed:
+        return None
+    newest = max(deployed, key=lambda r: int((r["metadata"].get("labels") or {})
+                                             .get("version") or 0))
+    try:
+        return decode_release(newest, driver)
+    except ValueError:
+        return None
+
+
+async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
+    """For each Tenant x cluster the chart resolves for: (heading, unified diff) between the
+    deployed manifest and what the next reconcile would apply (``helm template`` of the target
+    chart with the cluster's effective values), Secrets masked. An empty diff: no change."""
+    out: list[tuple[str, str]] = []
+    async with fleet_view(settings, "krypton-diff-") as (tmp, _, clusters):
+        chart = _chart_source(settings, tmp)
+        for c in clusters:
+            if c.kube is None:
+                out.append((f"{c.name}: not looked at", f"{c.error}\n"))
+                continue
+            view = ClusterView(name=c.name, kube=c.kube, helm=chart.helm, chart=chart,
+                               settings=settings, releases=ReleaseIndex(), tenants={},
+                               values=c.values)
+            target = await view.desired_chart()
+            if not isinstance(target, ChartTarget):
+                out.append((f"{c.name}: not looked at", f"{target.reason}: {target.message}\n"))
+                continue
+            for t in await tenants_of(c.kube, settings):
+                target_cluster = ((t.get("spec") or {}).get("clusterRef") or {}).get("secretName")
+                if target_cluster and target_cluster != c.name:
+                    continue  # the Tenant is not this cluster's
+                name = t["metadata"]["name"]
+                release = release_name(name, c.name)
+                namespace = settings.release_namespace_for(name)
+                deployed = deployed_release(
+                    await _release_records(c.kube, settings, release, namespace),
+                    settings.helm_driver)
+                before = f"{c.name}/{name} deployed"
+                old_docs: list[Any] = []
+                if deployed is not None:
+                    before += f" (revision {deployed.get('version')})"
+                    try:
+                        old_docs = safeyaml.load_all(str(deployed.get("manifest") or ""),
+                                                     safeyaml.CHART_CRDS,
+                                                     what=f"manifest of {release}")
+                    except safeyaml.YamlRejected as exc:
+                        out.append((f"{c.name}/{name}: not looked at", f"{exc}\n"))
+                        continue
+                new_docs = await chart.helm.template(target.path, release, namespace,
+                                                     target.values)
+                text = manifests.manifest_diff(old_docs, new_docs, before=before,
+                                               after=f"{c.name}/{name} next (chart "
+                                                     f"{target.version})")
+                out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
+    return out
+
+
+def _action_word(action: Action) -> str:
+    if action in HELM_ACTIONS:
+        return "install" if action in (Action.INSTALL, Action.UNINSTALL_THEN_INSTALL) \
+            else "upgrade"
+    return {Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
+            Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall",
+            Action.NOTHING: "skip", Action.WAIT: "wait"}.get(action, action.value)
+
+
+def changes_pending(rows: list[Row]) -> bool:
+    return any(r.action in ("install", "upgrade", "uninstall", "annotate") for r in rows)
+
+
+def blocked(rows: list[Row]) -> bool:
+    """A row that cannot proceed (a chart that does not load, a refused Tenant): `plan`
+    must not report "nothing to do" for it."""
+    return any(r.action == "blocked" for r in rows)
