@@ -17,7 +17,12 @@ from krypton.cli.tools import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.view import Row
 from krypton.decisions import manifests, safeyaml
 from krypton.decisions.errors import TemporaryError
-from krypton.decisions.model import ChartTarget, fingerprint_annotation, release_name
+from krypton.decisions.model import (
+    PAUSED_ANNOTATION,
+    ChartTarget,
+    fingerprint_annotation,
+    release_name,
+)
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
@@ -139,6 +144,11 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                     continue  # the Tenant is not this cluster's
                 name = t["metadata"]["name"]
                 release = release_name(name, c.name)
+                annotations = t["metadata"].get("annotations") or {}
+                if str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true":
+                    out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release}) "
+                                "paused by annotation", ""))
+                    continue
                 namespace = settings.release_namespace_for(name)
                 deployed = deployed_release(
                     await _release_records(c.kube, settings, release, namespace),

@@ -5,7 +5,8 @@ chart repository serving the ``workload`` test chart (a Deployment of two pods, 
 post-install hook Job), registers the remote cluster with ``krypton register-cluster``, runs
 the operator in the background (the home cluster engages itself as ``self-cluster``), applies
 the sample Tenants of ``examples/``, waits for them (helm waits for their pods), shows the
-pods, prints ``krypton status`` and ``krypton plan``, and leaves
+pods, prints ``krypton status``, ``krypton plan`` (a new version, then a changed value) and
+``krypton diff``, follows initech's resumption with ``krypton status --watch``, and leaves
 the clusters up for exploring with kubectl until Enter or Ctrl-C (when run from a
 terminal; otherwise, or with ``DEMO_HOLD=0``, it tears down at once).
 """
@@ -25,6 +26,7 @@ from kubernetes import client, config
 
 from . import ChartRepository, ControlPlane, testbin
 from .operator import OperatorProcess, wait_for
+from .watching import Watching, row
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +43,25 @@ def krypton(tools: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _succeeds(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True).returncode == 0
+
+
+def _watch_resume(tools: Path, kubectl: str, home: ControlPlane, flags: list[str]) -> str:
+    """The frames `krypton status --watch` printed from before initech's pause annotation
+    was removed until it was Ready on home."""
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    watching = Watching("--wide", *flags, env=env)
+    try:
+        watching.wait_frame(lambda f: row(f, "initech", "self-cluster")[3:4] == ["Suspended"],
+                            "initech Suspended in krypton status --watch", timeout=60)
+        subprocess.run([kubectl, "--kubeconfig", str(home.kubeconfig), "annotate", "tenant",
+                        "initech", "mesh.openkcm.io/paused-"], check=True, capture_output=True)
+        watching.wait_frame(lambda f: row(f, "initech", "self-cluster")[3:4] == ["Ready"],
+                            "initech Ready in krypton status --watch", timeout=120)
+    finally:
+        code = watching.stop()
+    frames = watching.frames()
+    return "\n\n".join([*frames[:1], "...", *frames[-1:]] if len(frames) > 2 else frames) + \
+        f"\n(Ctrl-C; krypton status --watch exited with {code})"
 
 
 def workdir() -> Path:
@@ -109,7 +130,7 @@ def main() -> int:
             subprocess.run([kubectl, "--kubeconfig", str(cp.kubeconfig), "wait",
                             "--for=condition=Ready", f"tenant/{name}", "--timeout=120s"],
                            check=True, capture_output=True)
-        print("acme and globex are Ready; initech is paused")
+        print("acme and globex are Ready; initech is paused (Suspended)")
 
         step("the pods of acme on remote (scheduled onto simulated nodes, Ready)")
         print(subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "-n", "acme",
@@ -121,6 +142,15 @@ def main() -> int:
         step("krypton plan (with --chart-version 1.1.0: what an upgrade would do)")
         print(krypton(tools, "plan", *common, "--chart-repo", repo.url, "--chart-name",
                       "workload", "--chart-version", "1.1.0").stdout)
+        values = work / "values.yaml"
+        values.write_text("replicas: 3\n")
+        changed = [*common, *chart, "--chart-values-file", str(values)]
+        step("krypton plan with a changed central value (values.yaml: replicas: 3)")
+        print(krypton(tools, "plan", *changed).stdout)
+        step("krypton diff with that value: what the next reconcile would apply")
+        print(krypton(tools, "diff", *changed).stdout)
+        step("krypton status --watch --wide while initech is resumed on home")
+        print(_watch_resume(tools, kubectl, home, [*common, *chart]))
 
         step("explore")
         print(f"""  export KUBECONFIG={remote.kubeconfig}   # or {home.kubeconfig}
@@ -129,8 +159,8 @@ def main() -> int:
   {kubectl} get events -n default
   {kubectl} -n acme get deployment,pods,jobs -o wide
   {kubectl} get nodes
-  {kubectl} annotate tenant initech mesh.openkcm.io/paused- --kubeconfig {home.kubeconfig}
-  {shlex.join([sys.executable, '-m', 'krypton', 'status', *common, *chart])}
+  {kubectl} annotate tenant acme mesh.openkcm.io/paused=true
+  {shlex.join([sys.executable, '-m', 'krypton', 'status', '--watch', '--wide', *common, *chart])}
   curl -s http://127.0.0.1:{op.metrics_port}/metrics | grep krypton_""")
         hold = os.environ.get("DEMO_HOLD", "1" if sys.stdin.isatty() else "0") == "1"
         if hold:

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from krypton.testing.watching import row
+
 
 def test_demo_runs_end_to_end(testbin, tmp_path) -> None:  # type: ignore[no-untyped-def]
     env = {**os.environ, "KRYPTON_TESTBIN_DIR": str(testbin), "DEMO_HOLD": "0",
@@ -25,5 +27,19 @@ def test_demo_runs_end_to_end(testbin, tmp_path) -> None:  # type: ignore[no-unt
     plan = out.split("==> krypton plan")[1].split("==>")[0]
     actions = [line.split()[3] for line in plan.strip().splitlines()[2:]]
     assert sorted(actions) == ["paused", "upgrade", "upgrade", "upgrade"]
+    # issue 13: the demo ends with plan and diff of a changed value, and status --watch
+    changed = out.split("==> krypton plan with a changed central value")[1].split("==>")[0]
+    rows = [line.split() for line in changed.splitlines() if line.startswith(("remote ", "self-cluster "))]
+    assert sorted(r[3] for r in rows) == ["paused", "upgrade", "upgrade", "upgrade"]
+    assert all("values: replicas" in " ".join(r) for r in rows if r[3] == "upgrade")
+    diff = out.split("==> krypton diff with that value")[1].split("==>")[0]
+    assert diff.count("-  replicas: 2") == 3 and diff.count("+  replicas: 3") == 3, diff
+    assert "(tenant-initech-self-cluster) paused by annotation: no change" in diff
+    watched = out.split("==> krypton status --watch --wide")[1].split("==>")[0]
+    frames = watched.split("krypton status --watch  ")[1:]  # the header: two spaces, then the time
+    assert row(frames[0], "initech", "self-cluster")[3] == "Suspended", watched
+    assert row(frames[-1], "initech", "self-cluster")[3] == "Ready", watched
+    assert "releases ready  [####################] 4/4" in frames[-1]
+    assert "krypton status --watch exited with 0" in watched
     assert "operator exited with 0" in out
     assert not (tmp_path / "demo").exists()

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from krypton.testing.operator import wait_for
+from krypton.testing.watching import Watching, row
 
 from .conftest import Fleet, unique
 
@@ -148,48 +146,6 @@ def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Pa
     assert same.returncode == 0, same.stdout + same.stderr  # the same chart, the same manifest
 
 
-class Watching:
-    """`krypton status --watch` with its output on a pipe: each frame is printed whole,
-    starting with its header line, when it differs from the one before."""
-
-    HEADER = "krypton status --watch"
-
-    def __init__(self, fleet: Fleet, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "krypton", "status", "--watch",
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=cli_env(fleet))
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def frames(self) -> list[str]:
-        text = "\n".join(self.lines)
-        return [self.HEADER + f for f in text.split(self.HEADER)[1:]]
-
-    def wait_frame(self, match: Any, what: str, timeout: float = 20) -> str:
-        """The first frame for which `match(frame)` holds. The timeout is below the 30 s
-        refresh of --watch: a frame in time was caused by a watch event."""
-        return wait_for(lambda: next((f for f in self.frames() if match(f)), None), timeout,
-                        what=what)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=30)
-
-
-def _row(frame: str, tenant: str) -> list[str]:
-    """The table cells of `tenant`'s row in a frame (cells two or more spaces apart)."""
-    import re
-
-    line = next((ln for ln in frame.splitlines() if f"  {tenant}  " in ln), "")
-    return re.split(r"\s{2,}", line.strip()) if line else []
-
-
 def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
     """Issue 13: a live table and progress bar, redrawn from watches: a new Tenant, its
     install and a pause show up without the command being run again."""
@@ -197,29 +153,31 @@ def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
     fleet.start()
     first = fleet.tenant(fleet.remote, unique("first"))
     fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
-    watching = Watching(fleet, "--wide", *run_flags(fleet))
+    watching = Watching("--wide", *run_flags(fleet), env=cli_env(fleet))
     try:
-        watching.wait_frame(lambda f: _row(f, first)[3:4] == ["Ready"]
+        # each wait is shorter than the 30 s refresh of --watch: a frame in time was caused
+        # by a watch event
+        watching.wait_frame(lambda f: row(f, first)[3:4] == ["Ready"]
                             and "releases ready  [####################] 1/1" in f,
                             "a frame with the first Tenant Ready")
         second = fleet.tenant(fleet.remote, unique("second"))
-        watching.wait_frame(lambda f: bool(_row(f, second)), "a frame with the new Tenant")
+        watching.wait_frame(lambda f: bool(row(f, second)), "a frame with the new Tenant")
         done = watching.wait_frame(
             lambda f: "releases ready  [####################] 2/2" in f,
             "a frame with both releases ready")
-        assert _row(done, second)[3:6] == ["Ready", f"tenant-{second}-remote", "0.2.0"]
-        assert _row(done, second)[-1] == "ready on remote"  # --wide: the Ready message
+        assert row(done, second)[3:6] == ["Ready", f"tenant-{second}-remote", "0.2.0"]
+        assert row(done, second)[-1] == "ready on remote"  # --wide: the Ready message
         fleet.remote.patch_tenant(fleet.tenant_ns, first, {"metadata": {"annotations": {
             "mesh.openkcm.io/paused": "true"}}})
-        paused = watching.wait_frame(lambda f: _row(f, first)[3:4] == ["Suspended"],
+        paused = watching.wait_frame(lambda f: row(f, first)[3:4] == ["Suspended"],
                                      "a frame with the first Tenant Suspended")
-        assert "Suspended: reconciliation paused by annotation" in _row(paused, first)
+        assert "Suspended: reconciliation paused by annotation" in row(paused, first)
         assert "releases ready  [####################] 2/2" in paused  # still installed
         frames = watching.frames()
         assert len(frames) == len(set(f.split("\n", 1)[1] for f in frames))  # only changes
     finally:
         code = watching.stop()
-    assert code == 0, watching.proc.stderr.read() if watching.proc.stderr else ""
+    assert code == 0, watching.stderr()
 
 
 def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
@@ -257,7 +215,7 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
         assert status.returncode == 0, status.stderr
         assert f"settings of the operator Deployment {fleet.discovery_ns}/krypton" in \
             status.stderr
-        assert _row(status.stdout, name)[:4] == ["remote", fleet.tenant_ns, name, "Ready"]
+        assert row(status.stdout, name)[:4] == ["remote", fleet.tenant_ns, name, "Ready"]
         plan = krypton(fleet, "plan", *home, env=auto)
         assert plan.returncode == 0, plan.stdout + plan.stderr  # the same values: nothing
         # the central values change in the chart's ConfigMap: plan says so
@@ -296,7 +254,7 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
         assert "several krypton operators found" in two.stderr
         picked = krypton(fleet, "status", *home, "--from-deployment",
                          f"{fleet.discovery_ns}/krypton", env=auto)
-        assert picked.returncode == 0 and _row(picked.stdout, name), picked.stderr
+        assert picked.returncode == 0 and row(picked.stdout, name), picked.stderr
     finally:
         for ns in (fleet.discovery_ns, fleet.tenant_ns):
             subprocess.run([*kubectl, "-n", ns, "delete", "deployment", "krypton",
