@@ -143,6 +143,7 @@ async def watch_status(settings: Settings,
     while True:
         async with fleet_view(settings, "krypton-watch-") as (_, home, clusters):
             await _watch_fleet(settings, home, clusters, show)
+        await asyncio.sleep(WATCH_DEBOUNCE)  # Secrets changing in a burst reopen it once
 
 
 async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHandle],
@@ -188,7 +189,9 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
         stale = {c.name: await _crd_outdated(c.kube) or "" for c in clusters
                  if c.kube is not None}
         await secrets.synced.wait()
-        if {key[1] for key in secrets.store} != names:
+        listed = {key[1] for key, obj in secrets.store.items()
+                  if not obj["metadata"].get("deletionTimestamp")}  # as desired_clusters
+        if listed != names:
             return  # a cluster came or went since the fleet was opened
         while not reopen.is_set():
             with contextlib.suppress(TimeoutError):

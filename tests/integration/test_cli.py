@@ -173,6 +173,16 @@ def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
                                      "a frame with the first Tenant Suspended")
         assert "Suspended: reconciliation paused by annotation" in row(paused, first)
         assert "releases ready  [####################] 2/2" in paused  # still installed
+        # a new cluster Secret reopens the fleet; the operator's Warning on it (the same API
+        # server as remote) marks it Failing
+        fleet.register("extra", fleet.remote)
+        watching.wait_frame(lambda f: bool(row(f, first, "extra")),
+                            "a frame with the Tenants of the new cluster")
+        failing = watching.wait_frame(
+            lambda f: any(line.startswith("extra ") and " Failing " in line
+                          and "DuplicateCluster" in line for line in f.splitlines()),
+            "a frame with the new cluster Failing")
+        assert row(failing, first, "remote")[3] == "Suspended"
         frames = watching.frames()
         assert len(frames) == len(set(f.split("\n", 1)[1] for f in frames))  # only changes
     finally:
