@@ -238,7 +238,7 @@ def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
     if args.watch:
         return _watch(args, settings)
-    rows, clusters = asyncio.run(tools.collect_status(settings))
+    rows, clusters, rollout = asyncio.run(tools.collect_status(settings))
     print(view.render(rows, view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS,
                       args.output))
     if not clusters:
@@ -246,7 +246,7 @@ def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
               f"in namespace {settings.namespace!r} of the watch cluster (is that the "
               "operator's --namespace? see --from-deployment)", file=sys.stderr)
     if args.output == "table":
-        print("\n" + "\n".join(view.progress(rows, asyncio.run(tools.rollout_state(settings)))))
+        print("\n" + "\n".join(view.progress(rows, rollout)))
     return 0
 
 

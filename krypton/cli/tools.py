@@ -33,7 +33,7 @@ from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import SELF_CLUSTER, cluster_values, desired_clusters
 from krypton.decisions.errors import KubeconfigRejected, NotFound, SettingsError, TemporaryError
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.rollout import RolloutState
+from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 
 
@@ -102,8 +102,8 @@ async def _crd_outdated(kube: Kube) -> str | None:
     return crd.outdated(served) if served is not None else None
 
 
-async def collect_status(settings: Settings) -> tuple[list[Row], int]:
-    """The fleet's rows and how many clusters were discovered."""
+async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutState | None]:
+    """The fleet's rows, how many clusters were discovered, and the rollout's state."""
     async with fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
         failing = await _failing(home, settings)
@@ -127,7 +127,7 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int]:
                                  unreachable=unreachable)
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
-        return rows, len(clusters)
+        return rows, len(clusters), await _rollout_state(home, settings)
 
 
 WATCH_DEBOUNCE = 0.3  # a burst of changes (a rollout wave) makes one frame
@@ -148,8 +148,6 @@ async def watch_status(settings: Settings,
 
 async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHandle],
                        show: Callable[[list[Row], RolloutState | None], None]) -> None:
-    from krypton.runtime.rollout_controller import CONFIGMAP
-
     changed, reopen = asyncio.Event(), asyncio.Event()
     names = {c.name for c in clusters}
     unreachable: dict[str, str] = {}
@@ -215,18 +213,12 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             await informer.stop()
 
 
-async def rollout_state(settings: Settings) -> RolloutState | None:
+async def _rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
     """The progressive rollout's state (F1), from its ConfigMap; None when there is none."""
-    from krypton.runtime.rollout_controller import CONFIGMAP
-
-    with tempfile.TemporaryDirectory(prefix="krypton-status-") as tmp:
-        home = await watch_cluster(settings, Path(tmp))
-        try:
-            cm = await home.get_configmap(settings.namespace, CONFIGMAP)
-        except TemporaryError:
-            return None
-        finally:
-            await home.close()
+    try:
+        cm = await home.get_configmap(settings.namespace, CONFIGMAP)
+    except TemporaryError:
+        return None
     data = (cm or {}).get("data") or {}
     return RolloutState.from_json(data["state.json"]) if "state.json" in data else None
 

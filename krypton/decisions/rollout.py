@@ -24,6 +24,7 @@ from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
+CONFIGMAP = "krypton-rollout"  # holds the state as state.json, in the discovery namespace
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonErr
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollout import (
+    CONFIGMAP,
     HALTED,
     Policy,
     RolloutState,
@@ -33,7 +34,6 @@ from krypton.decisions.rollout import (
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")
-CONFIGMAP = "krypton-rollout"
 ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster to engage
 
 
