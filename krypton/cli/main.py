@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
 import os
 import re
@@ -177,12 +178,11 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
         user = settings_mod.load(args, check_helm=False)
         found, contents = asyncio.run(tools.find_operator(user, ref))
     if found is None:
-        unset = [o for o in CHART_OPTIONS if getattr(args, o, None) is None
-                 and not os.environ.get(f"KRYPTON_{o.upper()}")]
+        unset = [o.flag for o in settings_mod.OPTIONS if o.name in CHART_OPTIONS
+                 and settings_mod.given(o, args, os.environ) is None]
         if unset and args.command in ("plan", "diff"):
             print(f"krypton {args.command}: no operator Deployment found (--from-deployment) "
-                  f"and no {', '.join('--' + o.replace('_', '-') for o in unset)}: using the "
-                  "defaults", file=sys.stderr)
+                  f"and no {', '.join(unset)}: using the defaults", file=sys.stderr)
         return
     files = {}
     for i, (path, data) in enumerate(sorted(contents.items())):
@@ -279,8 +279,6 @@ def _watch(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(tools.watch_status(settings, show))
-    except KeyboardInterrupt:
-        return 0
     return 0

@@ -18,7 +18,6 @@ from krypton.cli.view import Row
 from krypton.decisions import manifests, safeyaml
 from krypton.decisions.errors import TemporaryError
 from krypton.decisions.model import (
-    PAUSED_ANNOTATION,
     ChartTarget,
     fingerprint_annotation,
     release_name,
@@ -26,7 +25,7 @@ from krypton.decisions.model import (
 from krypton.decisions.planner import HELM_ACTIONS, Action, plan
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
-from krypton.runtime.reconciler import ClusterView, namespace_state
+from krypton.runtime.reconciler import ClusterView, namespace_state, tenant_view
 
 
 def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
@@ -139,13 +138,12 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                 out.append((f"{c.name}: not looked at", f"{target.reason}: {target.message}\n"))
                 continue
             for t in await tenants_of(c.kube, settings):
-                target_cluster = ((t.get("spec") or {}).get("clusterRef") or {}).get("secretName")
-                if target_cluster and target_cluster != c.name:
+                seen = tenant_view(t, c.name)
+                if seen.target_cluster not in (None, c.name):
                     continue  # the Tenant is not this cluster's
                 name = t["metadata"]["name"]
                 release = release_name(name, c.name)
-                annotations = t["metadata"].get("annotations") or {}
-                if str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true":
+                if seen.paused:
                     out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release}) "
                                 "paused by annotation", ""))
                     continue

@@ -205,9 +205,7 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
                 watched = tenants.get(c.name)
                 if watched is not None and watched.synced.is_set():
                     rows += tenant_rows(c.name, watched.store.values())
-            state = (configmaps.store.get((ns, CONFIGMAP)) or {}).get("data") or {}
-            show(rows, RolloutState.from_json(state["state.json"])
-                 if "state.json" in state else None)
+            show(rows, RolloutState.from_configmap(configmaps.store.get((ns, CONFIGMAP))))
     finally:
         for informer in informers:
             await informer.stop()
@@ -216,11 +214,10 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
 async def _rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
     """The progressive rollout's state (F1), from its ConfigMap; None when there is none."""
     try:
-        cm = await home.get_configmap(settings.namespace, CONFIGMAP)
+        return RolloutState.from_configmap(await home.get_configmap(settings.namespace,
+                                                                    CONFIGMAP))
     except TemporaryError:
         return None
-    data = (cm or {}).get("data") or {}
-    return RolloutState.from_json(data["state.json"]) if "state.json" in data else None
 
 
 async def find_operator(settings: Settings, ref: str) -> tuple[Deployed | None, dict[str, bytes]]:

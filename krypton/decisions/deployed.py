@@ -83,15 +83,9 @@ def read(deployment: Mapping[str, Any]) -> Deployed:
            if isinstance(e, Mapping) and "value" in e}
     raw: dict[str, Any] = {}
     for opt in settings_mod.OPTIONS:
-        if opt.name in NOT_INHERITED:
-            continue
-        value = getattr(parsed, opt.name, None)
-        if value is None:
-            value = next((env[n] for n in opt.envs if env.get(n, "") != ""), None)
-            if value is not None and opt.repeatable:
-                value = [p for p in value.split(",") if p]
-        if value is not None:
-            raw[opt.name] = value
+        got = settings_mod.given(opt, parsed, env)
+        if got is not None and opt.name not in NOT_INHERITED:
+            raw[opt.name] = got[0]
     files = {path: _mounted(path, container, deployment, ref)
              for path in raw.get("chart_values_file") or []}
     return Deployed(ref, raw, files)
@@ -136,9 +130,7 @@ def overlay(args: argparse.Namespace, deployed: Deployed, env: Mapping[str, str]
     Returns the names of the settings taken."""
     taken = []
     for opt in settings_mod.OPTIONS:
-        if opt.name not in deployed.raw or getattr(args, opt.name, None) is not None:
-            continue
-        if any(env.get(n, "") != "" for n in opt.envs):
+        if opt.name not in deployed.raw or settings_mod.given(opt, args, env) is not None:
             continue
         value = deployed.raw[opt.name]
         if opt.name == "chart_values_file":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,12 @@ class RolloutState:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_configmap(cls, cm: Mapping[str, Any] | None) -> RolloutState | None:
+        """The state kept in the rollout ConfigMap; None without one or without state."""
+        data = (cm or {}).get("data") or {}
+        return cls.from_json(data["state.json"]) if "state.json" in data else None
 
     @classmethod
     def from_json(cls, text: str) -> RolloutState:

@@ -340,7 +340,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             target.add_argument(opt.flag, default=None, help=help_text, metavar=opt.metavar)
 
 
-def _raw(opt: Opt, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, str] | None:
+def given(opt: Opt, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, str] | None:
+    """What the flag, else the first environment variable, says of `opt` (a list for a
+    repeatable one), and where it came from; None when neither says anything."""
     value = getattr(args, opt.name, None)
     if value is not None:
         return value, opt.flag
@@ -357,7 +359,7 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for opt in OPTIONS:
-        got = _raw(opt, args, env)
+        got = given(opt, args, env)
         if got is None:
             values[opt.name] = opt.default
             continue

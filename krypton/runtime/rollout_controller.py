@@ -142,10 +142,9 @@ class RolloutController:
             self._version = None
             return None
         self._version = cm["metadata"]["resourceVersion"]
-        data = cm.get("data") or {}
-        if "state.json" not in data:
+        state = RolloutState.from_configmap(cm)
+        if state is None:
             return None
-        state = RolloutState.from_json(data["state.json"])
         log.info("rollout state loaded", phase=state.phase, wave=state.wave + 1,
                  version=state.version)
         return state

@@ -35,10 +35,14 @@ def step(text: str) -> None:
     print(f"\n==> {text}", flush=True)
 
 
+def _cli_env(tools: Path) -> dict[str, str]:
+    """The CLI's environment: the test bed's tools (helm) first on PATH."""
+    return {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def krypton(tools: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([sys.executable, "-m", "krypton", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=_cli_env(tools), timeout=120)
 
 
 def _succeeds(argv: list[str]) -> bool:
@@ -48,8 +52,7 @@ def _succeeds(argv: list[str]) -> bool:
 def _watch_resume(tools: Path, kubectl: str, home: ControlPlane, flags: list[str]) -> str:
     """The frames `krypton status --watch` printed from before initech's pause annotation
     was removed until it was Ready on home."""
-    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
-    watching = Watching("--wide", *flags, env=env)
+    watching = Watching("--wide", *flags, env=_cli_env(tools))
     try:
         watching.wait_frame(lambda f: row(f, "initech", "self-cluster")[3:4] == ["Suspended"],
                             "initech Suspended in krypton status --watch", timeout=60)
