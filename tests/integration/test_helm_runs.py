@@ -1,0 +1,43 @@
+"""How krypton runs helm (issue 14), checked against helm itself on both lanes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from krypton.adapters.helm import Helm
+from krypton.decisions.errors import HelmFailed
+
+from .conftest import Cluster, unique
+
+pytestmark = pytest.mark.helm3lane  # also run on Helm 3 (make test-helm3)
+
+CHARTS = Path(__file__).resolve().parents[1] / "charts"
+
+
+def test_unknown_fields_are_judged_as_helm_judges_them(remote: object, helm_bin: str) -> None:
+    """krypton skips helm's client-side OpenAPI check; the API server's own field validation
+    must decide exactly as it does for helm run with that check: Helm 4 fails an unknown
+    field (fieldValidation=Strict), Helm 3 installs with a warning."""
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    chart = CHARTS / "typo"
+    plain, ours = unique("plain"), unique("ours")
+    for ns in (plain, ours):
+        cluster.ensure_namespace(ns)
+    own = subprocess.run([helm_bin, "upgrade", "--install", "typo", str(chart), "-n", plain,
+                          "--kubeconfig", str(cluster.cp.kubeconfig)],
+                         capture_output=True, text=True)
+    helm = Helm(helm_bin, kubeconfig=cluster.cp.kubeconfig, timeout=60, wait=False)
+    try:
+        asyncio.run(helm.install_or_upgrade("typo", str(chart), ours, {}, operation="install"))
+        error = ""
+    except HelmFailed as exc:
+        error = str(exc)
+    assert (own.returncode == 0) == (error == ""), (own.stderr, error)
+    if own.returncode:
+        assert "imagee" in own.stderr and "imagee" in error
+    for ns in (plain, ours):
+        cluster.core.delete_namespace(ns)
