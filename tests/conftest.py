@@ -78,7 +78,8 @@ def third(testbin: Path) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def simulated(testbin: Path) -> Iterator[object]:
     """A cluster with two simulated nodes (kwok): pods become Ready 1 s after scheduling."""
-    yield from _control_plane("sim", testbin, auth="token", nodes=2, pod_ready_delay=1.0)
+    yield from _control_plane("sim", testbin, auth="token", nodes=2, pod_ready_delay=1.0,
+                              audit=True)
 
 
 @pytest.fixture(scope="session")

@@ -452,12 +452,12 @@ class Kube:
 
     # -- any object ------------------------------------------------------------------------
 
-    async def _resource_path(self, api_version: str, kind: str, name: str,
-                             namespace: str) -> str | None:
-        """The API path of an object of any kind, found by discovery (one answer per group
-        version, remembered for DISCOVERY_TTL seconds); None when the kind is not served."""
-        group_version = ("api", api_version) if "/" not in api_version else \
-            ("apis", *api_version.split("/", 1))
+    async def _resource(self, api_version: str, kind: str) -> tuple[list[str], Obj] | None:
+        """The API path parts of `api_version` and the resource serving `kind` there, found
+        by discovery (one answer per group version, remembered for DISCOVERY_TTL seconds);
+        None when the kind is not served."""
+        group_version = ["api", api_version] if "/" not in api_version else \
+            ["apis", *api_version.split("/", 1)]
         cached = self._discovery.get(api_version)
         if cached is None or time.monotonic() - cached[0] > DISCOVERY_TTL:
             try:
@@ -469,11 +469,31 @@ class Kube:
             self._discovery[api_version] = cached
         for resource in cached[1]:
             if resource.get("kind") == kind and "/" not in str(resource.get("name")):
-                parts = [*group_version]
-                if resource.get("namespaced"):
-                    parts += ["namespaces", namespace]
-                return _path(*parts, str(resource["name"]), name)
+                return group_version, resource
         return None
+
+    async def _resource_path(self, api_version: str, kind: str, name: str,
+                             namespace: str) -> str | None:
+        """The API path of an object of any kind; None when the kind is not served."""
+        found = await self._resource(api_version, kind)
+        if found is None:
+            return None
+        parts, resource = found
+        if resource.get("namespaced"):
+            parts = [*parts, "namespaces", namespace]
+        return _path(*parts, str(resource["name"]), name)
+
+    async def collection_path(self, api_version: str, kind: str) -> str | None:
+        """The path of every object of `kind`, in all namespaces (for a watch)."""
+        found = await self._resource(api_version, kind)
+        return None if found is None else _path(*found[0], str(found[1]["name"]))
+
+    async def collection_version(self, what: str, path: str) -> str:
+        """The collection's current resourceVersion, read with a one-item page of metadata:
+        where a watch starts that wants changes from now on, not every object."""
+        page = await self.request(what, "GET", path, accept=METADATA_ONLY,
+                                  query={"limit": 1})
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
 
     async def get_object(self, api_version: str, kind: str, name: str,
                          namespace: str) -> Obj | None:
@@ -634,6 +654,11 @@ class Informer:
 
     `on_error(exc)` hears every failure (krypton errors); `on_healthy()` hears every list
     that succeeded and the first watch accepted after a failure.
+
+    With `from_now` nothing is listed and nothing stored: the watch starts at the
+    collection's current resourceVersion and the handler hears changes only, from then on;
+    `on_healthy()` then hears every watch accepted after a start, a 410 or a failure (the
+    moments when changes may have been missed: the caller reads what it follows again).
     """
 
     def __init__(self, kube: Kube, what: str, path: str, handler: EventHandler, *,
@@ -641,8 +666,11 @@ class Informer:
                  watch_timeout: int = 290, stall_timeout: float = 150.0,
                  on_error: Callable[[Exception], None] | None = None,
                  on_healthy: Callable[[], None] | None = None,
-                 transform: Callable[[Obj], Obj] = without_managed_fields) -> None:
+                 transform: Callable[[Obj], Obj] = without_managed_fields,
+                 from_now: bool = False) -> None:
         self.kube, self.what, self.path, self.handler = kube, what, path, handler
+        self.from_now = from_now
+        self._resumed = False  # from_now: a watch starts where changes may have been missed
         # what is kept of each object (the store of every engaged cluster lives in memory)
         self.transform = transform
         self.label_selector = label_selector
@@ -705,6 +733,11 @@ class Informer:
             await asyncio.sleep(retry.WATCH.delay(failures))
 
     async def _list(self) -> str:
+        if self.from_now:
+            rv = await self.kube.collection_version(f"list {self.what}", self.path)
+            self._resumed = True
+            self.synced.set()
+            return rv
         body = await self.kube.list_all(
             f"list {self.what}", self.path, label_selector=self.label_selector,
             accept=METADATA_ONLY if self.metadata_only else "application/json")
@@ -735,7 +768,8 @@ class Informer:
             what, self.path, resource_version=rv, label_selector=self.label_selector,
             accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
             server_timeout=server_timeout)
-        if after_failure and self.on_healthy:
+        if (after_failure or self._resumed) and self.on_healthy:
+            self._resumed = False
             self.on_healthy()
         try:
             while True:
@@ -765,10 +799,11 @@ class Informer:
         rv = str(meta.get("resourceVersion") or rv)
         if kind == "BOOKMARK":
             return rv
-        key = (meta.get("namespace", ""), meta["name"])
-        if kind == "DELETED":
-            self.store.pop(key, None)
-        else:
-            self.store[key] = obj
+        if not self.from_now:
+            key = (meta.get("namespace", ""), meta["name"])
+            if kind == "DELETED":
+                self.store.pop(key, None)
+            else:
+                self.store[key] = obj
         self.handler(str(kind), obj)
         return rv

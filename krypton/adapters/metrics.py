@@ -14,6 +14,9 @@ QUEUE_DEPTH = Gauge("krypton_workqueue_depth", "Tenant keys waiting in a cluster
 ENGAGED = Gauge("krypton_engaged_clusters", "Clusters with a running worker")
 CLUSTER_ENGAGED = Gauge("krypton_cluster_engaged", "1 when the cluster is engaged", ["cluster"])
 TENANTS_READY = Gauge("krypton_tenants_ready", "Tenants Ready on a cluster", ["cluster"])
+WORKLOADS_FOLLOWED = Gauge("krypton_workloads_followed",
+                           "Releases whose workload krypton is waiting for (not ready yet, "
+                           "followed by watches)", ["cluster"])
 TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in Error on a cluster", ["cluster"])
 HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "helm operations",
                          ["operation", "result"],
@@ -48,7 +51,7 @@ EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
 
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
-                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED)
+                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED)
 
 
 def forget_cluster(cluster: str) -> None:

@@ -154,9 +154,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
     Opt("api_timeout", "Timeout of one Kubernetes API call", 30.0, duration),
-    Opt("helm_wait", "Run helm with --wait; false: helm returns once the objects are applied "
-        "(hooks still complete) and krypton tracks the workload's readiness itself", True,
-        boolean),
+    Opt("helm_wait", "true: helm waits for the workload (--wait), holding its process and "
+        "slot; false: helm returns once the objects are applied (hooks still complete) and "
+        "krypton follows the workload's readiness with watches", False, boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",

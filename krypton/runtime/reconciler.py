@@ -67,6 +67,7 @@ from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import INSTALLING, Action, Plan, announced, plan
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
+from krypton.runtime.readiness import Readiness
 from krypton.runtime.slots import FairSlots
 
 CHART_SKIP_REQUEUE = 120.0
@@ -74,10 +75,13 @@ CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before back
 LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
 SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two namespaces
 ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
-READINESS_POLL = 5.0  # seconds between looks at a workload being waited for
+READINESS_POLL = 5.0  # seconds between looks at a workload being waited for, not watched
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL}  # no Resumed with these
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
+
+
+Workload = list[tuple[ObjectRef, dict[str, Any] | None]]  # objects as read (None: not found)
 
 
 @dataclass(kw_only=True)
@@ -173,6 +177,7 @@ class ClusterRuntime(ClusterView):
     # timestamps; they differ when the served CRD prunes fields (an older CRD)
     written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
+    readiness: Readiness | None = None  # follows workloads helm did not wait for
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
     looked_at: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
     gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
@@ -367,10 +372,15 @@ class Reconciler:
         if decided.action is Action.SKIP:
             missing = self.rt.gone.get(key) or ()
             if not missing and self._look_due(key, obs.tenant):
-                missing, health = await self._look(
-                    release, self.rt.settings.release_namespace_for(key.name),
-                    obs.release.revision)
-                obs = dataclasses.replace(obs, health=health)
+                followed = self.rt.readiness.health(key) if self.rt.readiness else None
+                if followed is not None:  # the watches keep its workload current: no reads
+                    found: Health | None = followed
+                else:
+                    missing, found = await self._look(
+                        key, release, self.rt.settings.release_namespace_for(key.name),
+                        obs.release.revision)
+                self._follow(key, None, found)
+                obs = dataclasses.replace(obs, health=found)
                 decided = plan(obs)
             if missing:
                 # remembered until a helm run restores them: the pass that announces the
@@ -404,11 +414,12 @@ class Reconciler:
         self.rt.looked_at[key] = now
         return True
 
-    async def _look(self, release: str, namespace: str,
+    async def _look(self, key: TenantKey, release: str, namespace: str,
                     revision: int) -> tuple[tuple[str, ...], Health | None]:
         """The deployed revision's manifest (read from its release record, without helm),
         looked at on the cluster: the objects that are gone (with --drift-detection=repair)
-        and the health of its workload. One read per object."""
+        and the health of its workload. One read per object; a workload that is not ready is
+        followed by the watches from then on."""
         driver = self.rt.settings.helm_driver
         record = await self.rt.kube.release_record(driver, namespace,
                                                    f"sh.helm.release.v1.{release}.v{revision}")
@@ -420,11 +431,16 @@ class Reconciler:
             self.log.warning("release manifest not readable; objects not checked",
                              release=release, error=str(exc))
             return (), None
-        return await self._look_at_manifest(release, namespace, manifest)
+        gone, workload = await self._look_at_manifest(release, namespace, manifest)
+        if workload is None:
+            return gone, None
+        found = health.release_health(workload)
+        self._follow(key, workload, found)
+        return gone, found
 
     async def _look_at_manifest(self, release: str, namespace: str, manifest: str, *,
                                 workload_only: bool = False
-                                ) -> tuple[tuple[str, ...], Health | None]:
+                                ) -> tuple[tuple[str, ...], Workload | None]:
         try:
             docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
         except safeyaml.YamlRejected as exc:
@@ -444,17 +460,40 @@ class Reconciler:
                 workload.append((dataclasses.replace(ref, namespace=ref.namespace or namespace),
                                  obj))
         repair = self.rt.settings.drift_detection != "off"
-        return (tuple(gone) if repair else ()), health.release_health(workload)
+        return (tuple(gone) if repair else ()), workload
 
-    async def _not_ready(self, release: str, namespace: str, manifest: str) -> Health | None:
+    def _follow(self, key: TenantKey, workload: Workload | None, found: Health | None) -> None:
+        """A workload that is not ready is followed by the cluster's watches (its objects as
+        just read), one that is ready no longer."""
+        if self.rt.readiness is None or found is None:
+            return
+        if found.ready:
+            self.rt.readiness.forget(key)
+        elif workload is not None:
+            self.rt.readiness.follow(key, workload)
+
+    async def _not_ready(self, key: TenantKey, release: str, namespace: str,
+                         manifest: str) -> Health | None:
         """The health of a release helm applied without waiting, from the manifest it
         returned; None when every workload object is ready (or there is none)."""
         try:
-            _gone, found = await self._look_at_manifest(release, namespace, manifest,
-                                                        workload_only=True)
+            _gone, workload = await self._look_at_manifest(release, namespace, manifest,
+                                                           workload_only=True)
         except TemporaryError as exc:  # the next pass looks again
             return Health((f"workload not looked at yet ({exc})",))
-        return None if found is None or found.ready else found
+        if workload is None:
+            return None
+        found = health.release_health(workload)
+        self._follow(key, workload, found)
+        return None if found.ready else found
+
+    def _readiness_requeue(self, key: TenantKey, since_applied: float | None) -> float:
+        """When to look again at a workload being waited for: when it would time out if its
+        objects are watched (a change that makes it ready wakes it sooner), else soon."""
+        if self.rt.readiness is None or self.rt.readiness.health(key) is None:
+            return READINESS_POLL
+        left = self.rt.settings.helm_timeout - (since_applied or 0.0)
+        return max(READINESS_POLL, left + 1.0)
 
     def _namespace(self, p: Pass) -> str:
         return self.rt.settings.release_namespace_for(p.key.name)
@@ -518,9 +557,10 @@ class Reconciler:
         """Applied, its workload not ready yet, within --helm-timeout of the helm run: say
         what is not ready and look again soon (no helm process is held meanwhile)."""
         reason, message = p.plan.reason, p.plan.message
+        again = self._readiness_requeue(p.key, p.obs.since_applied)
         return Report([Change(self._type(cond.READY), False, reason, message),
                        Change(self._type(cond.PROGRESS), True, reason, message)],
-                      outcome=Outcome(requeue_after=READINESS_POLL, reason=reason))
+                      outcome=Outcome(requeue_after=again, reason=reason))
 
     async def _unhealthy(self, p: Pass) -> Report:
         """The workload is not ready: past --helm-timeout after the helm run that applied it
@@ -684,7 +724,7 @@ class Reconciler:
         self._publish(key, p.release, chart)
         self.rt.gone.pop(key, None)
         waiting = None if self.rt.settings.helm_wait else await self._not_ready(
-            p.release, namespace, str(result.get("manifest") or ""))
+            key, p.release, namespace, str(result.get("manifest") or ""))
         if waiting is not None:
             # helm did not wait: the workload is tracked by the passes that follow (F6)
             wait = f"{message}; waiting for {waiting.summary()}"
@@ -693,7 +733,7 @@ class Reconciler:
                            Change(self._type(cond.PROGRESS), True, "WaitingForReadiness", wait)],
                           applied=applied, last_chart=chart.ref,
                           event=("Normal", f"Helm{done}", wait),
-                          outcome=Outcome(requeue_after=READINESS_POLL,
+                          outcome=Outcome(requeue_after=self._readiness_requeue(key, 0.0),
                                           reason="WaitingForReadiness"))
         report = Report([Change(self._type(cond.READY), True, done, message),
                          Change(self._type(cond.ERROR), False, done, "no error"),
@@ -777,6 +817,8 @@ class Reconciler:
                     await self._check_ownership(release, namespace,
                                                 why="is not uninstalled (the finalizer stays)")
                 await self.rt.helm.uninstall(release, namespace)
+            if self.rt.readiness is not None:
+                self.rt.readiness.forget(key)
             if self.rt.settings.delete_namespace_on_uninstall and \
                     self.rt.settings.shared_release_namespace is None:
                 ns = await self.rt.kube.get_namespace(key.name)
@@ -849,6 +891,8 @@ class Reconciler:
         self.rt.published[key] = labels
 
     def unpublish(self, key: TenantKey) -> None:
+        if self.rt.readiness is not None:
+            self.rt.readiness.forget(key)
         self.rt.written.pop(key, None)
         self.rt.looked_at.pop(key, None)
         self.rt.gone.pop(key, None)

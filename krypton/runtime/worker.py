@@ -44,6 +44,7 @@ from krypton.decisions.model import RolloutGate, TenantKey, is_valid_namespace_n
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
+from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
@@ -159,7 +160,8 @@ class Worker:
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
             gate=lambda cluster: self.shared.gate(cluster),
-            fence=lambda: not self.draining and self.shared.fence(), phases=phases)
+            fence=lambda: not self.draining and self.shared.fence(), phases=phases,
+            readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned))
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 
@@ -370,6 +372,8 @@ class Worker:
         metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
         metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
+        if self.runtime.readiness is not None:
+            metrics.WORKLOADS_FOLLOWED.labels(self.name).set(self.runtime.readiness.followed())
         for key in list(self.runtime.published):
             if (key.namespace, key.name) not in store:
                 reconciler.unpublish(key)
@@ -427,7 +431,14 @@ class Worker:
                     self._idle.set()
                 self.queue.done(key)
 
+    def _workload_turned(self, key: TenantKey) -> None:
+        """A followed workload became ready or stopped being ready: look at it now (a
+        ReadinessTimeout's backoff is cut short)."""
+        self.queue.add(key, urgent=True)
+
     async def _close_kube(self) -> None:
+        if self.runtime is not None and self.runtime.readiness is not None:
+            await self.runtime.readiness.close()
         if self.kube is not None:
             kube, self.kube = self.kube, None
             await kube.close()

@@ -14,7 +14,16 @@ Writes ``bench/results.json`` and prints a table:
     100-cluster fleet, with 10 of them pointing at a loopback listener that accepts TCP and
     never answers, against the same fleet with no dead cluster; Lease renewals missed;
 (g) SIGTERM during 20 running helm installs: seconds to exit, helm processes left, and
-    releases left pending once a restarted operator has converged.
+    releases left pending once a restarted operator has converged;
+(i) real waiting: on two clusters with simulated nodes (kwok), a chart whose pod takes 20 s to
+    become Ready, 100 Tenants x 2 clusters: seconds until all are Ready, then seconds until a
+    chart version bump (which rolls every pod) is Ready everywhere, with CPU and memory;
+    part ``w`` measures the same with ``--helm-wait=true`` (not run by default: minutes).
+
+(a) and (c) also report CPU per release (operator and helm, milliseconds) and the peak memory
+of the operator's process tree (the operator and its helm processes) while they run: the sum
+of RSS, which counts the helm binary's shared pages once per process, and the sum of PSS,
+which shares them out (what the tree costs the node).
 
 Figures only: nothing here passes or fails on timing.
 """
@@ -29,6 +38,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -43,8 +54,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
 CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
-# measures to run: a (with b and c), d, e, f, g
-PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefg").replace(",", ""))
+# measures to run: a (with b and c), d, e, f, g, i; w (i with helm's own wait) on request
+PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefgi").replace(",", ""))
+POD_READY_DELAY = 20.0  # (i): seconds from a pod's scheduling to its readiness
+WAITING_TENANTS = int(os.environ.get("KRYPTON_BENCH_WAITING_N", "100"))  # (i) per cluster
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -73,6 +86,58 @@ def threads(pid: int) -> int:
     return _status_field(pid, "Threads")
 
 
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class TreeMemory:
+    """Samples the memory of a process and its descendants every `interval` seconds in a
+    thread; `peak()` gives the highest sums seen (MiB) and how many helm processes ran then."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.pid, self.interval = pid, interval
+        self.rss = self.pss = 0.0
+        self.helm_at_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            tree = [self.pid, *descendants(self.pid)]
+            rss = sum(_status_field_safe(p, "VmRSS") for p in tree)
+            pss = sum(_pss_kib(p) for p in tree)
+            if pss / 1024 > self.pss:
+                self.pss, self.rss = pss / 1024, rss / 1024
+                self.helm_at_peak = sum(1 for p in tree[1:]
+                                        if Path((cmdline(p) or ["x"])[0]).name == "helm")
+
+    def peak(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return {"peak_tree_pss_mib": round(self.pss, 1), "peak_tree_rss_mib": round(self.rss, 1),
+                "helm_processes_at_peak": self.helm_at_peak}
+
+
+def _status_field_safe(pid: int, field: str) -> int:
+    try:
+        return _status_field(pid, field)
+    except OSError:
+        return 0
+
+
+def cpu_per_release(own: float, helm: float, releases: int) -> dict[str, float]:
+    return {"operator_cpu_ms_per_release": round(1000 * own / releases, 1),
+            "helm_cpu_ms_per_release": round(1000 * helm / releases, 1),
+            "cpu_ms_per_release": round(1000 * (own + helm) / releases, 1)}
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -88,6 +153,8 @@ class Bed:
         for version in ("0.2.0", "0.3.0"):
             self.repo.publish(ROOT / "tests" / "charts" / "sample", version)
         self.repo.publish(ROOT / "tests" / "charts" / "hang", "0.1.0")
+        for version in ("1.0.0", "1.1.0"):
+            self.repo.publish(ROOT / "tests" / "charts" / "workload", version)
         self.repo.start()
         self.clusters = {"home": self.home, "remote": self.remote}
         self.api = {n: config.new_client_from_config(str(cp.kubeconfig))
@@ -182,6 +249,7 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
     log(f"(a) {n} Tenants x 2 clusters: starting the operator")
     start = time.monotonic()
     op = bed.operator(discovery, ns, "0.2.0", "--resync-period", "45s")
+    memory = TreeMemory(op.pid)
     total = 2 * n
     wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
              what=f"{total} Ready")
@@ -192,7 +260,9 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
                               "releases_per_second": round(total / seconds, 2),
                               "operator_cpu_seconds": round(own, 2),
                               "helm_cpu_seconds": round(helm, 2),
-                              "peak_rss_mib": round(peak_rss_mib(op.pid), 1)}
+                              **cpu_per_release(own, helm, total),
+                              "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+                              **memory.peak()}
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
     if n == max(SIZES):
         result["noop_resync"] = noop_resync(op, total)
@@ -200,11 +270,14 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
         log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
         start = time.monotonic()
         op = bed.operator(discovery, ns, "0.3.0")
+        memory = TreeMemory(op.pid)
         wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
                  what="bump rolled out")
         bump = time.monotonic() - start
+        own, helm = cpu_seconds(op.pid)
         result["version_bump"] = {"seconds": round(bump, 1),
-                                  "releases_per_second": round(total / bump, 2)}
+                                  "releases_per_second": round(total / bump, 2),
+                                  **cpu_per_release(own, helm, total), **memory.peak()}
         log(f"(c) bump done in {bump:.1f}s")
     op.stop()
     return result
@@ -363,6 +436,67 @@ def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
     return result
 
 
+def real_waiting(bed: Bed, helm_wait: bool) -> dict[str, Any]:
+    """(i) Two clusters with simulated nodes whose pods become Ready POD_READY_DELAY seconds
+    after they are scheduled; WAITING_TENANTS Tenants on each, the workload chart (one pod per
+    release, no hook): seconds until every Tenant is Ready, then seconds until a chart bump
+    (it rolls the pod) is Ready everywhere. With `helm_wait` only the first is measured."""
+    n, mode = WAITING_TENANTS, "helm --wait" if helm_wait else "krypton follows readiness"
+    log(f"(i) {n} x 2 with pods Ready after {POD_READY_DELAY:.0f}s ({mode}): starting clusters")
+    nodes = max(2, -(-n // 100) + 1)  # 110 pods per node
+    sims = [ControlPlane(name, bed.tools, auth="token", nodes=nodes,
+                         pod_ready_delay=POD_READY_DELAY).start() for name in ("sim-a", "sim-b")]
+    values = Path(tempfile.mkstemp(prefix="bench-values-", suffix=".yaml")[1])
+    values.write_text("hook: false\nreplicas: 1\n")
+    try:
+        apis = {cp.name: config.new_client_from_config(str(cp.kubeconfig)) for cp in sims}
+        discovery = bed.namespace("bench-wait", ("home",))
+        ns = f"bench-wait-{uuid.uuid4().hex[:5]}"
+        for cp in sims:
+            subprocess.run([str(bed.tools / "kubectl"), "--kubeconfig", str(cp.kubeconfig),
+                            "apply", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+            client.CoreV1Api(apis[cp.name]).create_namespace({"metadata": {"name": ns}})  # type: ignore[arg-type]
+            custom = client.CustomObjectsApi(apis[cp.name])
+            for i in range(n):
+                custom.create_namespaced_custom_object(
+                    "mesh.openkcm.io", "v1alpha1", ns, "tenants",
+                    {"apiVersion": "mesh.openkcm.io/v1alpha1", "kind": "Tenant",
+                     "metadata": {"name": f"w-{i:03d}", "namespace": ns}, "spec": {}})
+            bed.core("home").create_namespaced_secret(discovery, kubeconfig_secret(  # type: ignore[arg-type]
+                cp.name, cp.kubeconfig.read_text(), namespace=discovery))
+
+        def all_ready(version: str) -> bool:
+            count = 0
+            for name, api in apis.items():
+                items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                    "mesh.openkcm.io", "v1alpha1", ns, "tenants")["items"]  # type: ignore[index]
+                count += sum(1 for t in items if ready(version)(name, t))
+            return count == 2 * n
+
+        args = ("--chart-values-file", str(values), f"--helm-wait={str(helm_wait).lower()}",
+                "--helm-timeout", "300s")
+        result: dict[str, Any] = {"tenants_per_cluster": n, "pod_ready_delay": POD_READY_DELAY,
+                                  "helm_wait": helm_wait}
+        phases = [("install", "1.0.0")] + ([] if helm_wait else [("bump", "1.1.0")])
+        for phase, version in phases:
+            start = time.monotonic()
+            op = bed.operator(discovery, ns, version, *args, chart="workload")
+            memory = TreeMemory(op.pid)
+            wait_for(functools.partial(all_ready, version), 3600, interval=1.0,
+                     what=f"{2 * n} Ready at {version}")
+            seconds = time.monotonic() - start
+            own, helm = cpu_seconds(op.pid)
+            result[phase] = {"seconds": round(seconds, 1), **cpu_per_release(own, helm, 2 * n),
+                             **memory.peak()}
+            log(f"(i) {phase}: {result[phase]}")
+            op.stop()
+        return result
+    finally:
+        values.unlink(missing_ok=True)
+        for cp in sims:
+            cp.stop()
+
+
 def _summary(values: list[float]) -> dict[str, Any]:
     return {"p50_ms": round(1000 * statistics.median(values), 1),
             "p95_ms": round(1000 * pct(values, 0.95), 1), "samples": len(values)}
@@ -406,9 +540,7 @@ def table(results: dict[str, Any]) -> str:
     for run in results.get("fleet", []):
         n = run["tenants_per_cluster"]
         rows.append((f"(a) {n} x 2 Ready", f"{run['seconds_to_ready']} s "
-                     f"({run['releases_per_second']} releases/s; operator "
-                     f"{run['operator_cpu_seconds']} CPU s, helm {run['helm_cpu_seconds']} "
-                     f"CPU s, peak RSS {run['peak_rss_mib']} MiB)"))
+                     f"({run['releases_per_second']} releases/s; {_cost(run)})"))
         if "noop_resync" in run:
             r = run["noop_resync"]
             rows.append((f"(b) no-op resync {n} x 2", f"{r['helm_processes']} helm, "
@@ -416,7 +548,7 @@ def table(results: dict[str, Any]) -> str:
                          f"{r['operator_cpu_seconds']} CPU s ({r['reconciles']} passes)"))
             b = run["version_bump"]
             rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
-                         f"({b['releases_per_second']} releases/s)"))
+                         f"({b['releases_per_second']} releases/s; {_cost(b)})"))
     for d in results.get("clusters", []):
         rows.append((f"(d) {d['clusters']} clusters", f"peak RSS {d['peak_rss_mib']} MiB, "
                      f"idle CPU {d['idle_cpu_percent']} %, {d['threads']} threads, engaged "
@@ -436,8 +568,24 @@ def table(results: dict[str, Any]) -> str:
                      f"exit {g['exit_code']} after {g['seconds_to_exit']} s (shutdown timeout "
                      f"{g['shutdown_timeout']:.0f} s), {g['helm_processes_left']} helm left, "
                      f"{g['releases_pending_after_restart']} releases pending after restart"))
+    for key in ("waiting", "waiting_helm_wait"):
+        if key in results:
+            w = results[key]
+            how = "helm --wait" if w["helm_wait"] else "krypton follows"
+            for phase in ("install", "bump"):
+                if phase in w:
+                    rows.append((f"(i) {w['tenants_per_cluster']} x 2, pods "
+                                 f"{w['pod_ready_delay']:.0f} s, {phase} ({how})",
+                                 f"{w[phase]['seconds']} s ({_cost(w[phase])})"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
+
+
+def _cost(run: dict[str, Any]) -> str:
+    return (f"{run['cpu_ms_per_release']} CPU ms/release (operator "
+            f"{run['operator_cpu_ms_per_release']}, helm {run['helm_cpu_ms_per_release']}); "
+            f"peak tree PSS {run['peak_tree_pss_mib']} MiB, RSS sum {run['peak_tree_rss_mib']} "
+            f"MiB with {run['helm_processes_at_peak']} helm")
 
 
 def main() -> int:
@@ -445,7 +593,7 @@ def main() -> int:
     results: dict[str, Any] = {"machine": machine(), "versions": versions(bed.tools),
                                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
                                "settings": {"max_concurrent_helm": 8,
-                                            "max_concurrent_reconciles": 4, "helm_wait": True}}
+                                            "max_concurrent_reconciles": 4, "helm_wait": False}}
     try:
         # (d) first, while the control planes hold no Helm release records: idle clusters
         if "d" in PARTS:
@@ -458,6 +606,10 @@ def main() -> int:
             results["starvation"] = [starvation(bed, 0), starvation(bed, 10)]
         if "g" in PARTS:
             results["sigterm"] = sigterm_during_installs(bed)
+        if "i" in PARTS:
+            results["waiting"] = real_waiting(bed, helm_wait=False)
+        if "w" in PARTS:
+            results["waiting_helm_wait"] = real_waiting(bed, helm_wait=True)
     finally:
         bed.stop()
     OUT.parent.mkdir(parents=True, exist_ok=True)

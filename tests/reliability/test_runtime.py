@@ -85,8 +85,8 @@ def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Flee
     operator stops taking work, gives helm --shutdown-timeout, then stops it (SIGTERM, at
     most 5 s, SIGKILL) and exits 0, leaving no helm process and no work directory."""
     fleet.register("remote", fleet.remote)
-    op = fleet.start("--shutdown-timeout", "3s", "--helm-timeout", "300s", chart="workload",
-                     version="1.0.0")
+    op = fleet.start("--helm-wait=true", "--shutdown-timeout", "3s", "--helm-timeout", "300s",
+                     chart="workload", version="1.0.0")
     name = fleet.tenant(fleet.remote, unique("waiting"))
     helm = wait_for(lambda: [p for p in descendants(op.pid)
                              if Path(cmdline(p)[0]).name == "helm" and "upgrade" in cmdline(p)],
@@ -199,7 +199,7 @@ def test_new_credentials_drain_running_helm_and_block_no_other_cluster(fleet: Fl
         cluster = Cluster("rotating", cp)
         cluster.ensure_namespace(fleet.tenant_ns)
         fleet.register("rotating", cluster)
-        op = fleet.start(chart="workload", version="1.0.0")
+        op = fleet.start("--helm-wait=true", chart="workload", version="1.0.0")
         name = fleet.tenant(cluster, unique("busy"))
         key = f"{fleet.tenant_ns}/{name}"
         wait_for(lambda: op.log_events("helm install start", tenant=key), 60,

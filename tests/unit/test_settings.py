@@ -23,7 +23,10 @@ def test_defaults_match_the_seed() -> None:
     assert s.kubeconfig_label == "sigs.k8s.io/multicluster-runtime-kubeconfig"
     assert s.kubeconfig_key == "kubeconfig"
     assert s.watch_kubeconfig_secret_key == "kubeconfig"
-    assert s.ensure_watch_crds is False and s.helm_wait is True and s.helm_timeout == 180
+    assert s.ensure_watch_crds is False and s.helm_timeout == 180
+    # the one refined default (issue 14): Ready still waits for the workload, followed by
+    # krypton's watches instead of a helm process held for it
+    assert s.helm_wait is False
     assert s.health_probe_bind_address == ":8081" and s.metrics_bind_address == ":8080"
 
 

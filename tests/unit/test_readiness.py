@@ -1,0 +1,96 @@
+"""The followed workloads of a cluster (krypton.runtime.readiness): which changes wake a
+release, which copies count, and when the reconciler must read the objects itself. The
+watches are exercised against a real API server in tests/integration/test_workloads.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from krypton.decisions.model import TenantKey
+from krypton.decisions.ownership import ObjectRef
+from krypton.runtime.readiness import Readiness, slim
+
+pytestmark = pytest.mark.unit
+
+REF = ObjectRef("apps/v1", "Deployment", "web", "acme")
+OTHER = ObjectRef("batch/v1", "Job", "smoke", "acme")
+KEY, SECOND = TenantKey("tenants", "acme"), TenantKey("tenants", "beta")
+
+
+def deployment(available: int, rv: int) -> dict[str, Any]:
+    return {"kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "acme", "generation": 1,
+                         "resourceVersion": str(rv), "managedFields": [{"manager": "x"}]},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                       "availableReplicas": available}}
+
+
+class Unwatched:
+    """A cluster whose workload kinds are not served: the watches end at once, never live."""
+
+    name = "c1"
+
+    async def collection_path(self, _api_version: str, _kind: str) -> None:
+        return None
+
+
+def scenario(body: Any) -> list[TenantKey]:
+    woken: list[TenantKey] = []
+
+    async def run() -> None:
+        readiness = Readiness(Unwatched(), woken.append)  # type: ignore[arg-type]
+        try:
+            await body(readiness)
+        finally:
+            await readiness.close()
+    asyncio.run(run())
+    return woken
+
+
+def test_a_release_is_woken_when_its_workload_turns_ready_and_only_then() -> None:
+    async def body(r: Readiness) -> None:
+        r.follow(KEY, [(REF, deployment(0, 10))])
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(1, 11))  # still not
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(2, 12))  # ready: wake
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(2, 13))  # no change
+        r.changed(("apps/v1", "Deployment", "acme", "web"), None)  # deleted: not ready, wake
+    assert scenario(body) == [KEY, KEY]
+
+
+def test_an_older_copy_does_not_replace_a_newer_one() -> None:
+    async def body(r: Readiness) -> None:
+        r.follow(KEY, [(REF, deployment(2, 20))])
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(0, 19))  # a late event
+    assert scenario(body) == []
+
+
+def test_every_release_following_an_object_is_woken_and_forgotten_ones_are_not() -> None:
+    async def body(r: Readiness) -> None:
+        r.follow(KEY, [(REF, deployment(0, 10))])
+        r.follow(SECOND, [(REF, deployment(0, 10)), (OTHER, None)])
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(2, 11))
+        r.forget(KEY)
+        r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(0, 12))
+        assert r.followed() == 1
+    # SECOND's Job is missing: its release stays not ready, so only KEY turns, once
+    assert scenario(body) == [KEY]
+
+
+def test_health_is_not_answered_from_copies_of_a_kind_that_is_not_watched() -> None:
+    async def body(r: Readiness) -> None:
+        r.follow(KEY, [(REF, deployment(0, 10))])
+        await asyncio.sleep(0)
+        assert KEY in r
+        assert r.health(KEY) is None  # the reconciler reads the objects itself
+        assert r.health(SECOND) is None  # not followed
+    scenario(body)
+
+
+def test_a_copy_keeps_only_what_the_rules_read() -> None:
+    kept = slim(deployment(2, 5))
+    assert "managedFields" not in kept["metadata"] and "template" not in kept["spec"]
+    assert kept["spec"]["replicas"] == 2 and kept["status"]["availableReplicas"] == 2
