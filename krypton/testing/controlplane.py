@@ -374,24 +374,39 @@ class ControlPlane:
         self.kubeconfig.touch(mode=0o600)
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
 
+    def _start_listening(self, name: str, argv: Any, log: Path) -> _Process:
+        """Start `name` with `argv(port)` on a free port and wait until it listens there. A
+        port taken between choosing and binding it ("address already in use": another
+        process of the machine was quicker) is chosen again, up to five times."""
+        for _ in range(5):
+            port = free_port()
+            proc = _Process(name, argv(port), log)
+            proc.start()
+            deadline = time.monotonic() + self.startup_timeout
+            while proc.alive() and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    return proc
+                except OSError:
+                    time.sleep(0.2)
+            proc.stop()
+            if "address already in use" not in proc.tail(5):
+                raise ControlPlaneError(f"{name} of {self.name} did not start:\n{proc.tail()}")
+        raise ControlPlaneError(f"{name} of {self.name}: no free port found")
+
     def _start_controller_manager(self) -> None:
         w = self.workdir
-        self._kcm = _Process(
-            "kube-controller-manager",
-            [
-                self._bin("kube-controller-manager"),
-                "--kubeconfig", str(self.kubeconfig),
-                "--bind-address", "127.0.0.1",
-                "--secure-port", str(free_port()),
-                "--leader-elect=false",
-                "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes else ())),
-                "--service-account-private-key-file", str(w / "sa.key"),
-                "--root-ca-file", str(w / "ca.crt"),
-                "--cert-dir", str(w / "kcm-certs"),
-            ],
-            w / "kube-controller-manager.log",
-        )
-        self._kcm.start()
+        self._kcm = self._start_listening("kube-controller-manager", lambda port: [
+            self._bin("kube-controller-manager"),
+            "--kubeconfig", str(self.kubeconfig),
+            "--bind-address", "127.0.0.1",
+            "--secure-port", str(port),
+            "--leader-elect=false",
+            "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes else ())),
+            "--service-account-private-key-file", str(w / "sa.key"),
+            "--root-ca-file", str(w / "ca.crt"),
+            "--cert-dir", str(w / "kcm-certs"),
+        ], w / "kube-controller-manager.log")
 
     def _start_simulated_nodes(self) -> None:
         """kube-scheduler, kwok with its stages, and `nodes` fake nodes (SPEC T6).
@@ -400,24 +415,22 @@ class ControlPlane:
         after `pod_ready_delay` seconds, pods of Jobs complete, deleted pods go away.
         """
         w = self.workdir
-        self._scheduler = _Process("kube-scheduler", [
+        self._scheduler = self._start_listening("kube-scheduler", lambda port: [
             self._bin("kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
             "--authentication-kubeconfig", str(self.kubeconfig),
             "--authorization-kubeconfig", str(self.kubeconfig),
-            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--bind-address", "127.0.0.1", "--secure-port", str(port),
             "--leader-elect=false", "--cert-dir", str(w / "scheduler-certs")],
             w / "kube-scheduler.log")
-        self._scheduler.start()
         stages = w / "kwok-stages.yaml"
         stages.write_text(kwok_stages(self.bin_dir / "kwok-stages", self.pod_ready_delay))
-        self._kwok = _Process("kwok", [
+        self._kwok = self._start_listening("kwok", lambda port: [
             self._bin("kwok"), "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
             "--cidr", "10.244.0.0/16", "--node-ip", "127.0.0.1",
-            "--server-address", f"127.0.0.1:{free_port()}"],
+            "--server-address", f"127.0.0.1:{port}"],
             w / "kwok.log")
-        self._kwok.start()
         nodes = [self.node_manifest(f"{self.name}-node-{i}") for i in range(self.nodes)]
         self._kubectl_apply(nodes)
 
