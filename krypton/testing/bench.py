@@ -402,7 +402,7 @@ def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
     ns = bed.namespace("bench-term")
     bed.register(discovery, "remote", "remote")
     shutdown = 10.0
-    args = ("--max-concurrent-helm", str(installs), "--max-concurrent-reconciles",
+    args = ("--helm-wait=true", "--max-concurrent-helm", str(installs), "--max-concurrent-reconciles",
             str(installs), "--helm-timeout", "300s", "--shutdown-timeout", f"{shutdown:.0f}s")
     op = bed.operator(discovery, ns, "0.1.0", *args, chart="hang")
     names = [f"term-{i:02d}" for i in range(installs)]

@@ -1,0 +1,64 @@
+"""Which replica serves which cluster (SPEC F4): consistent hashing with bounded loads. Pure.
+
+Every replica computes the same answer from the same inputs (the live members and the
+discovered clusters), so no replica has to tell another what to take:
+
+- each member has `VNODES` points on a hash ring (sha256 of "member#i");
+- clusters are placed in the order of their own hash; each takes the first member clockwise
+  from its hash whose load is below the bound ceil(clusters * (1 + EPSILON) / members);
+- a cluster pinned to a live member (a label on its Secret) goes there first, and counts.
+
+Adding or losing one of m members moves about 1/m of the clusters (those whose nearest
+member changed, plus the few that the bound pushes on), never all of them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+
+VNODES = 64  # ring points per member
+EPSILON = 0.25  # a member takes at most 25 % more than an even share
+
+
+def _point(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def bound(clusters: int, members: int) -> int:
+    """The most clusters one member may be given."""
+    return max(1, math.ceil(clusters * (1 + EPSILON) / members)) if members else 0
+
+
+def assign(clusters: Iterable[str], members: Iterable[str],
+           pins: Mapping[str, str] | None = None) -> dict[str, str]:
+    """cluster -> member for every cluster; empty when there is no member."""
+    live = sorted(set(members))
+    names = sorted(set(clusters), key=lambda c: (_point(c), c))
+    if not live:
+        return {}
+    ring = sorted((_point(f"{m}#{i}"), m) for m in live for i in range(VNODES))
+    points = [p for p, _ in ring]
+    most = bound(len(names), len(live))
+    load = dict.fromkeys(live, 0)
+    out: dict[str, str] = {}
+    for cluster in names:
+        pinned = (pins or {}).get(cluster)
+        if pinned in load:
+            out[cluster] = pinned
+            load[pinned] += 1
+    for cluster in names:
+        if cluster in out:
+            continue
+        start = bisect.bisect(points, _point(cluster))
+        for step in range(len(ring)):
+            member = ring[(start + step) % len(ring)][1]
+            if load[member] < most:
+                break
+        else:  # every member at the bound (pins exceeded it): the least loaded
+            member = min(live, key=lambda m: (load[m], m))
+        out[cluster] = member
+        load[member] += 1
+    return out
