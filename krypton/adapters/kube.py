@@ -611,6 +611,16 @@ class Kube:
         return await self.request(f"replace lease {namespace}/{name}", "PUT",
                                   self._lease_path(namespace, name), body=body)
 
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        try:
+            await self.request(f"delete lease {namespace}/{name}", "DELETE",
+                               self._lease_path(namespace, name))
+        except NotFound:
+            pass
+
+    def leases_path(self, namespace: str) -> str:
+        return self._lease_path(namespace)
+
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -17,6 +17,12 @@ TENANTS_READY = Gauge("krypton_tenants_ready", "Tenants Ready on a cluster", ["c
 WORKLOADS_FOLLOWED = Gauge("krypton_workloads_followed",
                            "Releases whose workload krypton is waiting for (not ready yet, "
                            "followed by watches)", ["cluster"])
+SHARD_MEMBERS = Gauge("krypton_shard_members", "Live replicas sharing the fleet (--sharding)")
+SHARD_OWNED = Gauge("krypton_shard_clusters_owned",
+                    "Clusters whose Lease this replica holds (--sharding)")
+SHARD_HANDOVERS = Counter("krypton_shard_handovers_total",
+                          "Cluster Leases this replica took or released (--sharding)",
+                          ["direction"])
 TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in Error on a cluster", ["cluster"])
 HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "helm operations",
                          ["operation", "result"],

@@ -20,7 +20,7 @@ import structlog
 import krypton
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
-from krypton.adapters.events import EventRecorder
+from krypton.adapters.events import EventRecorder, reporting_instance
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import (
     Informer,
@@ -33,7 +33,7 @@ from krypton.adapters.kube import (
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import user_kubeconfig_path, watch_cluster
 from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions import retry
+from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.discovery import SELF_CLUSTER
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
@@ -43,6 +43,7 @@ from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector
 from krypton.runtime.pause import pause
 from krypton.runtime.rollout_controller import RolloutController
+from krypton.runtime.shards import Shards
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.worker import Shared
 
@@ -73,6 +74,7 @@ class Operator:
         self.health = HealthServer(settings.health_probe_bind_address,
                                    settings.metrics_bind_address, self.ready, self.loop_watch)
         self.elector: LeaderElector | None = None
+        self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self.exit_code = 0
         self.lease_lost = False
@@ -141,6 +143,14 @@ class Operator:
             if not await self.elector.acquire(self.stopping):
                 return
             self._lease_task = asyncio.create_task(self._hold_lease(self.elector))
+        dirty = asyncio.Event()
+        if s.sharding:
+            self.shards = Shards(self.home, s.lease_namespace, s.leader_election_id,
+                                 s.shard_identity or reporting_instance(),
+                                 lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
+                                 retry_period=s.retry_period, on_change=dirty.set)
+            await self.shards.join()
+            self._lease_task = asyncio.create_task(self._hold_membership(self.shards))
         if s.ensure_watch_crds:
             result, _ = await self.home.ensure_crd(crd_manifest(),
                                                    upgrade=s.crd_policy == "upgrade")
@@ -157,6 +167,9 @@ class Operator:
         if self.elector is not None:
             shared.fence = self.elector.holds
         fleet = Fleet(s, shared, home_events)
+        if self.shards is not None:
+            shared.fence, shared.owns = self.shards.holds, self.shards.owns
+            fleet.handed_over = self.shards.release
         self.fleet = fleet
         policy = Policy(
             canaries=tuple(c.strip() for c in s.rollout_canary_clusters.split(",") if c.strip()),
@@ -169,7 +182,6 @@ class Operator:
                                            fence=shared.fence)
             shared.gate = controller.gate
             self._rollout_task = asyncio.create_task(controller.run(self.stopping))
-        dirty = asyncio.Event()
         fleet.resync = dirty.set
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
@@ -187,7 +199,43 @@ class Operator:
             if self.stopping.is_set():
                 break
             dirty.clear()
-            await fleet.sync(list(self.discovery.store.values()))
+            secrets = list(self.discovery.store.values())
+            if self.shards is None:
+                await fleet.sync(secrets)
+                continue
+            mine, elsewhere, waiting = await self._share(self.shards, secrets)
+            await fleet.sync(mine, elsewhere)
+            metrics.SHARD_OWNED.set(len(self.shards.held()))
+            if waiting:  # assigned here, still held by a member not yet expired: try again
+                asyncio.get_running_loop().call_later(self.settings.retry_period, dirty.set)
+
+    async def _share(self, shards: Shards, secrets: list[dict[str, Any]]
+                     ) -> tuple[list[dict[str, Any]], frozenset[str], bool]:
+        """The Secrets of the clusters this replica serves (assigned here and their Lease
+        taken), the engaged clusters now served elsewhere, and whether a claim must wait."""
+        pins = sharding.pins(secrets, self.settings.shard_pin_label)
+        names = [str(sec["metadata"]["name"]) for sec in secrets]
+        assigned = shards.assignment(names, pins)
+        mine, waiting = [], False
+        for secret, name in zip(secrets, names, strict=True):
+            if assigned.get(name) != shards.identity:
+                continue
+            if shards.owner(name) == shards.identity or await shards.claim(name):
+                mine.append(secret)
+            else:
+                waiting = True
+        fleet = self.fleet
+        engaged = set(fleet.clusters) if fleet is not None else set()
+        elsewhere = frozenset(n for n in engaged if n in assigned and
+                              assigned[n] != shards.identity)
+        return mine, elsewhere, waiting
+
+    async def _hold_membership(self, shards: Shards) -> None:
+        await shards.hold(self.stopping)
+        if not self.stopping.is_set():
+            self.exit_code = 1  # not renewed in time: others may take our clusters; stop now
+            self.lease_lost = True
+            self.stopping.set()
 
     async def _hold_lease(self, elector: LeaderElector) -> None:
         await elector.hold(self.stopping)
@@ -207,10 +255,12 @@ class Operator:
             self._rollout_task.cancel()
         if self.fleet is not None:
             await self.fleet.shutdown(grace)
+        if self._lease_task is not None:
+            self._lease_task.cancel()
         if self.elector is not None:
-            if self._lease_task is not None:
-                self._lease_task.cancel()
             await self.elector.release()
+        if self.shards is not None and not self.shards.lost:
+            await self.shards.leave()  # every worker has stopped: hand everything over
         if self.home is not None:
             await self.home.close()
         self.health.stop()

@@ -199,6 +199,13 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("retry_period", "How often candidates try to acquire or renew the Lease", 2.0, duration),
     Opt("shutdown_timeout", "Time running helm operations get to finish on SIGTERM", 30.0,
         duration),
+    Opt("sharding", "Split the clusters among every running replica (each holds a membership "
+        "Lease and one Lease per cluster it serves) instead of one leader doing all", False,
+        boolean),
+    Opt("shard_identity", "This replica's name among the members (default: POD_NAME, else the "
+        "host name)", ""),
+    Opt("shard_pin_label", "Label of a cluster Secret naming the replica that should serve it",
+        "krypton.openkcm.io/shard"),
 )
 
 _ZERO_OK = {"health_probe_bind_address", "metrics_bind_address"}
@@ -263,6 +270,9 @@ class Settings:
     renew_deadline: float = _default("renew_deadline")
     retry_period: float = _default("retry_period")
     shutdown_timeout: float = _default("shutdown_timeout")
+    sharding: bool = _default("sharding")
+    shard_identity: str = _default("shard_identity")
+    shard_pin_label: str = _default("shard_pin_label")
     # derived at load time
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
@@ -306,8 +316,8 @@ TOPICS = (
     ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout")),
     ("helm", ("helm_",)),
     ("progressive rollout", ("rollout_",)),
-    ("leader election and shutdown", ("leader_", "lease_duration", "renew_deadline",
-                                      "retry_period", "shutdown_timeout")),
+    ("leader election, sharding and shutdown", ("leader_", "lease_duration", "renew_deadline",
+                                                "retry_period", "shutdown_timeout", "sharding", "shard_")),
     ("logs, health and metrics", ("log_", "health_", "metrics_")),
 )
 
@@ -394,6 +404,12 @@ def _check(s: Settings) -> None:
         raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
         raise SettingsError("invalid --renew-deadline: must be shorter than --lease-duration")
+    if s.sharding and (s.rollout_canary_clusters.strip() or s.rollout_max_parallel_clusters > 0):
+        raise SettingsError("invalid --sharding: a progressive rollout (--rollout-*) needs one "
+                            "replica that sees every cluster; run it without --sharding")
+    if s.sharding and s.leader_elect:
+        raise SettingsError("invalid --sharding: every replica works under --sharding; "
+                            "--leader-elect is for one worker and standbys")
 
 
 def read_values_file(path: str) -> dict[str, Any]:

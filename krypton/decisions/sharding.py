@@ -18,6 +18,7 @@ import bisect
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 VNODES = 64  # ring points per member
 EPSILON = 0.25  # a member takes at most 25 % more than an even share
@@ -61,4 +62,15 @@ def assign(clusters: Iterable[str], members: Iterable[str],
             member = min(live, key=lambda m: (load[m], m))
         out[cluster] = member
         load[member] += 1
+    return out
+
+
+def pins(secrets: Iterable[Mapping[str, Any]], label: str) -> dict[str, str]:
+    """cluster -> replica, from the pin label of each cluster Secret that has one."""
+    out = {}
+    for secret in secrets:
+        meta = secret.get("metadata") or {}
+        pinned = (meta.get("labels") or {}).get(label)
+        if pinned:
+            out[str(meta.get("name"))] = str(pinned)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,8 @@ class Fleet:
         # credentials): each in a task of its own, so that none waits for another
         self._leaving: dict[str, asyncio.Task[None]] = {}
         self.resync: Callable[[], None] = lambda: None  # ask for another sync
+        # --sharding: a cluster handed to another replica, once its worker stopped
+        self.handed_over: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def workers(self) -> dict[str, Worker]:
@@ -79,17 +81,22 @@ class Fleet:
         await self.home_events.emit(involved_secret(spec.namespace, spec.name, spec.uid), type_,
                                     reason, message)
 
-    async def sync(self, secrets: list[dict[str, Any]]) -> None:
+    async def sync(self, secrets: list[dict[str, Any]],
+                   elsewhere: frozenset[str] = frozenset()) -> None:
         """Match the engaged clusters to the discovered Secrets, stopping first.
 
         A cluster whose Secret is gone, or whose kubeconfig changed, leaves in a task of its
         own: a changed one is drained (no new work; running helm gets --shutdown-timeout to
         finish, as on shutdown) and engages again with the new credentials when that task
-        ends. No engagement or disengagement waits for another cluster's.
+        ends. No engagement or disengagement waits for another cluster's. A cluster in
+        `elsewhere` (served by another replica under --sharding) is drained the same way
+        and handed over: not forgotten, since it did not leave the fleet.
         """
         desired = desired_clusters(secrets, self.settings.kubeconfig_key)
         for name in list(self.clusters):
-            if name not in desired:
+            if name in elsewhere:
+                self._leave(name, removed=False, handover=True)
+            elif name not in desired:
                 self._leave(name, removed=True)
             elif desired[name].digest != self.clusters[name].spec.digest:
                 self._leave(name, removed=False)
@@ -97,12 +104,16 @@ class Fleet:
             if name not in self.clusters and name not in self._leaving:
                 await self._engage(spec)
 
-    def _leave(self, name: str, *, removed: bool) -> None:
+    def _leave(self, name: str, *, removed: bool, handover: bool = False) -> None:
         grace = 0.0 if removed else self.settings.shutdown_timeout
 
         async def leave() -> None:
             try:
                 await self._disengage(name, grace, removed=removed)
+                if handover:
+                    metrics.forget_cluster(name)
+                    if self.handed_over is not None:
+                        await self.handed_over(name)
             finally:
                 del self._leaving[name]
                 self.resync()  # engage the new credentials (or whatever is wanted now)

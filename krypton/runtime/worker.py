@@ -65,6 +65,7 @@ class Shared:
     workdir: Path
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()  # rollout (F1)
     fence: Callable[[], bool] = lambda: True  # still the leader? (checked before every helm start)
+    owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
 
@@ -160,7 +161,8 @@ class Worker:
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
             gate=lambda cluster: self.shared.gate(cluster),
-            fence=lambda: not self.draining and self.shared.fence(), phases=phases,
+            fence=lambda: not self.draining and self.shared.fence() and
+            self.shared.owns(self.name), phases=phases,
             readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned))
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)

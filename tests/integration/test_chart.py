@@ -64,6 +64,21 @@ def test_security_context_probes_and_args(helm_bin: str) -> None:
     assert "--helm-driver=configmap" in container["args"]
 
 
+def test_sharding_runs_every_replica_with_the_rights_its_leases_need(helm_bin: str) -> None:
+    docs = render(helm_bin, "--set", "sharding.enabled=true", "--set", "replicaCount=3")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert deployment["spec"]["replicas"] == 3
+    assert "--sharding" in args and not any(a.startswith("--leader-elect=") for a in args)
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"].endswith("-leader-election"))
+    verbs = set(role["rules"][0]["verbs"])
+    assert {"list", "watch", "create", "update", "delete"} <= verbs
+    plain = next(d for d in render(helm_bin) if d["kind"] == "Role"
+                 and d["metadata"]["name"].endswith("-leader-election"))
+    assert "delete" not in plain["rules"][0]["verbs"]
+
+
 def test_namespaced_mode_renders_roles_only(helm_bin: str) -> None:
     docs = render(helm_bin, "--set", "watchNamespace=team-a", "--set",
                   "watchCluster.secretName=home-kubeconfig")

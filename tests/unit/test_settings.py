@@ -167,7 +167,7 @@ def test_run_help_groups_flags_by_topic() -> None:
     assert sections == ["chart options:", "clusters and discovery options:",
                         "watch cluster options:", "Tenants and namespaces options:",
                         "reconcile options:", "helm options:", "progressive rollout options:",
-                        "leader election and shutdown options:",
+                        "leader election, sharding and shutdown options:",
                         "logs, health and metrics options:"]
     helm = out.split("helm options:", 1)[1].split("progressive rollout options:", 1)[0]
     assert "--helm-timeout" in helm and "--chart-repo" not in helm

@@ -1,0 +1,127 @@
+"""Sharding (SPEC F4) on the real test bed: three replicas split 30 clusters (cluster Secrets
+pointing at the two local control planes under different names), a SIGKILLed replica's
+clusters are taken only once its membership expired, a SIGTERMed one hands its clusters over
+at once, and no release is ever installed twice."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+from kubernetes import client
+
+from krypton.testing.operator import OperatorProcess, wait_for
+from tests.integration.conftest import Fleet, unique
+
+LEASE, RETRY = 6.0, 1.0
+
+
+def _owners(fleet: Fleet, group: str) -> dict[str, str]:
+    """cluster -> holder of its Lease ("" when released)."""
+    leases = client.CoordinationV1Api(fleet.home.api).list_namespaced_lease(
+        fleet.tenant_ns, label_selector=f"krypton.openkcm.io/cluster-of={group}").items
+    return {(lease.metadata.annotations or {}).get("krypton.openkcm.io/cluster", ""):
+            lease.spec.holder_identity or "" for lease in leases}
+
+
+def _engaged(op: OperatorProcess) -> float:
+    return op.metric("krypton_engaged_clusters")
+
+
+def test_replicas_split_the_fleet_and_take_over_without_two_owners(fleet: Fleet) -> None:
+    group = unique("shard")
+    names = [f"c-{i:02d}" for i in range(30)]
+    for i, name in enumerate(names):
+        fleet.register(name, fleet.home if i % 2 == 0 else fleet.remote)
+    pinned = names[7]
+    secret = fleet.home.core.read_namespaced_secret(pinned, fleet.discovery_ns)
+    secret.metadata.labels["krypton.openkcm.io/shard"] = "r2"
+    fleet.home.core.replace_namespaced_secret(pinned, fleet.discovery_ns, secret)
+    args = ("--sharding", "--leader-election-id", group, "--lease-duration", f"{LEASE:.0f}s",
+            "--renew-deadline", "4s", "--retry-period", f"{RETRY:.0f}s",
+            "--allow-duplicate-clusters")
+    ops = {f"r{i}": fleet.start(*args, "--shard-identity", f"r{i}") for i in range(3)}
+    tenants = [(c, fleet.tenant(c, unique("sh"))) for c in (fleet.home, fleet.remote)]
+
+    def split() -> dict[str, str] | None:
+        owners = _owners(fleet, group)
+        loads = Counter(owners.values())
+        settled = len(owners) == 30 and set(loads) == set(ops) and \
+            all(_engaged(op) == loads[r] for r, op in ops.items())
+        return owners if settled else None
+    owners = wait_for(split, 180, interval=0.5, what="30 clusters split among 3 replicas")
+    loads = Counter(owners.values())
+    assert all(7 <= n <= 13 for n in loads.values()), loads
+    assert owners[pinned] == "r2"
+    for cluster, name in tenants:
+        wait_for(lambda c=cluster, n=name: len(_ready(c, fleet.tenant_ns, n)) == 15, 240,
+                 what="the Tenant Ready on every cluster name of its server")
+
+    victim = next(r for r in ("r0", "r1") if loads[r])
+    lost = sorted(c for c, r in owners.items() if r == victim)
+    os.kill(ops[victim].pid, signal.SIGKILL)
+    killed, killed_at = time.monotonic(), time.time()
+
+    def taken() -> bool:
+        now = _owners(fleet, group)
+        return all(now[c] not in ("", victim) for c in lost)
+    wait_for(taken, LEASE + RETRY + 30, interval=0.2, what="the killed replica's clusters taken")
+    took = time.monotonic() - killed
+    # never two owners: nobody took them while the victim's membership could still be valid
+    # (its last renewal was at most one retry period before the kill)
+    assert took >= LEASE - RETRY, took
+    survivors = {r: op for r, op in ops.items() if r != victim}
+    wait_for(lambda: sum(_engaged(op) for op in survivors.values()) == 30, 60,
+             what="30 clusters engaged by the survivors")
+
+    leaving = next(r for r in survivors if r != "r2")
+    handed = sorted(c for c, r in _owners(fleet, group).items() if r == leaving)
+    started = time.monotonic()
+    assert survivors[leaving].stop(grace=60) == 0
+    wait_for(lambda: all(_owners(fleet, group)[c] == "r2" for c in handed), 60, interval=0.2,
+             what="the stopped replica's clusters taken by the last one")
+    handover = time.monotonic() - started
+    released = {e.get("cluster") for e in survivors[leaving].log_events("cluster released")}
+    assert set(handed) <= released  # handed over, not left to expire
+    wait_for(lambda: _engaged(ops["r2"]) == 30, 60, what="30 clusters engaged by r2")
+    print(f"killed replica's clusters taken after {took:.1f}s, handover on SIGTERM {handover:.1f}s")
+
+    _never_two_owners(ops, {victim: killed_at})
+    for cluster, name in tenants:  # every release installed once, by one owner
+        for c in names[0::2] if cluster is fleet.home else names[1::2]:
+            assert cluster.release_records(name, f"tenant-{name}-{c}") == [(1, "deployed")]
+
+
+def _never_two_owners(ops: dict[str, OperatorProcess], killed: dict[str, float]) -> None:
+    """From the replicas' logs: no cluster was being served by two replicas at any moment
+    (served: from "cluster engaging" to "cluster disengaged", or to the SIGKILL)."""
+    spans: dict[str, list[tuple[float, float, str]]] = {}
+    for replica, op in ops.items():
+        ends: dict[str, list[float]] = {}
+        for entry in op.log_events("cluster disengaged"):
+            ends.setdefault(entry["cluster"], []).append(_when(entry))
+        for entry in op.log_events("cluster engaging"):
+            start = _when(entry)
+            end = min((t for t in ends.get(entry["cluster"], []) if t >= start),
+                      default=killed.get(replica, float("inf")))
+            spans.setdefault(entry["cluster"], []).append((start, end, replica))
+    assert len(spans) == 30
+    for cluster, served in spans.items():
+        served.sort()
+        for (_, end, first), (start, _, second) in zip(served, served[1:], strict=False):
+            assert first == second or start >= end, (cluster, served)
+
+
+def _when(entry: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _ready(cluster: Any, namespace: str, name: str) -> list[str]:
+    tenant = cluster.custom.get_namespaced_custom_object(
+        "mesh.openkcm.io", "v1alpha1", namespace, "tenants", name)
+    return [c["type"] for c in (tenant.get("status") or {}).get("conditions") or []
+            if c["type"].startswith("ClusterReady/") and c["status"] == "True"]
