@@ -4,7 +4,7 @@ Starts a home and a remote control plane, each with two simulated nodes (kwok), 
 chart repository serving the ``workload`` test chart (a Deployment of two pods, a Service and a
 post-install hook Job), registers the remote cluster with ``krypton register-cluster``, runs
 the operator in the background (the home cluster engages itself as ``self-cluster``), applies
-the sample Tenants of ``examples/``, waits for them (helm waits for their pods), shows the
+the sample Tenants of ``examples/``, waits for them (krypton follows their pods), shows the
 pods, prints ``krypton status``, ``krypton plan`` (a new version, then a changed value) and
 ``krypton diff``, follows initech's resumption with ``krypton status --watch``, and leaves
 the clusters up for exploring with kubectl until Enter or Ctrl-C (when run from a
