@@ -216,9 +216,12 @@ class Helm:
             raise HelmFailed(f"manifest of {release} is not valid YAML") from exc
 
     async def uninstall(self, release: str, namespace: str) -> None:
+        """``helm uninstall --wait`` whatever --helm-wait says: the release is gone only once
+        its objects are (a CRD it owned may take a while), and what waits for it (a Tenant
+        refused that CRD, the namespace's deletion) must not find them still there."""
         try:
             await self._run("uninstall", self._command.uninstall(
-                release, namespace=namespace, wait=self.wait, timeout=f"{int(self.timeout)}s"))
+                release, namespace=namespace, wait=True, timeout=f"{int(self.timeout)}s"))
         except HelmFailed as exc:
             if "not found" not in str(exc):
                 raise

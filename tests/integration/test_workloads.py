@@ -191,10 +191,11 @@ def test_readiness_is_tracked_without_helm_wait(fleet: Fleet, simulated: Any) ->
     c = sim.wait_condition(fleet.tenant_ns, late, "ClusterError/sim", "True", "ReadinessTimeout",
                            timeout=90)
     # Issue 14: the watch, not polling, follows the Deployment. krypton read it once after
-    # helm applied it and at most once more when the watch of Deployments started; a look
-    # every 5 s over the 20 s until the timeout would have read it four times more.
+    # helm applied it, once when the watch of Deployments started and, on a busy machine, once
+    # more in a pass that came before that watch was live; a look every 5 s over the 20 s
+    # until the timeout reads it at least five times (seven when this was measured).
     reads = _reads(simulated, f"/apis/apps/v1/namespaces/{late}/deployments/tenant-{late}-sim")
-    assert 1 <= reads <= 2, reads
+    assert 1 <= reads <= 3, reads
     assert f"Deployment tenant-{late}-sim in namespace {late}: 0 of 2 replicas available" in \
         c["message"], c["message"]
     assert "not ready 20s after it was applied" in c["message"]
