@@ -596,30 +596,27 @@ class Kube:
 
     # -- leases ----------------------------------------------------------------------------
 
-    def _lease_path(self, namespace: str, name: str = "") -> str:
+    def lease_path(self, namespace: str, name: str = "") -> str:
         base = _path("apis", "coordination.k8s.io", "v1", "namespaces", namespace, "leases")
         return f"{base}/{quote(name, safe='')}" if name else base
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
-        return await self.get(f"get lease {namespace}/{name}", self._lease_path(namespace, name))
+        return await self.get(f"get lease {namespace}/{name}", self.lease_path(namespace, name))
 
     async def create_lease(self, namespace: str, body: Obj) -> Obj:
         return await self.request(f"create lease {namespace}", "POST",
-                                  self._lease_path(namespace), body=body)
+                                  self.lease_path(namespace), body=body)
 
     async def replace_lease(self, namespace: str, name: str, body: Obj) -> Obj:
         return await self.request(f"replace lease {namespace}/{name}", "PUT",
-                                  self._lease_path(namespace, name), body=body)
+                                  self.lease_path(namespace, name), body=body)
 
     async def delete_lease(self, namespace: str, name: str) -> None:
         try:
             await self.request(f"delete lease {namespace}/{name}", "DELETE",
-                               self._lease_path(namespace, name))
+                               self.lease_path(namespace, name))
         except NotFound:
             pass
-
-    def leases_path(self, namespace: str) -> str:
-        return self._lease_path(namespace)
 
 
 def now_rfc3339() -> str:

@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ class Operator:
                 retry_period=s.retry_period)
             if not await self.elector.acquire(self.stopping):
                 return
-            self._lease_task = asyncio.create_task(self._hold_lease(self.elector))
+            self._lease_task = asyncio.create_task(self._hold(self.elector.hold(self.stopping)))
         dirty = asyncio.Event()
         if s.sharding:
             self.shards = Shards(self.home, s.lease_namespace, s.leader_election_id,
@@ -150,7 +151,7 @@ class Operator:
                                  lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
                                  retry_period=s.retry_period, on_change=dirty.set)
             await self.shards.join()
-            self._lease_task = asyncio.create_task(self._hold_membership(self.shards))
+            self._lease_task = asyncio.create_task(self._hold(self.shards.hold(self.stopping)))
         if s.ensure_watch_crds:
             result, _ = await self.home.ensure_crd(crd_manifest(),
                                                    upgrade=s.crd_policy == "upgrade")
@@ -230,17 +231,13 @@ class Operator:
                               assigned[n] != shards.identity)
         return mine, elsewhere, waiting
 
-    async def _hold_membership(self, shards: Shards) -> None:
-        await shards.hold(self.stopping)
+    async def _hold(self, renewing: Awaitable[None]) -> None:
+        """Renew the leader Lease or this replica's membership until stopping; when it ends
+        before that, the Lease was lost: stop working at once (others take over) and exit 1
+        to come back as a standby or a new member."""
+        await renewing
         if not self.stopping.is_set():
-            self.exit_code = 1  # not renewed in time: others may take our clusters; stop now
-            self.lease_lost = True
-            self.stopping.set()
-
-    async def _hold_lease(self, elector: LeaderElector) -> None:
-        await elector.hold(self.stopping)
-        if not self.stopping.is_set():
-            self.exit_code = 1  # lost the lease: stop working at once, let a standby lead
+            self.exit_code = 1
             self.lease_lost = True
             self.stopping.set()
 

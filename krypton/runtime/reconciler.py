@@ -372,14 +372,13 @@ class Reconciler:
         if decided.action is Action.SKIP:
             missing = self.rt.gone.get(key) or ()
             if not missing and self._look_due(key, obs.tenant):
-                followed = self.rt.readiness.health(key) if self.rt.readiness else None
-                if followed is not None:  # the watches keep its workload current: no reads
-                    found: Health | None = followed
+                found = self.rt.readiness.health(key) if self.rt.readiness else None
+                if found is not None:  # the watches keep its workload current: no reads
+                    self._follow(key, None, found)
                 else:
                     missing, found = await self._look(
                         key, release, self.rt.settings.release_namespace_for(key.name),
                         obs.release.revision)
-                self._follow(key, None, found)
                 obs = dataclasses.replace(obs, health=found)
                 decided = plan(obs)
             if missing:
@@ -432,11 +431,7 @@ class Reconciler:
                              release=release, error=str(exc))
             return (), None
         gone, workload = await self._look_at_manifest(release, namespace, manifest)
-        if workload is None:
-            return gone, None
-        found = health.release_health(workload)
-        self._follow(key, workload, found)
-        return gone, found
+        return gone, self._judge(key, workload)
 
     async def _look_at_manifest(self, release: str, namespace: str, manifest: str, *,
                                 workload_only: bool = False
@@ -462,6 +457,15 @@ class Reconciler:
         repair = self.rt.settings.drift_detection != "off"
         return (tuple(gone) if repair else ()), workload
 
+    def _judge(self, key: TenantKey, workload: Workload | None) -> Health | None:
+        """The health of the workload objects just read (None: not looked at), which are
+        followed from now on if they are not ready."""
+        if workload is None:
+            return None
+        found = health.release_health(workload)
+        self._follow(key, workload, found)
+        return found
+
     def _follow(self, key: TenantKey, workload: Workload | None, found: Health | None) -> None:
         """A workload that is not ready is followed by the cluster's watches (its objects as
         just read), one that is ready no longer."""
@@ -481,11 +485,8 @@ class Reconciler:
                                                            workload_only=True)
         except TemporaryError as exc:  # the next pass looks again
             return Health((f"workload not looked at yet ({exc})",))
-        if workload is None:
-            return None
-        found = health.release_health(workload)
-        self._follow(key, workload, found)
-        return None if found.ready else found
+        found = self._judge(key, workload)
+        return None if found is None or found.ready else found
 
     def _readiness_requeue(self, key: TenantKey, since_applied: float | None) -> float:
         """When to look again at a workload being waited for: when it would time out if its

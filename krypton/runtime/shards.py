@@ -71,9 +71,9 @@ class Shards:
         self._rv = ""
         self._seen: dict[str, tuple[str, str, float, float]] = {}  # lease -> holder, renew, at, ttl
         self._live: frozenset[str] = frozenset()
-        self.members = Informer(kube, "member-leases", kube.leases_path(namespace),
+        self.members = Informer(kube, "member-leases", kube.lease_path(namespace),
                                 self._member_event, label_selector=f"{MEMBER_LABEL}={group}")
-        self.owners = Informer(kube, "cluster-leases", kube.leases_path(namespace),
+        self.owners = Informer(kube, "cluster-leases", kube.lease_path(namespace),
                                self._owner_event, label_selector=f"{CLUSTER_LABEL}={group}")
         self.lost = False
 

@@ -72,9 +72,13 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def _status_field(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
+    """A field of /proc/<pid>/status in its unit (kB for memory); 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -111,7 +115,7 @@ class TreeMemory:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             tree = [self.pid, *descendants(self.pid)]
-            rss = sum(_status_field_safe(p, "VmRSS") for p in tree)
+            rss = sum(_status_field(p, "VmRSS") for p in tree)
             pss = sum(_pss_kib(p) for p in tree)
             if pss / 1024 > self.pss:
                 self.pss, self.rss = pss / 1024, rss / 1024
@@ -123,13 +127,6 @@ class TreeMemory:
         self._thread.join()
         return {"peak_tree_pss_mib": round(self.pss, 1), "peak_tree_rss_mib": round(self.rss, 1),
                 "helm_processes_at_peak": self.helm_at_peak}
-
-
-def _status_field_safe(pid: int, field: str) -> int:
-    try:
-        return _status_field(pid, field)
-    except OSError:
-        return 0
 
 
 def cpu_per_release(own: float, helm: float, releases: int) -> dict[str, float]:

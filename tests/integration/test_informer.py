@@ -162,14 +162,7 @@ def test_a_server_that_ends_every_watch_at_once_is_not_hammered(tmp_path: Path) 
         return b""  # 200, and the watch is over
 
     proxy = Responder(answer, content_type="application/json")
-    kc = parse(f"""
-apiVersion: v1
-kind: Config
-current-context: p
-clusters: [{{name: p, cluster: {{server: "{proxy.url}"}}}}]
-users: [{{name: p, user: {{}}}}]
-contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
-""".encode(), trust=True)
+    kc = _plain(proxy.url)
 
     async def run() -> int:
         kube = Kube(await configuration_for(kc, tmp_path), name="closing-proxy", timeout=5)
@@ -191,55 +184,35 @@ contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
     assert all(gap >= retry.WATCH.first * 2 ** n for n, gap in enumerate(gaps)), gaps
 
 
-class Throttling:
-    """An API server stand-in on 127.0.0.1 answering /version: 429 with Retry-After for the
-    first `throttled` requests (as kube-apiserver does while a new CRD's storage
-    initializes), then 200."""
+def _throttling(throttled: int) -> tuple[Responder, list[float]]:
+    """An API server stand-in answering /version: 429 with Retry-After for the first
+    `throttled` requests (as kube-apiserver does while a new CRD's storage initializes),
+    then 200; and the times of the requests."""
+    times: list[float] = []
 
-    def __init__(self, throttled: int) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        outer = self
-        self.throttled, self.times = throttled, []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                outer.times.append(time.monotonic())
-                if len(outer.times) <= outer.throttled:
-                    body, code = (b'{"kind":"Status","status":"Failure","message":"storage is '
-                                  b'(re)initializing","code":429}'), 429
-                else:
-                    body, code = b'{"major":"1","minor":"34","gitVersion":"v1.34.4"}', 200
-                self.send_response(code)
-                if code == 429:
-                    self.send_header("Retry-After", "1")
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(_path: str) -> Any:
+        times.append(time.monotonic())
+        if len(times) <= throttled:
+            return 429, {"Retry-After": "1"}, (b'{"kind":"Status","status":"Failure","message":'
+                                               b'"storage is (re)initializing","code":429}')
+        return b'{"major":"1","minor":"34","gitVersion":"v1.34.4"}'
+    return Responder(answer, content_type="application/json"), times
 
 
-def _version_through(server: Throttling, tmp_path: Path) -> Any:
-    kc = parse(f"""
+def _plain(url: str) -> Any:
+    """A kubeconfig for a plain-HTTP stand-in at `url`, without credentials."""
+    return parse(f"""
 apiVersion: v1
 kind: Config
-current-context: t
-clusters: [{{name: t, cluster: {{server: "{server.url}"}}}}]
-users: [{{name: t, user: {{}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t}}}}]
+current-context: p
+clusters: [{{name: p, cluster: {{server: "{url}"}}}}]
+users: [{{name: p, user: {{}}}}]
+contexts: [{{name: p, context: {{cluster: p, user: p}}}}]
 """.encode(), trust=True)
+
+
+def _version_through(server: Responder, tmp_path: Path) -> Any:
+    kc = _plain(server.url)
 
     async def run() -> Any:
         kube = Kube(await configuration_for(kc, tmp_path), name="throttling", timeout=5)
@@ -260,17 +233,17 @@ def test_a_throttled_request_waits_as_told_and_succeeds(tmp_path: Path) -> None:
     """Issue 13: "HTTP 429: storage is (re)initializing" while a CRD just created comes up
     is no failure: the request is repeated after Retry-After, and the caller sees only the
     answer."""
-    server = Throttling(throttled=2)
+    server, times = _throttling(2)
     assert _version_through(server, tmp_path) == "v1.34.4"
-    assert len(server.times) == 3
-    gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
+    assert len(times) == 3
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert all(gap >= 0.9 for gap in gaps), gaps  # Retry-After: 1
 
 
 def test_a_server_that_keeps_throttling_is_an_error_in_the_end(tmp_path: Path) -> None:
     from krypton.adapters.kube import THROTTLED_RETRIES
 
-    server = Throttling(throttled=100)
+    server, times = _throttling(100)
     error = _version_through(server, tmp_path)
     assert isinstance(error, TemporaryError) and "429" in str(error), error
-    assert len(server.times) == THROTTLED_RETRIES + 1
+    assert len(times) == THROTTLED_RETRIES + 1

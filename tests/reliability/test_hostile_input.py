@@ -36,7 +36,8 @@ CRD = "widgets.shared.krypton.test"
 
 
 class Responder:
-    """HTTP on 127.0.0.1 answering every GET with `body(path)`; optional per-byte delay."""
+    """HTTP on 127.0.0.1 answering every GET with `body(path)`: bytes (200), None (404) or
+    (status, headers, bytes); optional per-byte delay."""
 
     def __init__(self, body: Any, *, trickle: float = 0.0,
                  content_type: str = "application/octet-stream") -> None:
@@ -49,7 +50,12 @@ class Responder:
                 if data is None:
                     self.send_error(404)
                     return
-                self.send_response(200)
+                code, headers = 200, {}
+                if isinstance(data, tuple):
+                    code, headers, data = data
+                self.send_response(code)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", responder.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
