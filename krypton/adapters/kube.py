@@ -298,7 +298,8 @@ class Kube:
             return None
 
     async def list_all(self, what: str, path: str, *, label_selector: str | None = None,
-                       accept: str = "application/json", page_size: int = PAGE_SIZE) -> Obj:
+                       field_selector: str | None = None, accept: str = "application/json",
+                       page_size: int = PAGE_SIZE) -> Obj:
         """A whole collection, read in pages; a page token that expired (410) restarts the
         list, so the answer is always one consistent snapshot."""
         while True:
@@ -307,8 +308,8 @@ class Kube:
             try:
                 while True:
                     page = await self.request(what, "GET", path, accept=accept, query={
-                        "labelSelector": label_selector, "limit": page_size,
-                        "continue": token})
+                        "labelSelector": label_selector, "fieldSelector": field_selector,
+                        "limit": page_size, "continue": token})
                     items += page.get("items") or []
                     meta = page.get("metadata") or {}
                     token = meta.get("continue") or None
@@ -320,8 +321,8 @@ class Kube:
                 continue
 
     async def watch(self, what: str, path: str, *, resource_version: str,
-                    label_selector: str | None, accept: str,
-                    server_timeout: int) -> aiohttp.ClientResponse:
+                    label_selector: str | None, accept: str, server_timeout: int,
+                    field_selector: str | None = None) -> aiohttp.ClientResponse:
         """Open a watch from `resource_version`; the caller reads its lines and releases it."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
         try:
@@ -329,6 +330,7 @@ class Kube:
                                     query={"watch": "true", "resourceVersion": resource_version,
                                            "allowWatchBookmarks": "true",
                                            "labelSelector": label_selector,
+                                           "fieldSelector": field_selector,
                                            "timeoutSeconds": server_timeout})
         except TRANSPORT_ERRORS as exc:
             raise _transport_error(exc, what) from exc
@@ -669,8 +671,9 @@ class Informer:
     """
 
     def __init__(self, kube: Kube, what: str, path: str, handler: EventHandler, *,
-                 label_selector: str | None = None, metadata_only: bool = False,
-                 watch_timeout: int = 290, stall_timeout: float = 150.0,
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 metadata_only: bool = False, watch_timeout: int = 290,
+                 stall_timeout: float = 150.0,
                  on_error: Callable[[Exception], None] | None = None,
                  on_healthy: Callable[[], None] | None = None,
                  transform: Callable[[Obj], Obj] = without_managed_fields,
@@ -680,7 +683,7 @@ class Informer:
         self._resumed = False  # from_now: a watch starts where changes may have been missed
         # what is kept of each object (the store of every engaged cluster lives in memory)
         self.transform = transform
-        self.label_selector = label_selector
+        self.label_selector, self.field_selector = label_selector, field_selector
         # Ask the API server for PartialObjectMetadata: names, labels, versions, no payload.
         self.metadata_only = metadata_only
         self.watch_timeout = watch_timeout
@@ -747,6 +750,7 @@ class Informer:
             return rv
         body = await self.kube.list_all(
             f"list {self.what}", self.path, label_selector=self.label_selector,
+            field_selector=self.field_selector,
             accept=METADATA_ONLY if self.metadata_only else "application/json")
         seen: dict[tuple[str, str], Obj] = {}
         for item in map(self.transform, body["items"]):
@@ -773,6 +777,7 @@ class Informer:
         server_timeout = self.watch_timeout + random.randint(0, self.watch_timeout // 10)
         resp = await self.kube.watch(
             what, self.path, resource_version=rv, label_selector=self.label_selector,
+            field_selector=self.field_selector,
             accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
             server_timeout=server_timeout)
         if (after_failure or self._resumed) and self.on_healthy:

@@ -38,12 +38,12 @@ from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.discovery import SELF_CLUSTER
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
-from krypton.decisions.rollout import Policy
+from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector
 from krypton.runtime.pause import pause
-from krypton.runtime.rollout_controller import RolloutController
+from krypton.runtime.rollout_controller import Published, RolloutController, RolloutFollower
 from krypton.runtime.shards import Shards
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.worker import Shared
@@ -79,7 +79,8 @@ class Operator:
         self._lease_task: asyncio.Task[None] | None = None
         self.exit_code = 0
         self.lease_lost = False
-        self._rollout_task: asyncio.Task[None] | None = None
+        self._rollout_tasks: list[asyncio.Task[None]] = []
+        self._rollout_elector: LeaderElector | None = None
 
     def ready(self) -> tuple[bool, list[str]]:
         """Ready once discovery synced, or while standing by for the Lease; plus one line per
@@ -177,12 +178,14 @@ class Operator:
             max_parallel=s.rollout_max_parallel_clusters, max_failures=s.rollout_max_failures,
             wave_deadline=s.rollout_wave_deadline, soak=s.rollout_wave_soak,
             auto_revert=s.rollout_auto_revert)
-        if policy.enabled:
+        if policy.enabled and self.shards is not None:
+            self._share_rollout(policy, chart, fleet, home_events)
+        elif policy.enabled:
             controller = RolloutController(self.home, s.namespace, policy, chart, s.chart_values,
                                            home_events, lambda: fleet.workers,
                                            fence=shared.fence)
             shared.gate = controller.gate
-            self._rollout_task = asyncio.create_task(controller.run(self.stopping))
+            self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
         fleet.resync = dirty.set
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
@@ -209,6 +212,42 @@ class Operator:
             metrics.SHARD_OWNED.set(len(self.shards.held()))
             if waiting:  # assigned here, still held by a member not yet expired: try again
                 asyncio.get_running_loop().call_later(self.settings.retry_period, dirty.set)
+
+    def _share_rollout(self, policy: Policy, chart: ChartSource, fleet: Fleet,
+                       events: EventRecorder) -> None:
+        """--sharding with a progressive rollout: every replica follows the rollout state and
+        publishes what its clusters observe; the replica holding the leader Lease runs the
+        controller over every discovered cluster, as published."""
+        s, shards, home = self.settings, self.shards, self.home
+        assert shards is not None and home is not None
+        follower = RolloutFollower(home, s.namespace, policy, chart, s.chart_values,
+                                   lambda: fleet.workers, shards.publish)
+        fleet.shared.gate = follower.gate
+        elector = LeaderElector(home, s.lease_namespace, s.leader_election_id,
+                                lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
+                                retry_period=s.retry_period, identity=shards.identity)
+        self._rollout_elector = elector
+
+        def everyone() -> dict[str, Published]:
+            discovered = self.discovery.store.values() if self.discovery is not None else ()
+            return {str(sec["metadata"]["name"]): Published(read_publication(
+                shards.published(str(sec["metadata"]["name"])), controller.current_target))
+                for sec in discovered}
+        controller = RolloutController(home, s.namespace, policy, chart, s.chart_values, events,
+                                       everyone, fence=elector.holds)
+        self._rollout_tasks += [asyncio.create_task(follower.run(self.stopping)),
+                                asyncio.create_task(self._lead_rollout(elector, controller))]
+
+    async def _lead_rollout(self, elector: LeaderElector, controller: RolloutController) -> None:
+        """Run the rollout controller whenever this replica holds the leader Lease; losing
+        the Lease stops the controller only (this replica keeps serving its clusters)."""
+        while await elector.acquire(self.stopping):
+            leading = asyncio.create_task(controller.run(self.stopping))
+            await elector.hold(self.stopping)
+            leading.cancel()
+            controller.forget()
+            if not self.stopping.is_set():
+                log.warning("rollout leadership lost; standing by for the leader Lease")
 
     async def _share(self, shards: Shards, secrets: list[dict[str, Any]]
                      ) -> tuple[list[dict[str, Any]], frozenset[str], bool]:
@@ -248,14 +287,15 @@ class Operator:
         log.info("shutting down", grace=grace, lease_lost=self.lease_lost)
         if self.discovery is not None:
             await self.discovery.stop()
-        if self._rollout_task is not None:
-            self._rollout_task.cancel()
+        for task in self._rollout_tasks:
+            task.cancel()
         if self.fleet is not None:
             await self.fleet.shutdown(grace)
         if self._lease_task is not None:
             self._lease_task.cancel()
-        if self.elector is not None:
-            await self.elector.release()
+        for elector in (self.elector, self._rollout_elector):
+            if elector is not None:
+                await elector.release()
         if self.shards is not None and not self.shards.lost:
             await self.shards.leave()  # every worker has stopped: hand everything over
         if self.home is not None:

@@ -162,6 +162,41 @@ def gate(state: RolloutState | None, cluster: str, policy: Policy) -> RolloutGat
     return RolloutGate(may, reason, revert)
 
 
+def to_wake(old: RolloutState | None, new: RolloutState) -> tuple[set[str], bool]:
+    """Whose Tenants are looked at again when the written state moves from `old` to `new`:
+    the clusters newly reached by a wave, and (True) every cluster on a phase change, so
+    that each held-back Tenant reports the new phase."""
+    newly = new.reached() - (old.reached() if old is not None and old.target == new.target
+                             else set())
+    return newly, old is not None and old.phase != new.phase
+
+
+def publication(target: str | None, observation: ClusterObservation) -> str:
+    """What the replica serving a cluster publishes of it under --sharding (F4), for the
+    replica that runs the rollout: the observation and the target it was made against."""
+    return json.dumps({"target": target, **dataclasses.asdict(observation)}, sort_keys=True)
+
+
+def read_publication(text: str | None, target: str | None) -> ClusterObservation:
+    """A cluster as its owner published it, judged against the rollout's `target`: nothing
+    published (or unreadable) is an unreachable cluster; a publication made against another
+    target (its owner has not resolved the new chart yet) counts no release as done or
+    failed."""
+    unreachable = ClusterObservation(False, 0, 0, 0)
+    try:
+        raw = json.loads(text or "")
+        fields = {f.name for f in dataclasses.fields(ClusterObservation)}
+        seen = ClusterObservation(**{k: v for k, v in raw.items() if k in fields})
+    except (ValueError, TypeError, AttributeError):
+        return unreachable
+    if not isinstance(seen.reachable, bool) or not all(
+            isinstance(getattr(seen, f), int) for f in fields - {"reachable"}):
+        return unreachable
+    if target is None or raw.get("target") != target:
+        return ClusterObservation(seen.reachable, seen.tenants, 0, 0)
+    return seen
+
+
 def revert_outcome(state: RolloutState, observed: dict[str, ClusterObservation]) -> RolloutState:
     """Once every release handed over for a rollback (on the reachable failed clusters) was
     rolled back or failed to, the halted state records the real outcome, once."""

@@ -404,12 +404,10 @@ def _check(s: Settings) -> None:
         raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
         raise SettingsError("invalid --renew-deadline: must be shorter than --lease-duration")
-    if s.sharding and (s.rollout_canary_clusters.strip() or s.rollout_max_parallel_clusters > 0):
-        raise SettingsError("invalid --sharding: a progressive rollout (--rollout-*) needs one "
-                            "replica that sees every cluster; run it without --sharding")
     if s.sharding and s.leader_elect:
         raise SettingsError("invalid --sharding: every replica works under --sharding; "
-                            "--leader-elect is for one worker and standbys")
+                            "--leader-elect is for one worker and standbys (the replica that "
+                            "runs a progressive rollout is elected on the same Lease by itself)")
 
 
 def read_values_file(path: str) -> dict[str, Any]:

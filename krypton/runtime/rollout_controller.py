@@ -1,35 +1,43 @@
 """Drives the progressive rollout (SPEC F1): observes the workers, evaluates the pure state
 machine of rollout.py, keeps the state in a ConfigMap on the watch cluster (so that a
 restarted operator resumes instead of restarting the rollout), opens waves, reports a halt
-(Event, log, metric) and, with --rollout-auto-revert, rolls the failed releases back."""
+(Event, log, metric) and, with --rollout-auto-revert, rolls the failed releases back.
+
+Under --sharding (F4) the controller runs on the one replica that holds the leader Lease and
+sees every cluster through what its owner publishes on the cluster's Lease (`Published`);
+every replica, that one included, follows the state as written (`RolloutFollower`): its gate,
+and the Tenants it wakes when a wave opens or the phase changes."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.charts import ChartSource
+from krypton.adapters.charts import ChartSource, ResolvedChart
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.kube import Kube
+from krypton.adapters.kube import Informer, Kube, core_path
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollout import (
     CONFIGMAP,
     HALTED,
+    ClusterObservation,
     Policy,
     RolloutState,
     evaluate,
     gate,
     include,
+    publication,
     revert_outcome,
     start,
+    to_wake,
 )
 from krypton.runtime.pause import pause
 
@@ -37,21 +45,16 @@ log = structlog.get_logger("krypton.rollout")
 ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster to engage
 
 
-class RolloutController:
-    def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
-                 central_values: dict[str, Any], events: EventRecorder,
-                 workers: Callable[[], dict[str, Any]], interval: float = 2.0,
-                 fence: Callable[[], bool] = lambda: True) -> None:
-        self.home, self.namespace, self.policy = home, namespace, policy
-        self.chart, self.central_values, self.events = chart, central_values, events
-        self.workers = workers
-        self.interval = interval
-        self.fence = fence
+class _Gated:
+    """A rollout state as last read or written, and the gate it sets for each cluster."""
+
+    def __init__(self, policy: Policy, chart: ChartSource, central_values: dict[str, Any],
+                 workers: Callable[[], dict[str, Any]], interval: float) -> None:
+        self.policy, self.chart, self.central_values = policy, chart, central_values
+        self.workers, self.interval = workers, interval
         self.state: RolloutState | None = None
         self.current_target: str | None = None
         self._loaded = False
-        self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
-        self._waiting_since: float | None = None
 
     def gate(self, cluster: str) -> RolloutGate:
         if not self.policy.enabled:
@@ -61,6 +64,38 @@ class RolloutController:
             # the rollout of the current target is not planned yet
             return RolloutGate(open=False, reason="RolloutPending")
         return gate(state, cluster, self.policy)
+
+    async def _resolve(self) -> tuple[ResolvedChart, str]:
+        """The central chart and the target it makes with the central values."""
+        chart = await self.chart.get()
+        self.current_target = fingerprint(chart.repo, chart.name, chart.version,
+                                          self.central_values)
+        return chart, self.current_target
+
+    def _wake(self, old: RolloutState | None, new: RolloutState) -> None:
+        """Look at the Tenants again whose gate the new state opened or changed."""
+        workers = self.workers()
+        newly, everyone = to_wake(old, new)
+        for name in workers if everyone else newly:
+            if name in workers:
+                workers[name].requeue_all()
+
+
+class RolloutController(_Gated):
+    def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
+                 central_values: dict[str, Any], events: EventRecorder,
+                 workers: Callable[[], dict[str, Any]], interval: float = 2.0,
+                 fence: Callable[[], bool] = lambda: True) -> None:
+        super().__init__(policy, chart, central_values, workers, interval)
+        self.home, self.namespace, self.events = home, namespace, events
+        self.fence = fence
+        self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
+        self._waiting_since: float | None = None
+
+    def forget(self) -> None:
+        """Leadership lost: read the state again when leading next (another leader wrote)."""
+        self._loaded = False
+        self._waiting_since = None
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -74,9 +109,7 @@ class RolloutController:
         if not self._loaded:
             self.state = await self._load()
             self._loaded = True
-        chart = await self.chart.get()
-        target = fingerprint(chart.repo, chart.name, chart.version, self.central_values)
-        self.current_target = target
+        chart, target = await self._resolve()
         workers = self.workers()
         now = time.time()
         old = self.state
@@ -120,17 +153,11 @@ class RolloutController:
         metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
         metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
         if old is None or state.to_json() != old.to_json():
-            newly = state.reached() - (old.reached() if old and old.target == state.target else set())
             await self._save(state)  # the gate follows only what was written
             self.state = state
-            for name in newly:
-                if name in workers:
-                    workers[name].requeue_all()
+            self._wake(old, state)
             if old is None or old.phase != state.phase or old.wave != state.wave:
                 log.info("rollout", phase=state.phase, wave=state.wave + 1, detail=state.message)
-            if old is not None and old.phase != state.phase:
-                for w in workers.values():  # every held-back Tenant reports the new phase
-                    w.requeue_all()
 
     def _involved(self) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ConfigMap", "name": CONFIGMAP,
@@ -172,3 +199,74 @@ class RolloutController:
             raise TemporaryError(f"rollout state changed by another writer; reading it again: "
                                  f"{exc}", reason="RolloutStateConflict") from exc
         self._version = cm["metadata"]["resourceVersion"]
+
+
+class Published:
+    """A cluster as the replica serving it published it on the cluster's Lease (--sharding):
+    what the controller on the leader sees of a cluster it does not serve itself."""
+
+    def __init__(self, observation: ClusterObservation) -> None:
+        self.observation = observation
+
+    @property
+    def engaged(self) -> bool:
+        return self.observation.reachable
+
+    def rollout_observation(self) -> ClusterObservation:
+        return self.observation
+
+    def requeue_all(self) -> None:
+        """Nothing here: the replica serving the cluster wakes its Tenants when it reads the
+        new state (RolloutFollower)."""
+
+
+class RolloutFollower(_Gated):
+    """Every replica under --sharding: the gate follows the rollout ConfigMap written by the
+    controller on the leader (watched, so a new wave reaches every replica at once), and each
+    cluster this replica serves publishes its observation through `publish(cluster, text)`
+    every interval (a write only when it changed)."""
+
+    def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
+                 central_values: dict[str, Any], workers: Callable[[], dict[str, Any]],
+                 publish: Callable[[str, str], Awaitable[None]], interval: float = 2.0) -> None:
+        super().__init__(policy, chart, central_values, workers, interval)
+        self.publish = publish
+        self.informer = Informer(home, "rollout-state", core_path("configmaps", namespace),
+                                 self._event, field_selector=f"metadata.name={CONFIGMAP}")
+
+    def _event(self, type_: str, obj: dict[str, Any]) -> None:
+        old = self.state
+        try:
+            state = None if type_ == "DELETED" else RolloutState.from_configmap(obj)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("rollout state unreadable", error=str(exc))
+            return
+        self.state = state
+        if state is None:
+            return
+        metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
+        metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+        if old is None or state.to_json() != old.to_json():
+            self._wake(old, state)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        self.informer.start()
+        try:
+            while not stopping.is_set():
+                try:
+                    await self._step()
+                except KryptonError as exc:
+                    log.warning("rollout observations not published", error=str(exc))
+                await pause(stopping, self.interval)
+        finally:
+            await self.informer.stop()
+
+    async def _step(self) -> None:
+        before = self.current_target, self._loaded
+        _, target = await self._resolve()
+        self._loaded = self.informer.synced.is_set()
+        if (target, self._loaded) != before:  # the gate may have opened or changed anywhere
+            for worker in self.workers().values():
+                worker.requeue_all()
+        for name, worker in list(self.workers().items()):
+            await self.publish(name, publication(target, worker.rollout_observation()))

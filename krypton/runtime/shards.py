@@ -42,6 +42,7 @@ from krypton.runtime.pause import pause
 MEMBER_LABEL = "krypton.openkcm.io/member-of"
 CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"
 CLUSTER_ANNOTATION = "krypton.openkcm.io/cluster"
+ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
 Obj = dict[str, Any]
 
@@ -234,6 +235,33 @@ class Shards:
             log.info("cluster released", cluster=cluster)
         except TemporaryError as exc:
             log.warning("cluster release failed", cluster=cluster, error=str(exc))
+
+    def published(self, cluster: str) -> str | None:
+        """What the cluster's owner published for the rollout (F1); None when the cluster has
+        no live owner (free, or held by a replica whose membership expired)."""
+        lease = self._lease(cluster) or {}
+        if self.owner(cluster) not in self._live:
+            return None
+        return ((lease.get("metadata") or {}).get("annotations") or {}).get(ROLLOUT_ANNOTATION)
+
+    async def publish(self, cluster: str, text: str) -> None:
+        """Write `text` on the cluster's Lease for the replica running the rollout, when this
+        replica owns the cluster and the Lease does not say it already. The write carries the
+        resourceVersion last seen: it fails (and is tried again next time) if the Lease
+        changed hands meanwhile."""
+        lease = self._lease(cluster)
+        if lease is None or not self.owns(cluster):
+            return
+        meta = lease["metadata"]
+        annotations = meta.get("annotations") or {}
+        if annotations.get(ROLLOUT_ANNOTATION) == text:
+            return
+        try:
+            await self.kube.replace_lease(self.namespace, meta["name"], {
+                **lease, "metadata": {**meta, "annotations": {**annotations,
+                                                                ROLLOUT_ANNOTATION: text}}})
+        except TemporaryError as exc:  # a Conflict included: read again, try next time
+            log.debug("rollout observation not published", cluster=cluster, error=str(exc))
 
     def held(self) -> list[str]:
         """Clusters whose Lease names this replica, as last seen."""

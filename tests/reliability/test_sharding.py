@@ -14,8 +14,10 @@ from typing import Any
 
 from kubernetes import client
 
+from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Fleet, unique
+from tests.integration.test_progressive_rollout import repo, rollout_state  # noqa: F401 - fixture
 
 LEASE, RETRY = 6.0, 1.0
 
@@ -125,3 +127,85 @@ def _ready(cluster: Any, namespace: str, name: str) -> list[str]:
         "mesh.openkcm.io", "v1alpha1", namespace, "tenants", name)
     return [c["type"] for c in (tenant.get("status") or {}).get("conditions") or []
             if c["type"].startswith("ClusterReady/") and c["status"] == "True"]
+
+
+def test_one_rollout_for_the_sharded_fleet_gated_on_every_replica(fleet: Fleet,
+                                                                   repo: ChartRepository) -> None:
+    """The rollout controller runs on the replica holding the leader Lease; the canary is
+    served by one replica and the other clusters by the other, so each wave is judged from
+    what another replica published and opened by a state another replica wrote."""
+    group = unique("shro")
+    clusters = {"canary": fleet.home, "w1": fleet.remote, "w2": fleet.home, "w3": fleet.remote}
+    for name, cluster in clusters.items():
+        fleet.register(name, cluster)
+    for name in clusters:
+        secret = fleet.home.core.read_namespaced_secret(name, fleet.discovery_ns)
+        secret.metadata.labels["krypton.openkcm.io/shard"] = "r1" if name == "canary" else "r0"
+        fleet.home.core.replace_namespaced_secret(name, fleet.discovery_ns, secret)
+
+    def start(version: str, *extra: str) -> dict[str, OperatorProcess]:
+        args = fleet.args("--sharding", "--leader-election-id", group,
+                          "--lease-duration", f"{LEASE:.0f}s", "--renew-deadline", "4s",
+                          "--retry-period", f"{RETRY:.0f}s", "--allow-duplicate-clusters",
+                          "--rollout-canary-clusters", "canary",
+                          "--rollout-max-parallel-clusters", "1", *extra, version=version)
+        args[args.index(fleet.chart_repo.url)] = repo.url
+        ops = {}
+        for r in ("r0", "r1"):
+            ops[r] = OperatorProcess([*args, "--shard-identity", r], helm_dir=fleet.testbin)
+            fleet.operators.append(ops[r].start())
+        for op in ops.values():
+            op.wait_ready()
+        return ops
+
+    def version_on(cluster: str, tenant: str) -> str | None:
+        try:
+            return str(clusters[cluster].core.read_namespaced_config_map(
+                f"tenant-{tenant}-{cluster}", tenant).data["chartVersion"])
+        except client.ApiException:
+            return None
+
+    ops = start("0.2.0")
+    tenants = {"home": fleet.tenant(fleet.home, unique("h")),
+               "remote": fleet.tenant(fleet.remote, unique("r"))}
+    on = {c: tenants[cluster.name] for c, cluster in clusters.items()}
+    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete"
+             and all(version_on(c, t) for c, t in on.items()), 120,
+             what="the initial rollout complete")
+    assert _owners(fleet, group) == {"canary": "r1", "w1": "r0", "w2": "r0", "w3": "r0"}
+    assert {c: version_on(c, t) for c, t in on.items()} == dict.fromkeys(clusters, "0.2.0")
+    for op in ops.values():
+        assert op.stop(grace=30) == 0
+
+    # 0.3.0 with a soak: the canary (on r1) moves first; while its wave is still open
+    # (read before and after the versions), the clusters of r0 stay on 0.2.0
+    ops = start("0.3.0", "--rollout-wave-soak", "6s")
+    wait_for(lambda: version_on("canary", on["canary"]) == "0.3.0", 90, what="canary on 0.3.0")
+    before = rollout_state(fleet)
+    held = {c: version_on(c, on[c]) for c in ("w1", "w2", "w3")}
+    after = rollout_state(fleet)
+    assert before and after and before["version"] == after["version"] == "0.3.0"
+    assert before["wave"] == after["wave"] == 0, after
+    # planned over every cluster, whichever replica serves it: canary, then one at a time
+    assert after["waves"] == [["canary"], ["w1"], ["w2"], ["w3"]]
+    assert held == dict.fromkeys(("w1", "w2", "w3"), "0.2.0")
+    wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0"
+             and s["phase"] == "Complete", 120, what="the 0.3.0 rollout complete")
+    assert {c: version_on(c, t) for c, t in on.items()} == dict.fromkeys(clusters, "0.3.0")
+    leaders = [r for r, op in ops.items() if op.log_events("became leader")]
+    assert len(leaders) == 1, leaders
+    for op in ops.values():
+        assert op.stop(grace=30) == 0
+
+    # a version that fails: the canary's failure, published by r1, halts the rollout; r0's
+    # clusters are held back and their Tenants say why
+    ops = start("0.9.0")
+    state = wait_for(lambda: (s := rollout_state(fleet)) and s["phase"] == "Halted" and s, 120,
+                     what="the rollout halted on the canary")
+    assert state["version"] == "0.9.0" and state["failed"] == ["canary"], state
+    fleet.remote.wait_condition(fleet.tenant_ns, tenants["remote"], "ClusterProgress/w1",
+                                "False", "RolloutHalted")
+    assert {c: version_on(c, on[c]) for c in ("w1", "w2", "w3")} == \
+        dict.fromkeys(("w1", "w2", "w3"), "0.3.0")
+    wait_for(lambda: all(op.metric("krypton_rollout_halted") == 1 for op in ops.values()), 30,
+             what="every replica reports the halt")

@@ -22,8 +22,11 @@ from krypton.decisions.rollout import (
     gate,
     include,
     plan_waves,
+    publication,
+    read_publication,
     revert_outcome,
     start,
+    to_wake,
 )
 
 POLICY = Policy(canaries=("c",), max_parallel=2, max_failures=0, wave_deadline=100, soak=0)
@@ -222,3 +225,30 @@ def test_a_cluster_counts_ready_failed_and_unhealthy_releases_on_the_target() ->
     assert (seen.tenants, seen.done, seen.failed) == (9, 1, 5)
     assert (seen.to_revert, seen.reverted, seen.revert_failed) == (1, 1, 1)
     assert observe_cluster("a", tenants, None).failed == 0
+
+
+def test_a_publication_reads_back_only_against_its_own_target() -> None:
+    seen = ClusterObservation(True, 3, 2, 1, to_revert=1)
+    text = publication("t1", seen)
+    assert read_publication(text, "t1") == seen
+    # the owner observed against another target (it has not resolved the new chart yet):
+    # nothing is done or failed on the rollout's target there, though it is reachable
+    assert read_publication(text, "t2") == ClusterObservation(True, 3, 0, 0)
+    assert read_publication(text, None) == ClusterObservation(True, 3, 0, 0)
+    unreachable = ClusterObservation(False, 0, 0, 0)
+    for bad in (None, "", "{", "[]", '{"target": "t1"}', '{"target": "t1", "reachable": "yes",'
+                ' "tenants": 1, "done": 1, "failed": 0}',
+                '{"target": "t1", "reachable": true, "tenants": "1", "done": 1, "failed": 0}'):
+        assert read_publication(bad, "t1") == unreachable, bad
+
+
+def test_a_written_state_wakes_the_newly_reached_clusters_or_all_on_a_phase_change() -> None:
+    first = start("t1", "1.0.0", ["a", "b", "c", "d"], POLICY, 0)  # waves: (c), (a, b), (d)
+    assert to_wake(None, first) == ({"c"}, False)
+    second = dataclasses.replace(first, wave=1)
+    assert to_wake(first, second) == ({"a", "b"}, False)
+    assert to_wake(second, second) == (set(), False)
+    halted = dataclasses.replace(second, phase=HALTED)
+    assert to_wake(second, halted) == (set(), True)
+    other = start("t2", "2.0.0", ["a", "b", "c", "d"], POLICY, 0, previous=second)
+    assert to_wake(second, other) == ({"c"}, False)  # a new target: its first wave again

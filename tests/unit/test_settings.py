@@ -134,6 +134,14 @@ def test_release_namespace_watch_puts_every_release_in_the_watch_namespace() -> 
         settings(["--release-namespace", "elsewhere"])
 
 
+
+def test_sharding_runs_a_rollout_but_not_beside_a_leader_election() -> None:
+    s = settings(["--sharding", "--rollout-canary-clusters", "a"])
+    assert s.sharding and s.rollout_canary_clusters == "a"
+    with pytest.raises(SettingsError, match="invalid --sharding"):
+        settings(["--sharding", "--leader-elect"])
+
+
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "krypton", *argv], capture_output=True,
                           text=True, timeout=30, env={"COLUMNS": "200"})
