@@ -130,7 +130,7 @@ def _ready(cluster: Any, namespace: str, name: str) -> list[str]:
 
 
 def test_one_rollout_for_the_sharded_fleet_gated_on_every_replica(fleet: Fleet,
-                                                                   repo: ChartRepository) -> None:
+                                                                   repo: ChartRepository) -> None:  # noqa: F811
     """The rollout controller runs on the replica holding the leader Lease; the canary is
     served by one replica and the other clusters by the other, so each wave is judged from
     what another replica published and opened by a state another replica wrote."""
