@@ -605,6 +605,10 @@ class Kube:
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
         return await self.get(f"get lease {namespace}/{name}", self.lease_path(namespace, name))
 
+    async def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        return (await self.list_all(f"list leases in {namespace}", self.lease_path(namespace),
+                                    label_selector=label_selector))["items"]
+
     async def create_lease(self, namespace: str, body: Obj) -> Obj:
         return await self.request(f"create lease {namespace}", "POST",
                                   self.lease_path(namespace), body=body)

@@ -239,8 +239,8 @@ def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     if args.watch:
         return _watch(args, settings)
     rows, clusters, rollout = asyncio.run(tools.collect_status(settings))
-    print(view.render(rows, view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS,
-                      args.output))
+    print(view.render(rows, view.with_replicas(
+        view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS, rows), args.output))
     if not clusters:
         print(f"krypton status: no cluster Secrets labelled {settings.kubeconfig_label}=true "
               f"in namespace {settings.namespace!r} of the watch cluster (is that the "

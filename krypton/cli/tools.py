@@ -26,8 +26,8 @@ from krypton.adapters.kube import (
     tenants_path,
 )
 from krypton.app.home import watch_cluster
-from krypton.cli.view import Row, cluster_rows, failing_clusters, tenant_rows
-from krypton.decisions import crd, deployed, redact, safeyaml
+from krypton.cli.view import Row, assign_replicas, cluster_rows, failing_clusters, tenant_rows
+from krypton.decisions import crd, deployed, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import SELF_CLUSTER, cluster_values, desired_clusters
@@ -127,7 +127,21 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
                                  unreachable=unreachable)
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
+        assign_replicas(rows, await _replicas(home, settings))
         return rows, len(clusters), await _rollout_state(home, settings)
+
+
+async def _replicas(home: Kube, settings: Settings) -> dict[str, str]:
+    """Under --sharding, cluster -> the replica serving it, from the Leases (empty when the
+    fleet is not sharded or the Leases cannot be read)."""
+    ns, group = settings.lease_namespace, settings.leader_election_id
+    try:
+        clusters = await home.list_leases(ns, f"{sharding.CLUSTER_LABEL}={group}")
+        members = await home.list_leases(ns, f"{sharding.MEMBER_LABEL}={group}") \
+            if clusters else []
+    except TemporaryError:
+        return {}
+    return sharding.owners(clusters, members, time.time())
 
 
 WATCH_DEBOUNCE = 0.3  # a burst of changes (a rollout wave) makes one frame
@@ -176,11 +190,19 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
     secrets = Informer(home, "secrets", core_path("secrets", ns), secret_changed,
                        label_selector=f"{settings.kubeconfig_label}=true", metadata_only=True)
     configmaps = Informer(home, "configmaps", core_path("configmaps", ns), poke)
+    group, lease_ns = settings.leader_election_id, settings.lease_namespace
+    owners = Informer(home, "cluster leases", home.lease_path(lease_ns), poke,
+                      label_selector=f"{sharding.CLUSTER_LABEL}={group}",
+                      on_error=lambda _exc: None)
+    members = Informer(home, "member leases", home.lease_path(lease_ns),
+                       lambda _t, _o: None,  # renewed every retry period: no frame for that
+                       label_selector=f"{sharding.MEMBER_LABEL}={group}",
+                       on_error=lambda _exc: None)
     events = Informer(home, "events", core_path("events", ns), poke)
     tenants = {c.name: Informer(c.kube, "tenants", tenants_path(settings.watch_namespace or None),
                                 poke, on_error=failed(c.name), on_healthy=healthy(c.name))
                for c in clusters if c.kube is not None}
-    informers = [secrets, configmaps, events, *tenants.values()]
+    informers = [secrets, configmaps, events, owners, members, *tenants.values()]
     for informer in informers:
         informer.start()
     try:
@@ -205,6 +227,8 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
                 watched = tenants.get(c.name)
                 if watched is not None and watched.synced.is_set():
                     rows += tenant_rows(c.name, watched.store.values())
+            assign_replicas(rows, sharding.owners(owners.store.values(), members.store.values(),
+                                                  time.time()))
             show(rows, RolloutState.from_configmap(configmaps.store.get((ns, CONFIGMAP))))
     finally:
         for informer in informers:

@@ -32,6 +32,7 @@ class Row:
     detail: str = ""
     message: str = ""  # the Tenant's Ready message (status --wide)
     ready: bool = False  # ClusterReady/<cluster> is True
+    replica: str = ""  # under --sharding: the replica serving the cluster
 
 
 STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
@@ -41,6 +42,19 @@ WIDE_COLUMNS = STATUS_COLUMNS + [("MESSAGE", "message")]
 PLAN_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
                 ("ACTION", "action"), ("REASON", "reason"), ("CHART", "chart_version"),
                 ("FINGERPRINT", "fingerprint"), ("CHANGE", "change"), ("DETAIL", "detail")]
+
+
+def with_replicas(columns: list[tuple[str, str]], rows: list[Row]) -> list[tuple[str, str]]:
+    """The columns, with REPLICA after CLUSTER when a sharded fleet said who serves what."""
+    if not any(r.replica for r in rows):
+        return columns
+    return [columns[0], ("REPLICA", "replica"), *columns[1:]]
+
+
+def assign_replicas(rows: list[Row], replicas: Mapping[str, str]) -> list[Row]:
+    for row in rows:
+        row.replica = replicas.get(row.cluster, "-" if replicas else "")
+    return rows
 
 
 def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]:
@@ -162,7 +176,8 @@ def frame(rows: list[Row], rollout: RolloutState | None, *, wide: bool, when: st
     """One screen of ``krypton status --watch``; lines clipped to `width` (a terminal's)."""
     lines = [f"krypton status --watch  {when}  (Ctrl-C to quit)", ""]
     lines += progress(rows, rollout)
-    lines += ["", render(rows, WIDE_COLUMNS if wide else STATUS_COLUMNS, "table")]
+    lines += ["", render(rows, with_replicas(WIDE_COLUMNS if wide else STATUS_COLUMNS, rows),
+                         "table")]
     text = "\n".join(lines)
     if width:
         text = "\n".join(line[:width] for line in text.splitlines())

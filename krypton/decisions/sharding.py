@@ -15,11 +15,15 @@ member changed, plus the few that the bound pushes on), never all of them.
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+MEMBER_LABEL = "krypton.openkcm.io/member-of"  # on membership Leases: the leader election id
+CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"  # on cluster Leases: the leader election id
+CLUSTER_ANNOTATION = "krypton.openkcm.io/cluster"  # on cluster Leases: the cluster's name
 VNODES = 64  # ring points per member
 EPSILON = 0.25  # a member takes at most 25 % more than an even share
 
@@ -73,4 +77,35 @@ def pins(secrets: Iterable[Mapping[str, Any]], label: str) -> dict[str, str]:
         pinned = (meta.get("labels") or {}).get(label)
         if pinned:
             out[str(meta.get("name"))] = str(pinned)
+    return out
+
+
+def _renewed(lease: Mapping[str, Any]) -> float | None:
+    text = str((lease.get("spec") or {}).get("renewTime") or "")
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def owners(cluster_leases: Iterable[Mapping[str, Any]], member_leases: Iterable[Mapping[str, Any]],
+           now: float) -> dict[str, str]:
+    """cluster -> the replica serving it, for people (``krypton status``): the holder of the
+    cluster's Lease, "(released)" when none, and "<holder> (expired)" when the holder's
+    membership was not renewed within its duration by the wall clock (a replica that died;
+    its clusters move at the others' next look)."""
+    live = set()
+    for lease in member_leases:
+        spec = lease.get("spec") or {}
+        renewed = _renewed(lease)
+        if renewed is not None and now - renewed <= float(spec.get("leaseDurationSeconds") or 0):
+            live.add(str(spec.get("holderIdentity") or ""))
+    out = {}
+    for lease in cluster_leases:
+        cluster = ((lease.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ANNOTATION)
+        if not cluster:
+            continue
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        out[str(cluster)] = (holder if holder in live else f"{holder} (expired)") if holder \
+            else "(released)"
     return out

@@ -37,11 +37,9 @@ from krypton.adapters import metrics
 from krypton.adapters.kube import Informer, Kube
 from krypton.decisions import sharding
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
+from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
 from krypton.runtime.pause import pause
 
-MEMBER_LABEL = "krypton.openkcm.io/member-of"
-CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"
-CLUSTER_ANNOTATION = "krypton.openkcm.io/cluster"
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
 Obj = dict[str, Any]

@@ -6,6 +6,7 @@ at once, and no release is ever installed twice."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import time
@@ -62,6 +63,13 @@ def test_replicas_split_the_fleet_and_take_over_without_two_owners(fleet: Fleet)
     for cluster, name in tenants:
         wait_for(lambda c=cluster, n=name: len(_ready(c, fleet.tenant_ns, n)) == 15, 240,
                  what="the Tenant Ready on every cluster name of its server")
+
+    # krypton status says which replica serves each cluster
+    from tests.integration.test_cli import krypton, run_flags
+    shown = krypton(fleet, "status", "-o", "json", *run_flags(fleet), "--leader-election-id",
+                    group)
+    assert shown.returncode == 0, shown.stderr
+    assert {row["cluster"]: row["replica"] for row in json.loads(shown.stdout)} == owners
 
     victim = next(r for r in ("r0", "r1") if loads[r])
     lost = sorted(c for c, r in owners.items() if r == victim)

@@ -3,13 +3,15 @@ the bound, identical on every replica, and stable when a replica joins or leaves
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
-from krypton.decisions.sharding import EPSILON, assign, bound
+from krypton.decisions.sharding import CLUSTER_ANNOTATION, EPSILON, assign, bound, owners
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +71,22 @@ def test_a_pinned_cluster_goes_to_its_replica_if_live_and_is_placed_normally_if_
 
 def test_nothing_is_assigned_without_a_member() -> None:
     assert assign(CLUSTERS, []) == {}
+
+
+def _lease(holder: str, renewed: str, *, cluster: str = "", seconds: int = 15) -> dict[str, Any]:
+    meta: dict[str, Any] = {"annotations": {CLUSTER_ANNOTATION: cluster}} if cluster else {}
+    return {"metadata": meta, "spec": {"holderIdentity": holder, "renewTime": renewed,
+                                       "leaseDurationSeconds": seconds}}
+
+
+def test_people_see_each_clusters_replica_and_whether_it_is_alive() -> None:
+    now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
+    members = [_lease("r0", "2026-01-01T11:59:50.000000Z"),  # 10 s ago, 15 s Lease: live
+               _lease("r1", "2026-01-01T11:59:40.000000Z"),  # 20 s ago: expired
+               _lease("r2", "garbage")]
+    clusters = [_lease("r0", "", cluster="a"), _lease("r1", "", cluster="b"),
+                _lease("", "", cluster="c"), _lease("r2", "", cluster="d"),
+                _lease("r9", "", cluster="e"), _lease("r0", "")]  # no cluster name: skipped
+    assert owners(clusters, members, now) == {
+        "a": "r0", "b": "r1 (expired)", "c": "(released)", "d": "r2 (expired)",
+        "e": "r9 (expired)"}

@@ -9,12 +9,14 @@ import pytest
 from krypton.cli.view import (
     STATUS_COLUMNS,
     WIDE_COLUMNS,
+    assign_replicas,
     bar,
     failing_clusters,
     frame,
     progress,
     render,
     tenant_rows,
+    with_replicas,
 )
 from krypton.decisions.rollout import RolloutState
 
@@ -115,3 +117,14 @@ def test_failing_clusters_are_recent_warnings_on_their_secrets() -> None:
               event("d", "ClusterUnreachable", "2027-01-15T07:59:00Z", kind="Tenant"),
               event("e", "DuplicateCluster", "not a time")]
     assert failing_clusters(events, now) == {"a": "ClusterUnreachable: ClusterUnreachable on a"}
+
+
+def test_a_sharded_fleet_shows_the_replica_of_each_cluster() -> None:
+    rows = assign_replicas(tenant_rows("a", [READY]) + tenant_rows("b", [READY]),
+                           {"a": "r1"})
+    table = render(rows, with_replicas(STATUS_COLUMNS, rows), "table").splitlines()
+    assert table[0].split()[:3] == ["CLUSTER", "REPLICA", "NAMESPACE"]
+    assert [line.split()[:2] for line in table[1:]] == [["a", "r1"], ["b", "-"]]
+    plain = tenant_rows("a", [READY])
+    assert assign_replicas(plain, {}) == plain and plain[0].replica == ""
+    assert with_replicas(STATUS_COLUMNS, plain) == STATUS_COLUMNS  # not sharded: no column
