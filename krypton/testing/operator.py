@@ -155,18 +155,22 @@ class OperatorProcess:
         except OSError:
             return ""
 
-    def log_events(self, event: str, **fields: str) -> list[dict[str, Any]]:
-        """The JSON log lines whose ``event`` is `event` and whose fields include `fields`."""
+    def log_entries(self) -> list[dict[str, Any]]:
+        """Every JSON log line, parsed."""
         out = []
         for line in self.log_text().splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("event") == event and \
-                    all(entry.get(k) == v for k, v in fields.items()):
+            if isinstance(entry, dict):
                 out.append(entry)
         return out
+
+    def log_events(self, event: str, **fields: str) -> list[dict[str, Any]]:
+        """The JSON log lines whose ``event`` is `event` and whose fields include `fields`."""
+        return [e for e in self.log_entries() if e.get("event") == event and
+                all(e.get(k) == v for k, v in fields.items())]
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])

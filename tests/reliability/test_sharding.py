@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -15,12 +16,13 @@ from typing import Any
 
 from kubernetes import client
 
+from krypton.decisions.sharding import bound
 from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Fleet, unique
 from tests.integration.test_progressive_rollout import repo, rollout_state  # noqa: F401 - fixture
 
-LEASE, RETRY = 6.0, 1.0
+LEASE, RENEW, RETRY = 6.0, 4.0, 1.0
 
 
 def _owners(fleet: Fleet, group: str) -> dict[str, str]:
@@ -35,34 +37,51 @@ def _engaged(op: OperatorProcess) -> float:
     return op.metric("krypton_engaged_clusters")
 
 
+NAMES = [f"c-{i:02d}" for i in range(30)]
+
+
+def _sharded(fleet: Fleet, group: str) -> tuple[str, ...]:
+    """Register the 30 cluster names (even ones: the home control plane, odd: the remote)
+    and return the flags of a replica of `group`."""
+    for i, name in enumerate(NAMES):
+        fleet.register(name, fleet.home if i % 2 == 0 else fleet.remote)
+    return ("--sharding", "--leader-election-id", group, "--lease-duration", f"{LEASE:.0f}s",
+            "--renew-deadline", f"{RENEW:.0f}s", "--retry-period", f"{RETRY:.0f}s",
+            "--allow-duplicate-clusters")
+
+
+def _split(fleet: Fleet, group: str, ops: dict[str, OperatorProcess]) -> dict[str, str]:
+    """cluster -> replica once all 30 are owned by `ops`, each engaged where it is owned."""
+    def settled() -> dict[str, str] | None:
+        owners = _owners(fleet, group)
+        loads = Counter(owners.values())
+        done = len(owners) == 30 and set(loads) == set(ops) and \
+            all(_engaged(op) == loads[r] for r, op in ops.items())
+        return owners if done else None
+    return wait_for(settled, 180, interval=0.5, what=f"30 clusters split among {sorted(ops)}")
+
+
+def _ready_everywhere(fleet: Fleet, tenants: list[tuple[Any, str]]) -> None:
+    for cluster, name in tenants:
+        wait_for(lambda c=cluster, n=name: len(_ready(c, fleet.tenant_ns, n)) == 15, 240,
+                 what="the Tenant Ready on every cluster name of its server")
+
+
 def test_replicas_split_the_fleet_and_take_over_without_two_owners(fleet: Fleet) -> None:
     group = unique("shard")
-    names = [f"c-{i:02d}" for i in range(30)]
-    for i, name in enumerate(names):
-        fleet.register(name, fleet.home if i % 2 == 0 else fleet.remote)
+    args = _sharded(fleet, group)
+    names = NAMES
     pinned = names[7]
     secret = fleet.home.core.read_namespaced_secret(pinned, fleet.discovery_ns)
     secret.metadata.labels["krypton.openkcm.io/shard"] = "r2"
     fleet.home.core.replace_namespaced_secret(pinned, fleet.discovery_ns, secret)
-    args = ("--sharding", "--leader-election-id", group, "--lease-duration", f"{LEASE:.0f}s",
-            "--renew-deadline", "4s", "--retry-period", f"{RETRY:.0f}s",
-            "--allow-duplicate-clusters")
     ops = {f"r{i}": fleet.start(*args, "--shard-identity", f"r{i}") for i in range(3)}
     tenants = [(c, fleet.tenant(c, unique("sh"))) for c in (fleet.home, fleet.remote)]
-
-    def split() -> dict[str, str] | None:
-        owners = _owners(fleet, group)
-        loads = Counter(owners.values())
-        settled = len(owners) == 30 and set(loads) == set(ops) and \
-            all(_engaged(op) == loads[r] for r, op in ops.items())
-        return owners if settled else None
-    owners = wait_for(split, 180, interval=0.5, what="30 clusters split among 3 replicas")
+    owners = _split(fleet, group, ops)
     loads = Counter(owners.values())
     assert all(7 <= n <= 13 for n in loads.values()), loads
     assert owners[pinned] == "r2"
-    for cluster, name in tenants:
-        wait_for(lambda c=cluster, n=name: len(_ready(c, fleet.tenant_ns, n)) == 15, 240,
-                 what="the Tenant Ready on every cluster name of its server")
+    _ready_everywhere(fleet, tenants)
 
     # krypton status says which replica serves each cluster
     from tests.integration.test_cli import krypton, run_flags
@@ -103,6 +122,52 @@ def test_replicas_split_the_fleet_and_take_over_without_two_owners(fleet: Fleet)
     _never_two_owners(ops, {victim: killed_at})
     for cluster, name in tenants:  # every release installed once, by one owner
         for c in names[0::2] if cluster is fleet.home else names[1::2]:
+            assert cluster.release_records(name, f"tenant-{name}-{c}") == [(1, "deployed")]
+
+
+def test_a_fourth_replica_moves_a_quarter_and_a_paused_owner_starts_nothing(
+        fleet: Fleet) -> None:
+    group = unique("shp")
+    args = _sharded(fleet, group)
+    ops = {f"r{i}": fleet.start(*args, "--shard-identity", f"r{i}") for i in range(3)}
+    tenants = [(c, fleet.tenant(c, unique("sp"))) for c in (fleet.home, fleet.remote)]
+    before = _split(fleet, group, ops)
+    _ready_everywhere(fleet, tenants)
+
+    # scale to 4: the newcomer takes about its share; at most the bound of one replica
+    # (an even share plus EPSILON, SPEC F4's "about 1/4") moves in all
+    ops["r3"] = fleet.start(*args, "--shard-identity", "r3")
+    after = _split(fleet, group, ops)
+    moved = sorted(c for c in NAMES if after[c] != before[c])
+    assert 1 <= Counter(after.values())["r3"] <= len(moved) <= bound(30, 4), moved
+    print(f"scale 3 -> 4 replicas: {len(moved)} of 30 clusters moved")
+
+    # a partitioned owner: SIGSTOP it past its renew deadline and create a Tenant. Resumed
+    # before the others take its clusters, its watches deliver that Tenant with nobody
+    # having installed it yet: it must start no helm at all (its membership ran out), exit 1,
+    # and leave the clusters to the others
+    victim = max(("r0", "r1", "r2", "r3"), key=lambda r: Counter(after.values())[r])
+    lost = sorted(c for c, r in after.items() if r == victim)
+    os.kill(ops[victim].pid, signal.SIGSTOP)
+    paused_at = time.time()
+    late = [(c, fleet.tenant(c, unique("late"))) for c in (fleet.home, fleet.remote)]
+    member = client.CoordinationV1Api(fleet.home.api).read_namespaced_lease(
+        f"{group}-member-{victim}", fleet.tenant_ns)
+    renewed = member.spec.renew_time.timestamp()
+    wait_for(lambda: time.time() - renewed > RENEW + 0.5, RENEW + 5, interval=0.1,
+             what="the paused replica's renew deadline passed")
+    assert all(_owners(fleet, group)[c] == victim for c in lost)  # nobody took them yet
+    os.kill(ops[victim].pid, signal.SIGCONT)
+    assert ops[victim].popen is not None and ops[victim].popen.wait(60) == 1
+    started = [e for e in ops[victim].log_entries() if _when(e) > paused_at
+               and re.fullmatch(r"helm \w+ start", str(e.get("event")))]
+    assert started == [], started
+    assert ops[victim].log_events("membership lost")
+    wait_for(lambda: all(_owners(fleet, group)[c] not in ("", victim) for c in lost),
+             LEASE + RETRY + 30, interval=0.2, what="the paused replica's clusters taken")
+    _ready_everywhere(fleet, late)
+    for cluster, name in late:  # installed once, by the new owners
+        for c in NAMES[0::2] if cluster is fleet.home else NAMES[1::2]:
             assert cluster.release_records(name, f"tenant-{name}-{c}") == [(1, "deployed")]
 
 
@@ -153,7 +218,7 @@ def test_one_rollout_for_the_sharded_fleet_gated_on_every_replica(fleet: Fleet,
 
     def start(version: str, *extra: str) -> dict[str, OperatorProcess]:
         args = fleet.args("--sharding", "--leader-election-id", group,
-                          "--lease-duration", f"{LEASE:.0f}s", "--renew-deadline", "4s",
+                          "--lease-duration", f"{LEASE:.0f}s", "--renew-deadline", f"{RENEW:.0f}s",
                           "--retry-period", f"{RETRY:.0f}s", "--allow-duplicate-clusters",
                           "--rollout-canary-clusters", "canary",
                           "--rollout-max-parallel-clusters", "1", *extra, version=version)

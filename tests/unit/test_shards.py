@@ -1,0 +1,108 @@
+"""F4: a replica's fence over the clusters it serves, and what it publishes on their Leases
+for the rollout. The fence needs no request: membership counts only while it was renewed
+within the renew deadline, and a cluster only while its Lease names this replica."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from krypton.decisions.errors import Conflict
+from krypton.runtime import shards as shards_mod
+from krypton.runtime.shards import Shards, _name
+
+NS, GROUP = "ns", "krypton"
+
+
+class _Leases:
+    """The port to the API server: Leases by name, resourceVersions kept and checked."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.writes = 0
+
+    def lease_path(self, namespace: str, name: str = "") -> str:
+        return f"/leases/{namespace}/{name}"
+
+    async def get_lease(self, _ns: str, name: str) -> dict[str, Any] | None:
+        return self.leases.get(name)
+
+    async def create_lease(self, _ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._store(body)
+
+    async def replace_lease(self, _ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body["metadata"].get("resourceVersion") != self.leases[name]["metadata"][
+                "resourceVersion"]:
+            raise Conflict("the object has been modified")
+        return self._store(body)
+
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        self.leases[body["metadata"]["name"]] = stored
+        return stored
+
+
+def _replica(monkeypatch: pytest.MonkeyPatch, clock: list[float]) -> tuple[Shards, _Leases]:
+    monkeypatch.setattr(shards_mod.time, "monotonic", lambda: clock[0])
+    leases = _Leases()
+    shards = Shards(leases, NS, GROUP, "me", lease_duration=15, renew_deadline=10,  # type: ignore[arg-type]
+                    retry_period=2, on_change=lambda: None)
+    return shards, leases
+
+
+def _seen(shards: Shards, leases: _Leases, cluster: str) -> None:
+    """The cluster Lease as the replica's informer delivers it."""
+    name = _name(GROUP, "cluster", cluster)
+    shards.owners.store[(NS, name)] = leases.leases[name]
+
+
+def test_a_cluster_is_served_only_with_fresh_membership_and_its_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    shards, leases = _replica(monkeypatch, clock)
+    asyncio.run(shards._renew())
+    shards._judge()
+    assert asyncio.run(shards.claim("a"))
+    assert not shards.owns("a")  # claimed, not seen yet: the store decides
+    _seen(shards, leases, "a")
+    assert shards.owns("a") and shards.holds()
+    clock[0] += 9.9
+    assert shards.owns("a")
+    clock[0] += 0.2  # paused past the renew deadline: nothing may start, before any request
+    assert not shards.holds() and not shards.owns("a")
+    assert not asyncio.run(shards.claim("b"))  # and nothing is taken
+    asyncio.run(shards._renew())
+    assert shards.owns("a")
+    lease = leases.leases[_name(GROUP, "cluster", "a")]
+    lease["spec"]["holderIdentity"] = "other"  # taken over while we were away
+    assert not shards.owns("a")
+
+
+def test_the_owner_publishes_a_change_once_and_nobody_else_publishes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    shards, leases = _replica(monkeypatch, clock)
+    asyncio.run(shards._renew())
+    shards._judge()
+    assert asyncio.run(shards.claim("a"))
+    _seen(shards, leases, "a")
+    before = leases.writes
+    asyncio.run(shards.publish("a", "one"))
+    assert leases.writes == before + 1
+    _seen(shards, leases, "a")
+    assert shards.published("a") == "one"
+    asyncio.run(shards.publish("a", "one"))  # unchanged: no write
+    assert leases.writes == before + 1
+    name = _name(GROUP, "cluster", "a")
+    stale = shards.owners.store[(NS, name)]
+    leases.leases[name] = {**stale, "metadata": {**stale["metadata"], "resourceVersion": "99"}}
+    asyncio.run(shards.publish("a", "two"))  # the Lease moved on meanwhile: refused, no harm
+    assert leases.leases[name]["metadata"]["resourceVersion"] == "99"
+    clock[0] += 11  # membership stale: not the owner any more, nothing is written
+    asyncio.run(shards.publish("a", "three"))
+    assert "three" not in str(leases.leases[name])
+    shards._judge()  # and what this replica published counts for nobody
+    assert shards.published("a") is None
