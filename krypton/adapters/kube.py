@@ -617,10 +617,15 @@ class Kube:
         return await self.request(f"replace lease {namespace}/{name}", "PUT",
                                   self.lease_path(namespace, name), body=body)
 
-    async def delete_lease(self, namespace: str, name: str) -> None:
+    async def delete_lease(self, namespace: str, name: str,
+                           resource_version: str | None = None) -> None:
+        """Delete a Lease (gone already is fine); with `resource_version`, only that version
+        of it (a Lease written since is left alone: Conflict)."""
+        body = {"preconditions": {"resourceVersion": resource_version}} \
+            if resource_version else None
         try:
             await self.request(f"delete lease {namespace}/{name}", "DELETE",
-                               self.lease_path(namespace, name))
+                               self.lease_path(namespace, name), body=body)
         except NotFound:
             pass
 

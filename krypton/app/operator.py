@@ -187,6 +187,8 @@ class Operator:
             shared.gate = controller.gate
             self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
         fleet.resync = dirty.set
+        if self.shards is not None:
+            self.shards.discovered = self._discovered
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
             lambda _t, _o: dirty.set(),
@@ -248,6 +250,13 @@ class Operator:
             controller.forget()
             if not self.stopping.is_set():
                 log.warning("rollout leadership lost; standing by for the leader Lease")
+
+    def _discovered(self) -> set[str] | None:
+        """Every discovered cluster's name; None until discovery listed the Secrets."""
+        d = self.discovery
+        if d is None or not d.synced.is_set():
+            return None
+        return {str(sec["metadata"]["name"]) for sec in d.store.values()}
 
     async def _share(self, shards: Shards, secrets: list[dict[str, Any]]
                      ) -> tuple[list[dict[str, Any]], frozenset[str], bool]:

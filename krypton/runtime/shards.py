@@ -16,6 +16,10 @@
   renew deadline (shorter than the Lease duration the others wait for) and still holds the
   cluster's Lease as last seen. A replica that cannot renew stops dispatching at once and
   exits (status 1) so that it restarts as a new member.
+- **Tidying.** The live member first in name order deletes what dead replicas left: a
+  membership Lease unchanged for `STALE_AFTER` Lease durations, and a cluster Lease whose
+  cluster is no longer discovered and that no live member holds. Each delete carries the
+  resourceVersion judged on, so a Lease renewed or taken meanwhile stays.
 - **Handover.** A cluster assigned elsewhere is drained first (as on shutdown) and its
   Lease released after, so the next owner takes it at once; SIGTERM releases every cluster
   and deletes the membership Lease. A killed replica's clusters are taken once its
@@ -42,6 +46,7 @@ from krypton.runtime.pause import pause
 
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
+STALE_AFTER = 10  # Lease durations without a change before a dead member's Lease is deleted
 Obj = dict[str, Any]
 
 
@@ -75,6 +80,8 @@ class Shards:
         self.owners = Informer(kube, "cluster-leases", kube.lease_path(namespace),
                                self._owner_event, label_selector=f"{CLUSTER_LABEL}={group}")
         self.lost = False
+        # every discovered cluster's name, None until known (set by the operator)
+        self.discovered: Callable[[], set[str] | None] = lambda: None
 
     # -- membership ------------------------------------------------------------------------
 
@@ -131,6 +138,7 @@ class Shards:
                 log.error("membership lost", lease=self.member_lease)
                 return
             self._judge()
+            await self.tidy()
 
     def _member_event(self, type_: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
@@ -260,6 +268,34 @@ class Shards:
                                                                 ROLLOUT_ANNOTATION: text}}})
         except TemporaryError as exc:  # a Conflict included: read again, try next time
             log.debug("rollout observation not published", cluster=cluster, error=str(exc))
+
+    async def tidy(self) -> None:
+        """Delete what dead replicas left behind (see the module's notes), when this replica
+        is the live member first in name order (every retry period; a write only when
+        something is stale)."""
+        discovered = self.discovered()
+        if discovered is None or not self.holds() or \
+                min(self._live, default="") != self.identity:
+            return
+        now = time.monotonic()
+        stale = []
+        for (_, name), lease in list(self.members.store.items()):
+            holder, _, at, ttl = self._seen.get(name, ("", "", now, self.lease_duration))
+            if holder not in self._live and now - at > STALE_AFTER * ttl:
+                stale.append((name, lease, f"membership of {holder or '(none)'}"))
+        for (_, name), lease in list(self.owners.store.items()):
+            cluster = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+                CLUSTER_ANNOTATION)
+            holder = ((lease.get("spec") or {}).get("holderIdentity")) or ""
+            if cluster not in discovered and holder not in self._live:
+                stale.append((name, lease, f"cluster {cluster} (no longer discovered)"))
+        for name, lease, what in stale:
+            try:
+                await self.kube.delete_lease(self.namespace, name,
+                                             str(lease["metadata"]["resourceVersion"]))
+                log.info("stale lease deleted", lease=name, of=what)
+            except TemporaryError as exc:  # Conflict included: it changed, so it is not stale
+                log.debug("stale lease kept", lease=name, error=str(exc))
 
     def held(self) -> list[str]:
         """Clusters whose Lease names this replica, as last seen."""

@@ -15,6 +15,10 @@ Writes ``bench/results.json`` and prints a table:
     never answers, against the same fleet with no dead cluster; Lease renewals missed;
 (g) SIGTERM during 20 running helm installs: seconds to exit, helm processes left, and
     releases left pending once a restarted operator has converged;
+(h) sharding: 3 replicas serving 30 clusters (with the default Lease settings): seconds from a
+    replica's SIGKILL until every one of its clusters is engaged by another (p50/p95 over
+    several kills), seconds from a SIGTERM until its clusters are engaged elsewhere, and how
+    many clusters move when a fourth replica joins;
 (i) real waiting: on two clusters with simulated nodes (kwok), a chart whose pod takes 20 s to
     become Ready, 100 Tenants x 2 clusters: seconds until all are Ready, then seconds until a
     chart version bump (which rolls every pod) is Ready everywhere, with CPU and memory;
@@ -54,8 +58,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
 CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
-# measures to run: a (with b and c), d, e, f, g, i; w (i with helm's own wait) on request
-PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefgi").replace(",", ""))
+# measures to run: a (with b and c), d, e, f, g, h, i; w (i with helm's own wait) on request
+PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghi").replace(",", ""))
+FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
 POD_READY_DELAY = 20.0  # (i): seconds from a pod's scheduling to its readiness
 WAITING_TENANTS = int(os.environ.get("KRYPTON_BENCH_WAITING_N", "100"))  # (i) per cluster
 TICK = os.sysconf("SC_CLK_TCK")
@@ -433,6 +438,102 @@ def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
     return result
 
 
+class ShardedFleet:
+    """(h) replicas of one sharding group over `clusters` cluster names (the two control
+    planes under different names), with the default Lease settings."""
+
+    def __init__(self, bed: Bed, clusters: int) -> None:
+        self.bed, self.clusters = bed, clusters
+        self.discovery = bed.namespace("bench-shard", ("home",))
+        self.ns = bed.namespace("bench-shard")
+        self.group = f"bench-{uuid.uuid4().hex[:5]}"
+        for i in range(clusters):
+            bed.register(self.discovery, f"s-{i:02d}", "home" if i % 2 == 0 else "remote")
+        self.ops: dict[str, OperatorProcess] = {}
+
+    def start(self, identity: str) -> None:
+        self.ops[identity] = self.bed.operator(
+            self.discovery, self.ns, "0.2.0", "--sharding", "--leader-election-id", self.group,
+            "--shard-identity", identity)
+
+    def owners(self) -> dict[str, str]:
+        leases = client.CoordinationV1Api(self.bed.api["home"]).list_namespaced_lease(
+            self.ns, label_selector=f"krypton.openkcm.io/cluster-of={self.group}").items
+        return {(lease.metadata.annotations or {}).get(  # type: ignore[union-attr]
+            "krypton.openkcm.io/cluster", ""): lease.spec.holder_identity or ""  # type: ignore[union-attr]
+            for lease in leases}
+
+    def settled(self) -> dict[str, str]:
+        """cluster -> replica once every cluster is engaged where its Lease says."""
+        def check() -> dict[str, str] | None:
+            owners = self.owners()
+            loads = {r: list(owners.values()).count(r) for r in self.ops}
+            done = len(owners) == self.clusters and set(owners.values()) == set(self.ops) and \
+                all(op.metric("krypton_engaged_clusters") == loads[r]
+                    for r, op in self.ops.items())
+            return owners if done else None
+        return wait_for(check, 600, interval=0.2, what="the clusters settled on the replicas")
+
+    def engaged_after(self, clusters: list[str], since: float) -> float:
+        """Seconds from `since` until each of `clusters` was engaged by a running replica
+        (from their logs); waits until all were."""
+        def latest() -> float | None:
+            when: dict[str, float] = {}
+            for op in self.ops.values():
+                for entry in op.log_entries():
+                    if entry.get("event") == "cluster engaged" and entry.get("cluster") in clusters:
+                        t = dt.datetime.fromisoformat(
+                            entry["timestamp"].replace("Z", "+00:00")).timestamp()
+                        if t > since:
+                            when[entry["cluster"]] = t
+            return max(when.values()) if len(when) == len(clusters) else None
+        return wait_for(latest, 300, interval=0.2, what="the clusters engaged elsewhere") - since
+
+    def stop(self) -> None:
+        for op in self.ops.values():
+            op.stop(grace=30)
+
+
+def sharding(bed: Bed, clusters: int = 30) -> dict[str, Any]:
+    log(f"(h) sharding: 3 replicas, {clusters} clusters, {FAILOVERS} kills")
+    fleet = ShardedFleet(bed, clusters)
+    try:
+        for i in range(3):
+            fleet.start(f"r{i}")
+        before = fleet.settled()
+        started = time.monotonic()
+        fleet.start("r3")
+        after = fleet.settled()
+        joined = {"moved": sum(1 for c in before if after[c] != before[c]),
+                  "to_newcomer": list(after.values()).count("r3"),
+                  "seconds_to_settle": round(time.monotonic() - started, 1)}
+        handed = [c for c, r in after.items() if r == "r3"]
+        left = time.time()
+        fleet.ops.pop("r3").stop(grace=30)
+        handover = fleet.engaged_after(handed, left)
+        kills = []
+        for k in range(FAILOVERS):
+            owners = fleet.settled()
+            victim = f"r{k % 3}"
+            lost = [c for c, r in owners.items() if r == victim]
+            killed = time.time()
+            fleet.ops.pop(victim).kill()
+            kills.append(fleet.engaged_after(lost, killed))
+            log(f"(h) kill {k + 1}: {len(lost)} clusters engaged elsewhere after "
+                f"{kills[-1]:.1f} s")
+            fleet.start(victim)
+        result = {"replicas": 3, "clusters": clusters, "lease_duration": 15.0,
+                  "retry_period": 2.0, "join": joined,
+                  "sigterm_to_engaged_elsewhere_s": round(handover, 1),
+                  "kill_to_engaged_elsewhere": {
+                      "p50_s": round(statistics.median(kills), 1),
+                      "p95_s": round(pct(kills, 0.95), 1), "samples": len(kills)}}
+        log(f"(h) {result}")
+        return result
+    finally:
+        fleet.stop()
+
+
 def real_waiting(bed: Bed, helm_wait: bool) -> dict[str, Any]:
     """(i) Two clusters with simulated nodes whose pods become Ready POD_READY_DELAY seconds
     after they are scheduled; WAITING_TENANTS Tenants on each, the workload chart (one pod per
@@ -565,6 +666,18 @@ def table(results: dict[str, Any]) -> str:
                      f"exit {g['exit_code']} after {g['seconds_to_exit']} s (shutdown timeout "
                      f"{g['shutdown_timeout']:.0f} s), {g['helm_processes_left']} helm left, "
                      f"{g['releases_pending_after_restart']} releases pending after restart"))
+    if "sharding" in results:
+        h = results["sharding"]
+        k = h["kill_to_engaged_elsewhere"]
+        rows.append((f"(h) {h['replicas']} replicas, {h['clusters']} clusters, SIGKILL one",
+                     f"its clusters engaged elsewhere after p50 {k['p50_s']} s, p95 "
+                     f"{k['p95_s']} s ({k['samples']} kills; Lease {h['lease_duration']:.0f} s, "
+                     f"retry {h['retry_period']:.0f} s)"))
+        rows.append(("(h) SIGTERM one", f"its clusters engaged elsewhere after "
+                     f"{h['sigterm_to_engaged_elsewhere_s']} s"))
+        j = h["join"]
+        rows.append(("(h) a 4th replica joins", f"{j['moved']} of {h['clusters']} clusters "
+                     f"moved ({j['to_newcomer']} to it), settled in {j['seconds_to_settle']} s"))
     for key in ("waiting", "waiting_helm_wait"):
         if key in results:
             w = results[key]
@@ -603,6 +716,8 @@ def main() -> int:
             results["starvation"] = [starvation(bed, 0), starvation(bed, 10)]
         if "g" in PARTS:
             results["sigterm"] = sigterm_during_installs(bed)
+        if "h" in PARTS:
+            results["sharding"] = sharding(bed)
         if "i" in PARTS:
             results["waiting"] = real_waiting(bed, helm_wait=False)
         if "w" in PARTS:

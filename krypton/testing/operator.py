@@ -27,7 +27,7 @@ LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.25,
+def wait_for(predicate: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25,
              what: str = "condition") -> T:
     """Poll `predicate` until it returns something truthy; raise TimeoutError otherwise."""
     deadline = time.monotonic() + timeout

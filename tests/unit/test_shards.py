@@ -5,6 +5,7 @@ within the renew deadline, and a cluster only while its Lease names this replica
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ class _Leases:
     def __init__(self) -> None:
         self.leases: dict[str, dict[str, Any]] = {}
         self.writes = 0
+        self.deleted: list[str] = []
 
     def lease_path(self, namespace: str, name: str = "") -> str:
         return f"/leases/{namespace}/{name}"
@@ -37,6 +39,14 @@ class _Leases:
                 "resourceVersion"]:
             raise Conflict("the object has been modified")
         return self._store(body)
+
+    async def delete_lease(self, _ns: str, name: str, resource_version: str | None = None) -> None:
+        lease = self.leases.get(name)
+        if lease is None:
+            return
+        if resource_version and resource_version != lease["metadata"]["resourceVersion"]:
+            raise Conflict("precondition failed")
+        self.deleted.append(self.leases.pop(name)["metadata"]["name"])
 
     def _store(self, body: dict[str, Any]) -> dict[str, Any]:
         self.writes += 1
@@ -106,3 +116,60 @@ def test_the_owner_publishes_a_change_once_and_nobody_else_publishes(
     assert "three" not in str(leases.leases[name])
     shards._judge()  # and what this replica published counts for nobody
     assert shards.published("a") is None
+
+
+def test_the_first_live_member_deletes_only_what_dead_replicas_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    shards, leases = _replica(monkeypatch, clock)  # identity "me"
+    asyncio.run(shards._renew())
+
+    def lease(name: str, holder: str, cluster: str = "") -> None:
+        meta: dict[str, Any] = {"name": name, "namespace": NS}
+        if cluster:
+            meta["annotations"] = {shards_mod.CLUSTER_ANNOTATION: cluster}
+        leases._store({"metadata": meta, "spec": {"holderIdentity": holder, "renewTime": "t",
+                                                  "leaseDurationSeconds": 15}})
+        store = shards.owners if cluster else shards.members
+        store.store[(NS, name)] = copy.deepcopy(leases.leases[name])
+        if not cluster:
+            shards._member_event("ADDED", leases.leases[name])
+
+    lease("krypton-member-dead", "dead")
+    lease("krypton-member-zed", "zed")  # live, but after "me" in name order
+    lease("krypton-cluster-gone", "", cluster="gone")  # released, Secret deleted
+    lease("krypton-cluster-kept", "", cluster="kept")  # released, still discovered
+    lease("krypton-cluster-busy", "zed", cluster="busy")  # held by a live member
+    lease("krypton-cluster-orphan", "dead", cluster="orphan")
+    shards.discovered = lambda: {"kept"}
+    clock[0] += 16  # the dead member stopped renewing a Lease duration ago; zed renews
+    asyncio.run(shards._renew())
+    shards._member_event("MODIFIED", {**leases.leases["krypton-member-zed"],
+                                      "spec": {"holderIdentity": "zed", "renewTime": "t2"}})
+    shards._judge()
+    asyncio.run(shards.tidy())
+    assert leases.deleted == ["krypton-cluster-gone", "krypton-cluster-orphan"]
+    # a dead member's Lease goes only after STALE_AFTER Lease durations without a change
+    clock[0] = 1000.0 + shards_mod.STALE_AFTER * 15 - 1
+    asyncio.run(shards._renew())
+    shards._member_event("MODIFIED", {**leases.leases["krypton-member-zed"],
+                                      "spec": {"holderIdentity": "zed", "renewTime": "t3"}})
+    shards._judge()
+    asyncio.run(shards.tidy())
+    assert "krypton-member-dead" not in leases.deleted
+    clock[0] += 2
+    asyncio.run(shards._renew())
+    shards._judge()
+    asyncio.run(shards.tidy())
+    assert leases.deleted[2:] == ["krypton-member-dead"]
+    # a Lease written since it was judged is left alone; and only the first member tidies
+    lease("krypton-cluster-gone2", "", cluster="gone2")
+    leases.leases["krypton-cluster-gone2"]["metadata"]["resourceVersion"] = "moved"
+    asyncio.run(shards.tidy())
+    assert "krypton-cluster-gone2" in leases.leases
+    shards.identity = "zz"
+    shards._live = frozenset({"zz", "zed"})
+    leases.leases["krypton-cluster-gone2"] = copy.deepcopy(
+        shards.owners.store[(NS, "krypton-cluster-gone2")])
+    asyncio.run(shards.tidy())
+    assert "krypton-cluster-gone2" in leases.leases
