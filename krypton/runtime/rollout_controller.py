@@ -72,6 +72,15 @@ class _Gated:
                                           self.central_values)
         return chart, self.current_target
 
+    async def _every_interval(self, stopping: asyncio.Event,
+                              step: Callable[[], Awaitable[None]], failed: str) -> None:
+        while not stopping.is_set():
+            try:
+                await step()
+            except KryptonError as exc:
+                log.warning(failed, error=str(exc))
+            await pause(stopping, self.interval)
+
     def _wake(self, old: RolloutState | None, new: RolloutState) -> None:
         """Look at the Tenants again whose gate the new state opened or changed."""
         workers = self.workers()
@@ -98,12 +107,7 @@ class RolloutController(_Gated):
         self._waiting_since = None
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.step()
-            except KryptonError as exc:
-                log.warning("rollout step failed", error=str(exc))
-            await pause(stopping, self.interval)
+        await self._every_interval(stopping, self.step, "rollout step failed")
 
     async def step(self) -> None:
         if not self._loaded:
@@ -252,12 +256,8 @@ class RolloutFollower(_Gated):
     async def run(self, stopping: asyncio.Event) -> None:
         self.informer.start()
         try:
-            while not stopping.is_set():
-                try:
-                    await self._step()
-                except KryptonError as exc:
-                    log.warning("rollout observations not published", error=str(exc))
-                await pause(stopping, self.interval)
+            await self._every_interval(stopping, self._step,
+                                       "rollout observations not published")
         finally:
             await self.informer.stop()
 

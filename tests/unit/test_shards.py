@@ -69,15 +69,21 @@ def _seen(shards: Shards, leases: _Leases, cluster: str) -> None:
     shards.owners.store[(NS, name)] = leases.leases[name]
 
 
-def test_a_cluster_is_served_only_with_fresh_membership_and_its_lease(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [1000.0]
+def _owner_of_a(monkeypatch: pytest.MonkeyPatch, clock: list[float]) -> tuple[Shards, _Leases]:
+    """A replica that joined alone and claimed cluster "a", its Lease seen."""
     shards, leases = _replica(monkeypatch, clock)
     asyncio.run(shards._renew())
     shards._judge()
     assert asyncio.run(shards.claim("a"))
     assert not shards.owns("a")  # claimed, not seen yet: the store decides
     _seen(shards, leases, "a")
+    return shards, leases
+
+
+def test_a_cluster_is_served_only_with_fresh_membership_and_its_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    shards, leases = _owner_of_a(monkeypatch, clock)
     assert shards.owns("a") and shards.holds()
     clock[0] += 9.9
     assert shards.owns("a")
@@ -94,11 +100,7 @@ def test_a_cluster_is_served_only_with_fresh_membership_and_its_lease(
 def test_the_owner_publishes_a_change_once_and_nobody_else_publishes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    shards, leases = _replica(monkeypatch, clock)
-    asyncio.run(shards._renew())
-    shards._judge()
-    assert asyncio.run(shards.claim("a"))
-    _seen(shards, leases, "a")
+    shards, leases = _owner_of_a(monkeypatch, clock)
     before = leases.writes
     asyncio.run(shards.publish("a", "one"))
     assert leases.writes == before + 1
