@@ -141,6 +141,7 @@ def test_a_fourth_replica_moves_a_quarter_and_a_paused_owner_starts_nothing(
     moved = sorted(c for c in NAMES if after[c] != before[c])
     assert 1 <= Counter(after.values())["r3"] <= len(moved) <= bound(30, 4), moved
     print(f"scale 3 -> 4 replicas: {len(moved)} of 30 clusters moved")
+    _never_two_owners(ops, {})  # each moved cluster left its old replica before the new one
 
     # a partitioned owner: SIGSTOP it past its renew deadline and create a Tenant. Resumed
     # before the others take its clusters, its watches deliver that Tenant with nobody
