@@ -73,6 +73,7 @@ class _KindWatch:
         self.owner, self.kind = owner, kind
         self.live = False  # watching, and every followed object read since it started
         self.denied = False
+        self.epoch = 0  # counts starts and failures: a reread counts only within its own
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"readiness-{owner.kube.name}-{kind[1]}")
         self.stop_at: asyncio.TimerHandle | None = None
@@ -100,6 +101,7 @@ class _KindWatch:
 
     def _failed(self, exc: Exception) -> None:
         self.live = False
+        self.epoch += 1
         if isinstance(exc, Forbidden) and not self.denied:
             self.denied = True
             _log.info("readiness watch not permitted; workloads are polled", kind=self.kind[1],
@@ -107,16 +109,21 @@ class _KindWatch:
 
     def _resumed(self) -> None:
         self.denied = False
-        self.owner.spawn(self._reread())
+        self.epoch += 1
+        self.owner.spawn(self._reread(self.epoch))
 
-    async def _reread(self) -> None:
-        """Read every followed object of this kind again; then the copies are current."""
+    async def _reread(self, epoch: int) -> None:
+        """Read every followed object of this kind again; then the copies are current,
+        unless the watch failed or started again meanwhile (changes may have been missed
+        after the read: the next start rereads)."""
         try:
             await self.owner.reread(self.kind)
         except KryptonError as exc:
-            self._failed(exc)
+            if epoch == self.epoch:
+                self._failed(exc)
             return
-        self.live = True
+        if epoch == self.epoch:
+            self.live = True
 
     def linger(self) -> None:
         if self.stop_at is None:

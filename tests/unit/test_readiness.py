@@ -94,3 +94,28 @@ def test_a_copy_keeps_only_what_the_rules_read() -> None:
     kept = slim(deployment(2, 5))
     assert "managedFields" not in kept["metadata"] and "template" not in kept["spec"]
     assert kept["spec"]["replicas"] == 2 and kept["status"]["availableReplicas"] == 2
+
+
+def test_a_reread_crossed_by_a_watch_failure_does_not_make_the_kind_watched() -> None:
+    """The watch starts (a reread begins), then fails before the reread ends: the copies
+    cannot be trusted (changes after the read may be missed) until the next start's reread."""
+    async def body(r: Readiness) -> None:
+        r.follow(KEY, [(REF, deployment(2, 10))])
+        gate = asyncio.Event()
+
+        async def slow_reread(_kind: Any) -> None:
+            await gate.wait()
+        r.reread = slow_reread  # type: ignore[method-assign]
+        watch = r._watches[("apps/v1", "Deployment")]
+        watch._resumed()
+        await asyncio.sleep(0)
+        watch._failed(RuntimeError("watch broke"))
+        gate.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not watch.live and r.health(KEY) is None
+        watch._resumed()  # started again: its own reread completes, nothing crosses it
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert watch.live and r.health(KEY) is not None and r.health(KEY).ready
+    scenario(body)
