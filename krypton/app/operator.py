@@ -245,8 +245,10 @@ class Operator:
         the Lease stops the controller only (this replica keeps serving its clusters)."""
         while await elector.acquire(self.stopping):
             leading = asyncio.create_task(controller.run(self.stopping))
-            await elector.hold(self.stopping)
-            leading.cancel()
+            try:
+                await elector.hold(self.stopping)
+            finally:
+                leading.cancel()
             controller.forget()
             if not self.stopping.is_set():
                 log.warning("rollout leadership lost; standing by for the leader Lease")
