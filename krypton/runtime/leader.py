@@ -11,23 +11,44 @@ releases the Lease so that a standby takes over at once.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
 from krypton.adapters.events import reporting_instance
-from krypton.adapters.kube import Kube
+from krypton.adapters.kube import Kube, now_micro
 from krypton.decisions.errors import TemporaryError
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.leader")
 
 
-def _micro(ts: dt.datetime) -> str:
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+async def keep_renewed(stopping: asyncio.Event, *, every: float, deadline: Callable[[], float],
+                       renew: Callable[[], Awaitable[object]], holds: Callable[[], bool],
+                       what: str, logger: Any = log,
+                       each: Callable[[], Awaitable[None]] | None = None) -> bool:
+    """Renew a Lease every `every` seconds until `stopping` (True) or until it is no longer
+    held (False). One deadline for all attempts since the last successful renewal
+    (client-go's semantics): an attempt may only use the time left until the monotonic
+    `deadline()`, so a loss is noticed within the renew deadline, well before the Lease
+    expires for the others. `each` runs after every period in which the Lease is held."""
+    while not stopping.is_set():
+        if await pause(stopping, every):
+            return True
+        left = deadline() - time.monotonic()
+        try:
+            if left > 0:
+                await asyncio.wait_for(renew(), left)
+        except (TemporaryError, TimeoutError) as exc:
+            logger.warning(f"{what} renewal failed", error=str(exc) or type(exc).__name__)
+        if not holds():
+            return False
+        if each is not None:
+            await each()
+    return True
 
 
 class LeaderElector:
@@ -56,15 +77,15 @@ class LeaderElector:
         return False
 
     async def _write(self) -> bool:
-        now = dt.datetime.now(dt.UTC)
+        now = now_micro()
         lease = await self.kube.get_lease(self.namespace, self.name)
         spec_new: dict[str, Any] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.lease_duration)),
-            "renewTime": _micro(now),
+            "renewTime": now,
         }
         if lease is None:
-            spec_new.update(acquireTime=_micro(now), leaseTransitions=0)
+            spec_new.update(acquireTime=now, leaseTransitions=0)
             await self.kube.create_lease(self.namespace, {
                 "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec_new})
             return True
@@ -78,10 +99,10 @@ class LeaderElector:
             if time.monotonic() - self._seen_at < duration:
                 return False
         if holder != self.identity:
-            spec_new["acquireTime"] = _micro(now)
+            spec_new["acquireTime"] = now
             spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         else:
-            spec_new["acquireTime"] = spec.get("acquireTime") or _micro(now)
+            spec_new["acquireTime"] = spec.get("acquireTime") or now
             spec_new["leaseTransitions"] = int(spec.get("leaseTransitions") or 0)
         body = {"metadata": {"name": self.name, "namespace": self.namespace,
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
@@ -106,27 +127,17 @@ class LeaderElector:
         return False
 
     async def hold(self, stopping: asyncio.Event) -> None:
-        """Renew until `stopping` is set; returns early when leadership is lost.
+        """Renew until `stopping` is set; returns early when leadership is lost (another
+        holder took the Lease, or no renewal within the renew deadline)."""
+        if not await keep_renewed(stopping, every=self.retry_period,
+                                  deadline=lambda: self._renewed_at + self.renew_deadline,
+                                  renew=self._renew, holds=self.holds, what="lease"):
+            self.is_leader = False
+            log.error("leadership lost", lease=f"{self.namespace}/{self.name}")
 
-        One deadline for all attempts since the last successful renewal (client-go's
-        semantics): an attempt may only use the time left until ``renewed + renew_deadline``,
-        so loss is noticed within the renew deadline, well before the Lease expires for the
-        standbys."""
-        while not stopping.is_set():
-            if await pause(stopping, self.retry_period):
-                return
-            left = self._renewed_at + self.renew_deadline - time.monotonic()
-            try:
-                if left > 0:
-                    if await asyncio.wait_for(self._try(), left):
-                        continue
-                    self.is_leader = False  # another holder has the Lease
-            except (TemporaryError, TimeoutError) as exc:
-                log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
-            if not self.holds():
-                self.is_leader = False
-                log.error("leadership lost", lease=f"{self.namespace}/{self.name}")
-                return
+    async def _renew(self) -> None:
+        if not await self._try():
+            self.is_leader = False  # another holder has the Lease
 
     async def release(self) -> None:
         if not self.is_leader:

@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
 import time
 from collections.abc import Callable
@@ -38,20 +37,16 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.kube import Informer, Kube
+from krypton.adapters.kube import Informer, Kube, now_micro
 from krypton.decisions import sharding
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
 from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
-from krypton.runtime.pause import pause
+from krypton.runtime.leader import keep_renewed
 
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
 STALE_AFTER = 10  # Lease durations without a change before a dead member's Lease is deleted
 Obj = dict[str, Any]
-
-
-def _micro(ts: dt.datetime) -> str:
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _name(prefix: str, kind: str, text: str) -> str:
@@ -101,14 +96,18 @@ class Shards:
 
     async def _renew(self) -> None:
         started = time.monotonic()
-        now = _micro(dt.datetime.now(dt.UTC))
+        now = now_micro()
         body: Obj = {"metadata": {"name": self.member_lease, "namespace": self.namespace,
                                   "labels": {MEMBER_LABEL: self.group}},
                      "spec": {"holderIdentity": self.identity, "renewTime": now,
                               "leaseDurationSeconds": max(1, round(self.lease_duration))}}
         if self._rv:
             body["metadata"]["resourceVersion"] = self._rv
-            written = await self.kube.replace_lease(self.namespace, self.member_lease, body)
+            try:
+                written = await self.kube.replace_lease(self.namespace, self.member_lease, body)
+            except Conflict:
+                self._rv = ""  # written by someone else meanwhile: read it again next time
+                raise
         else:
             existing = await self.kube.get_lease(self.namespace, self.member_lease)
             if existing is None:
@@ -121,24 +120,18 @@ class Shards:
         self._renewed_at = started
 
     async def hold(self, stopping: asyncio.Event) -> None:
-        """Renew every retry period and judge the members; return when membership is lost
-        (not renewed within the renew deadline) or `stopping` is set."""
-        while not stopping.is_set():
-            if await pause(stopping, self.retry_period):
-                return
-            left = self._renewed_at + self.renew_deadline - time.monotonic()
-            try:
-                if left > 0:
-                    await asyncio.wait_for(self._renew(), left)
-            except (TemporaryError, TimeoutError) as exc:
-                self._rv = "" if isinstance(exc, Conflict) else self._rv
-                log.warning("membership renewal failed", error=str(exc) or type(exc).__name__)
-            if not self.holds():
-                self.lost = True
-                log.error("membership lost", lease=self.member_lease)
-                return
-            self._judge()
-            await self.tidy()
+        """Renew every retry period, judge the members and tidy up; return when membership
+        is lost (not renewed within the renew deadline) or `stopping` is set."""
+        if not await keep_renewed(stopping, every=self.retry_period,
+                                  deadline=lambda: self._renewed_at + self.renew_deadline,
+                                  renew=self._renew, holds=self.holds, what="membership",
+                                  logger=log, each=self._looked_around):
+            self.lost = True
+            log.error("membership lost", lease=self.member_lease)
+
+    async def _looked_around(self) -> None:
+        self._judge()
+        await self.tidy()
 
     def _member_event(self, type_: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
@@ -194,7 +187,7 @@ class Shards:
         if not self.holds():
             return False
         name = _name(self.group, "cluster", cluster)
-        now = _micro(dt.datetime.now(dt.UTC))
+        now = now_micro()
         spec = {"holderIdentity": self.identity, "acquireTime": now, "renewTime": now,
                 "leaseDurationSeconds": max(1, round(self.lease_duration))}
         meta: Obj = {"name": name, "namespace": self.namespace,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from krypton.decisions.errors import Conflict
+from krypton.runtime import leader
 from krypton.runtime import shards as shards_mod
 from krypton.runtime.shards import Shards, _name
 
@@ -175,3 +176,29 @@ def test_the_first_live_member_deletes_only_what_dead_replicas_left(
         shards.owners.store[(NS, "krypton-cluster-gone2")])
     asyncio.run(shards.tidy())
     assert "krypton-cluster-gone2" in leases.leases
+
+
+def test_membership_written_by_someone_else_is_read_again_and_lost_at_the_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    shards, leases = _replica(monkeypatch, clock)
+    asyncio.run(shards._renew())
+
+    async def a_period_passes(_stopping: asyncio.Event, seconds: float) -> bool:
+        clock[0] += seconds
+        return False
+
+    monkeypatch.setattr(leader, "pause", a_period_passes)
+    mine = leases.leases[shards.member_lease]
+    mine["metadata"]["resourceVersion"] = "elsewhere"  # every replace now conflicts
+    rereads = []
+
+    async def get_lease(_ns: str, name: str) -> dict[str, Any] | None:
+        rereads.append(name)
+        raise Conflict("still moving")  # the read-back path fails too: never renewed again
+
+    leases.get_lease = get_lease  # type: ignore[method-assign]
+    asyncio.run(asyncio.wait_for(shards.hold(asyncio.Event()), 5))
+    assert shards.lost and not shards.holds()
+    assert rereads  # after the first Conflict the Lease was read again, not replaced blindly
+    assert clock[0] - 1000.0 >= shards.renew_deadline
