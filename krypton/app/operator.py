@@ -138,10 +138,7 @@ class Operator:
         s = self.settings
         assert self.home is not None
         if s.leader_elect:
-            self.elector = LeaderElector(
-                self.home, s.lease_namespace, s.leader_election_id,
-                lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
-                retry_period=s.retry_period)
+            self.elector = self._elector()
             if not await self.elector.acquire(self.stopping):
                 return
             self._lease_task = asyncio.create_task(self._hold(self.elector.hold(self.stopping)))
@@ -225,20 +222,24 @@ class Operator:
         follower = RolloutFollower(home, s.namespace, policy, chart, s.chart_values,
                                    lambda: fleet.workers, shards.publish)
         fleet.shared.gate = follower.gate
-        elector = LeaderElector(home, s.lease_namespace, s.leader_election_id,
-                                lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
-                                retry_period=s.retry_period, identity=shards.identity)
-        self._rollout_elector = elector
+        elector = self._rollout_elector = self._elector(identity=shards.identity)
 
         def everyone() -> dict[str, Published]:
-            discovered = self.discovery.store.values() if self.discovery is not None else ()
-            return {str(sec["metadata"]["name"]): Published(read_publication(
-                shards.published(str(sec["metadata"]["name"])), controller.current_target))
-                for sec in discovered}
+            return {name: Published(read_publication(shards.published(name),
+                                                     controller.current_target))
+                    for name in self._discovered() or ()}
         controller = RolloutController(home, s.namespace, policy, chart, s.chart_values, events,
                                        everyone, fence=elector.holds)
         self._rollout_tasks += [asyncio.create_task(follower.run(self.stopping)),
                                 asyncio.create_task(self._lead_rollout(elector, controller))]
+
+    def _elector(self, identity: str | None = None) -> LeaderElector:
+        """An elector on the leader Lease (--leader-election-id and the Lease settings)."""
+        s = self.settings
+        assert self.home is not None
+        return LeaderElector(self.home, s.lease_namespace, s.leader_election_id,
+                             lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
+                             retry_period=s.retry_period, identity=identity)
 
     async def _lead_rollout(self, elector: LeaderElector, controller: RolloutController) -> None:
         """Run the rollout controller whenever this replica holds the leader Lease; losing

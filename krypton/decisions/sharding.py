@@ -15,11 +15,12 @@ member changed, plus the few that the bound pushes on), never all of them.
 from __future__ import annotations
 
 import bisect
-import datetime as dt
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from krypton.decisions.model import epoch_seconds
 
 MEMBER_LABEL = "krypton.openkcm.io/member-of"  # on membership Leases: the leader election id
 CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"  # on cluster Leases: the leader election id
@@ -80,14 +81,6 @@ def pins(secrets: Iterable[Mapping[str, Any]], label: str) -> dict[str, str]:
     return out
 
 
-def _renewed(lease: Mapping[str, Any]) -> float | None:
-    text = str((lease.get("spec") or {}).get("renewTime") or "")
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def owners(cluster_leases: Iterable[Mapping[str, Any]], member_leases: Iterable[Mapping[str, Any]],
            now: float) -> dict[str, str]:
     """cluster -> the replica serving it, for people (``krypton status``): the holder of the
@@ -97,7 +90,7 @@ def owners(cluster_leases: Iterable[Mapping[str, Any]], member_leases: Iterable[
     live = set()
     for lease in member_leases:
         spec = lease.get("spec") or {}
-        renewed = _renewed(lease)
+        renewed = epoch_seconds(spec.get("renewTime"))
         if renewed is not None and now - renewed <= float(spec.get("leaseDurationSeconds") or 0):
             live.add(str(spec.get("holderIdentity") or ""))
     out = {}

@@ -45,6 +45,11 @@ log = structlog.get_logger("krypton.rollout")
 ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster to engage
 
 
+def _report(state: RolloutState) -> None:
+    metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
+    metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+
+
 class _Gated:
     """A rollout state as last read or written, and the gate it sets for each cluster."""
 
@@ -154,8 +159,7 @@ class RolloutController(_Gated):
             else:
                 log.info("rollout reverted", detail=state.message)
                 await self.events.emit(self._involved(), "Normal", "RolloutReverted", summary)
-        metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
-        metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+        _report(state)
         if old is None or state.to_json() != old.to_json():
             await self._save(state)  # the gate follows only what was written
             self.state = state
@@ -248,8 +252,7 @@ class RolloutFollower(_Gated):
         self.state = state
         if state is None:
             return
-        metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
-        metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+        _report(state)
         if old is None or state.to_json() != old.to_json():
             self._wake(old, state)
 
