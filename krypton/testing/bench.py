@@ -52,7 +52,15 @@ from typing import Any
 from kubernetes import client, config
 
 from . import BlackHole, ChartRepository, ControlPlane, testbin
-from .operator import OperatorProcess, cmdline, descendants, kubeconfig_secret, wait_for
+from .operator import (
+    OperatorProcess,
+    cluster_holders,
+    cmdline,
+    descendants,
+    kubeconfig_secret,
+    logged_at,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
@@ -456,17 +464,10 @@ class ShardedFleet:
             self.discovery, self.ns, "0.2.0", "--sharding", "--leader-election-id", self.group,
             "--shard-identity", identity)
 
-    def owners(self) -> dict[str, str]:
-        leases = client.CoordinationV1Api(self.bed.api["home"]).list_namespaced_lease(
-            self.ns, label_selector=f"krypton.openkcm.io/cluster-of={self.group}").items
-        return {(lease.metadata.annotations or {}).get(  # type: ignore[union-attr]
-            "krypton.openkcm.io/cluster", ""): lease.spec.holder_identity or ""  # type: ignore[union-attr]
-            for lease in leases}
-
     def settled(self) -> dict[str, str]:
         """cluster -> replica once every cluster is engaged where its Lease says."""
         def check() -> dict[str, str] | None:
-            owners = self.owners()
+            owners = cluster_holders(self.bed.api["home"], self.ns, self.group)
             loads = {r: list(owners.values()).count(r) for r in self.ops}
             done = len(owners) == self.clusters and set(owners.values()) == set(self.ops) and \
                 all(op.metric("krypton_engaged_clusters") == loads[r]
@@ -481,11 +482,9 @@ class ShardedFleet:
             when: dict[str, float] = {}
             for op in self.ops.values():
                 for entry in op.log_entries():
-                    if entry.get("event") == "cluster engaged" and entry.get("cluster") in clusters:
-                        t = dt.datetime.fromisoformat(
-                            entry["timestamp"].replace("Z", "+00:00")).timestamp()
-                        if t > since:
-                            when[entry["cluster"]] = t
+                    if entry.get("event") == "cluster engaged" and \
+                            entry.get("cluster") in clusters and logged_at(entry) > since:
+                        when[entry["cluster"]] = logged_at(entry)
             return max(when.values()) if len(when) == len(clusters) else None
         return wait_for(latest, 300, interval=0.2, what="the clusters engaged elsewhere") - since
 
@@ -605,13 +604,7 @@ def _engaged(op: OperatorProcess, cluster: str) -> bool:
 
 
 def _log_time(op: OperatorProcess, event: str, **fields: str) -> float:
-    for line in op.log_text().splitlines():
-        if not line.startswith("{"):
-            continue
-        entry = json.loads(line)
-        if entry.get("event") == event and all(entry.get(k) == v for k, v in fields.items()):
-            return dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
-    return 0.0
+    return next((logged_at(e) for e in op.log_events(event, **fields)), 0.0)
 
 
 def machine() -> dict[str, Any]:

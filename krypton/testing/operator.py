@@ -21,10 +21,32 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kubernetes import client
+
+from krypton.decisions.model import epoch_seconds
+from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL
+
 from .controlplane import free_port, terminate
 
 LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 T = TypeVar("T")
+
+
+def cluster_holders(api: Any, namespace: str, group: str) -> dict[str, str]:
+    """Under --sharding: cluster -> the holder of its Lease ("" when released), read with the
+    kubernetes client `api` from the Leases of sharding group `group` in `namespace`."""
+    leases = client.CoordinationV1Api(api).list_namespaced_lease(
+        namespace, label_selector=f"{CLUSTER_LABEL}={group}").items
+    return {(lease.metadata.annotations or {}).get(CLUSTER_ANNOTATION, ""):  # type: ignore[union-attr]
+            lease.spec.holder_identity or "" for lease in leases}  # type: ignore[union-attr]
+
+
+def logged_at(entry: dict[str, Any]) -> float:
+    """When a JSON log line of the operator was written, in seconds since the epoch."""
+    when = epoch_seconds(entry.get("timestamp"))
+    if when is None:
+        raise ValueError(f"log line without a timestamp: {entry}")
+    return when
 
 
 def wait_for(predicate: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25,

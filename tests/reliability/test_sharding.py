@@ -5,7 +5,6 @@ at once, and no release is ever installed twice."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from kubernetes import client
 
 from krypton.decisions.sharding import bound
 from krypton.testing import ChartRepository
-from krypton.testing.operator import OperatorProcess, wait_for
+from krypton.testing.operator import OperatorProcess, cluster_holders, logged_at, wait_for
 from tests.integration.conftest import Fleet, unique
 from tests.integration.test_progressive_rollout import repo, rollout_state  # noqa: F401 - fixture
 
@@ -26,11 +25,7 @@ LEASE, RENEW, RETRY = 6.0, 4.0, 1.0
 
 
 def _owners(fleet: Fleet, group: str) -> dict[str, str]:
-    """cluster -> holder of its Lease ("" when released)."""
-    leases = client.CoordinationV1Api(fleet.home.api).list_namespaced_lease(
-        fleet.tenant_ns, label_selector=f"krypton.openkcm.io/cluster-of={group}").items
-    return {(lease.metadata.annotations or {}).get("krypton.openkcm.io/cluster", ""):
-            lease.spec.holder_identity or "" for lease in leases}
+    return cluster_holders(fleet.home.api, fleet.tenant_ns, group)
 
 
 def _engaged(op: OperatorProcess) -> float:
@@ -160,7 +155,7 @@ def test_a_fourth_replica_moves_a_quarter_and_a_paused_owner_starts_nothing(
     assert all(_owners(fleet, group)[c] == victim for c in lost)  # nobody took them yet
     os.kill(ops[victim].pid, signal.SIGCONT)
     assert ops[victim].popen is not None and ops[victim].popen.wait(60) == 1
-    started = [e for e in ops[victim].log_entries() if _when(e) > paused_at
+    started = [e for e in ops[victim].log_entries() if logged_at(e) > paused_at
                and re.fullmatch(r"helm \w+ start", str(e.get("event")))]
     assert started == [], started
     assert ops[victim].log_events("membership lost")
@@ -179,9 +174,9 @@ def _never_two_owners(ops: dict[str, OperatorProcess], killed: dict[str, float])
     for replica, op in ops.items():
         ends: dict[str, list[float]] = {}
         for entry in op.log_events("cluster disengaged"):
-            ends.setdefault(entry["cluster"], []).append(_when(entry))
+            ends.setdefault(entry["cluster"], []).append(logged_at(entry))
         for entry in op.log_events("cluster engaging"):
-            start = _when(entry)
+            start = logged_at(entry)
             end = min((t for t in ends.get(entry["cluster"], []) if t >= start),
                       default=killed.get(replica, float("inf")))
             spans.setdefault(entry["cluster"], []).append((start, end, replica))
@@ -190,10 +185,6 @@ def _never_two_owners(ops: dict[str, OperatorProcess], killed: dict[str, float])
         served.sort()
         for (_, end, first), (start, _, second) in zip(served, served[1:], strict=False):
             assert first == second or start >= end, (cluster, served)
-
-
-def _when(entry: dict[str, Any]) -> float:
-    return dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def _ready(cluster: Any, namespace: str, name: str) -> list[str]:
