@@ -266,9 +266,10 @@ class Shards:
         """Delete what dead replicas left behind (see the module's notes), when this replica
         is the live member first in name order (every retry period; a write only when
         something is stale)."""
+        if not self.holds() or min(self._live, default="") != self.identity:
+            return
         discovered = self.discovered()
-        if discovered is None or not self.holds() or \
-                min(self._live, default="") != self.identity:
+        if discovered is None:
             return
         now = time.monotonic()
         stale = []
