@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,9 +223,22 @@ def include(state: RolloutState, clusters: list[str], policy: Policy) -> Rollout
     return dataclasses.replace(state, waves=state.waves + extra)
 
 
+def engaging(clusters: Iterable[str], observed: Mapping[str, ClusterObservation],
+             since: Mapping[str, float], now: float, grace: float
+             ) -> tuple[frozenset[str], dict[str, float]]:
+    """Of `clusters`, those not reachable for less than `grace` seconds: they may still engage
+    (the operator just started, or the cluster just changed replicas), so their wave waits
+    for them instead of skipping them. `since` holds when each was first seen unreachable;
+    the second value is its update."""
+    down = {c: since.get(c, now) for c in clusters
+            if not (c in observed and observed[c].reachable)}
+    return frozenset(c for c, t in down.items() if now - t < grace), down
+
+
 def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], policy: Policy,
-             now: float) -> RolloutState:
-    """The next state of a progressing rollout; halted and complete states stay as they are."""
+             now: float, settling: frozenset[str] = frozenset()) -> RolloutState:
+    """The next state of a progressing rollout; halted and complete states stay as they are.
+    A wave with a cluster in `settling` (see `engaging`) is not judged yet."""
     if state.phase != PROGRESSING:
         return state
     while state.wave < len(state.waves):
@@ -239,6 +252,11 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
                 state, phase=HALTED, skipped=skipped, failed=failed,
                 message=f"halted in wave {state.wave + 1}: {failures} failed release(s) on "
                         f"{', '.join(failed)} (more than {policy.max_failures} allowed)")
+        waiting = sorted(settling.intersection(wave))
+        if waiting:
+            return dataclasses.replace(state, message=f"wave {state.wave + 1}/"
+                                       f"{len(state.waves)}: waiting for {', '.join(waiting)} "
+                                       "to engage")
         complete = all(observed[c].done >= observed[c].tenants for c in reachable)
         if not complete:
             if now - state.wave_started > policy.wave_deadline:

@@ -31,6 +31,7 @@ from krypton.decisions.rollout import (
     ClusterObservation,
     Policy,
     RolloutState,
+    engaging,
     evaluate,
     gate,
     include,
@@ -105,11 +106,13 @@ class RolloutController(_Gated):
         self.fence = fence
         self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
         self._waiting_since: float | None = None
+        self._down_since: dict[str, float] = {}  # clusters seen unreachable, since when
 
     def forget(self) -> None:
         """Leadership lost: read the state again when leading next (another leader wrote)."""
         self._loaded = False
         self._waiting_since = None
+        self._down_since = {}
 
     async def run(self, stopping: asyncio.Event) -> None:
         await self._every_interval(stopping, self.step, "rollout step failed")
@@ -135,7 +138,11 @@ class RolloutController(_Gated):
             log.info("rollout started", version=chart.version, waves=[list(w) for w in state.waves])
         state = include(state, sorted(n for n, w in workers.items() if w.engaged), self.policy)
         observed = {n: w.rollout_observation() for n, w in workers.items()}
-        state = evaluate(state, observed, self.policy, now)
+        # a cluster that may still engage (after a start or a handover) is waited for, not
+        # skipped: the first look after a restart must not find the whole wave unreachable
+        settling, self._down_since = engaging({c for w in state.waves for c in w}, observed,
+                                              self._down_since, now, ENGAGE_GRACE)
+        state = evaluate(state, observed, self.policy, now, settling)
         if state.phase == HALTED and not state.reverted and (old is None or old.phase != HALTED
                                                              or old.target != state.target):
             log.error("rollout halted", detail=state.message)

@@ -18,6 +18,7 @@ from krypton.decisions.rollout import (
     Policy,
     RolloutState,
     allowed,
+    engaging,
     evaluate,
     gate,
     include,
@@ -252,3 +253,36 @@ def test_a_written_state_wakes_the_newly_reached_clusters_or_all_on_a_phase_chan
     assert to_wake(second, halted) == (set(), True)
     other = start("t2", "2.0.0", ["a", "b", "c", "d"], POLICY, 0, previous=second)
     assert to_wake(second, other) == ({"c"}, False)  # a new target: its first wave again
+
+
+def test_a_wave_waits_for_a_cluster_that_may_still_engage_then_skips_it() -> None:
+    """Right after a start (or a handover) the wave's clusters are not engaged yet: the first
+    look must not skip them all and call the rollout complete."""
+    s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)  # waves: (c), (a, b)
+    nothing: dict[str, ClusterObservation] = {}  # the first look: no worker engaged
+    settling, since = engaging({"a", "b", "c"}, nothing, {}, now=100, grace=30)
+    assert settling == {"a", "b", "c"} and since == dict.fromkeys("abc", 100)
+    waiting = evaluate(s, nothing, POLICY, now=100, settling=settling)
+    assert waiting.phase == PROGRESSING and waiting.wave == 0 and not waiting.skipped
+    assert "waiting for c to engage" in waiting.message
+    # c engaged and is done; a and b still coming: wave 2 waits for them
+    seen = {"c": OK}
+    settling, since = engaging({"a", "b", "c"}, seen, since, now=110, grace=30)
+    assert settling == {"a", "b"} and "c" not in since
+    s = evaluate(s, seen, POLICY, now=110, settling=settling)
+    assert (s.phase, s.wave, s.skipped) == (PROGRESSING, 1, ())
+    # the grace runs out for a (still down); b engaged: a is skipped as before
+    seen = {"c": OK, "b": OK}
+    settling, since = engaging({"a", "b", "c"}, seen, since, now=131, grace=30)
+    assert settling == frozenset() and since == {"a": 100}
+    s = evaluate(s, {**seen, "a": DOWN}, POLICY, now=131, settling=settling)
+    assert s.phase == COMPLETE and s.skipped == ("a",)
+
+
+def test_a_failure_halts_even_while_another_cluster_of_the_wave_is_engaging() -> None:
+    s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)
+    s = evaluate(s, {"c": OK}, POLICY, now=1, settling=frozenset({"a", "b"}))
+    assert s.wave == 1
+    bad = ClusterObservation(True, 2, 0, 1)
+    s = evaluate(s, {"a": bad}, POLICY, now=2, settling=frozenset({"b"}))
+    assert s.phase == HALTED and s.failed == ("a",)
