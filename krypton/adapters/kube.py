@@ -558,10 +558,12 @@ class Kube:
                               _path("apis", "apps", "v1", "namespaces", namespace,
                                     "deployments", name))
 
-    async def list_deployments(self, label_selector: str) -> list[Obj]:
-        """Deployments in every namespace with this label."""
-        return (await self.list_all("list deployments", _path("apis", "apps", "v1", "deployments"),
-                                    label_selector=label_selector))["items"]
+    async def list_deployments(self, namespace: str, label_selector: str) -> list[Obj]:
+        """Deployments in `namespace` with this label."""
+        return (await self.list_all(
+            f"list deployments in {namespace}",
+            _path("apis", "apps", "v1", "namespaces", namespace, "deployments"),
+            label_selector=label_selector))["items"]
 
     async def create_configmap(self, namespace: str, body: Obj) -> Obj:
         return await self.request(f"create configmap in {namespace}", "POST",

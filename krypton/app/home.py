@@ -24,8 +24,38 @@ def user_kubeconfig_path() -> str:
     return first or os.path.expanduser("~/.kube/config")
 
 
-async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
+def context_namespace(settings: Settings) -> str | None:
+    """The namespace of the kube context the CLI uses to reach the watch cluster
+    (--watch-kubeconfig and --watch-context, else $KUBECONFIG / ~/.kube/config and its
+    current context), or the pod's own namespace in a pod; None when it names none."""
+    from krypton.decisions import safeyaml
+
+    path = settings.watch_kubeconfig or None
+    if path is None and configuration_in_cluster() is not None:
+        try:
+            return Path(kubeconfigs.SA_NAMESPACE).read_text().strip() or None
+        except OSError:
+            return None
+    try:
+        doc = safeyaml.load_values(Path(path or user_kubeconfig_path()).read_bytes(),
+                                   what="kubeconfig")
+    except (OSError, safeyaml.YamlRejected):
+        return None
+    chosen = settings.watch_context or doc.get("current-context")
+    for entry in doc.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == chosen:
+            namespace = (entry.get("context") or {}).get("namespace")
+            return str(namespace) if namespace else None
+    return None
+
+
+async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool = True) -> Kube:
     """The home cluster, in the order of SPEC D7.
+
+    A kubeconfig read from --watch-kubeconfig-secret is trusted (exec plugins, file
+    references) only with `trust_secret`: the operator's own Secret, named by whoever
+    installed it. The CLI passes False: it runs on an administrator's machine, where a
+    credential plugin or a file named by a Secret would run or be read as that person.
 
     A configuration that cannot work (no kubeconfig at all, a missing or garbage file, a
     missing Secret or key) raises SettingsError: one line, exit status 2 (SPEC O1). An API
@@ -51,8 +81,9 @@ async def watch_cluster(settings: Settings, workdir: Path) -> Kube:
         key = settings.watch_kubeconfig_secret_key
         raw = decode_data((secret.get("data") or {}).get(key))
         try:
-            kc = kubeconfigs.parse(raw, context=settings.watch_context or None, trust=True)
-            cfg = await configuration_for(kc, workdir / "watch", trust=True)
+            kc = kubeconfigs.parse(raw, context=settings.watch_context or None,
+                                   trust=trust_secret)
+            cfg = await configuration_for(kc, workdir / "watch", trust=trust_secret)
         except KubeconfigRejected as exc:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: key {key!r} of Secret "
                                 f"{ref}: {exc}") from exc

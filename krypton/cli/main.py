@@ -96,6 +96,9 @@ def build_parser() -> Parser:
     reg.add_argument("--kubeconfig", required=True, help="kubeconfig file of the cluster")
     reg.add_argument("--context", help="context to use (default: current-context)")
     reg.add_argument("--values", help="per-cluster values.yaml stored in the Secret")
+    reg.add_argument("--overwrite", action="store_true",
+                     help="replace an existing Secret of that name (refused without it; the "
+                          "output says which server it pointed at before and after)")
     settings_mod.add_arguments(reg)
     sub.add_parser("crds", help="print the Tenant CRD")
     for tool in (plan, diff, status, reg):
@@ -139,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _inherit(args, private)
                 settings = settings_mod.load(args, check_helm=args.command in ("plan", "diff"))
             except SettingsError as exc:
-                print(f"krypton: {exc}", file=sys.stderr)
+                from krypton.decisions.printable import escape
+
+                print(f"krypton: {escape(str(exc))}", file=sys.stderr)
                 return 2
             return _tool(args, settings)
     try:
@@ -161,9 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _inherit(args: argparse.Namespace, private: str) -> None:
     """Fill what the user left unset from the running operator's Deployment (issue 13), the
-    values files it mounts copied into `private`; say on stderr where settings came from."""
+    values files it mounts copied into `private`; say on stderr where settings came from.
+
+    Which Deployment (issue 25): the one the user names (--from-deployment,
+    $KRYPTON_FROM_DEPLOYMENT), else the one labelled by the chart in the namespace the
+    user's own settings point to: their --namespace (flag or environment), else the
+    namespace of their kube context. Never one found elsewhere: whoever may create a
+    Deployment in some other namespace must not choose an administrator's settings. And
+    never a setting that widens trust (deployed.WIDENS_TRUST), whichever Deployment it is.
+    """
     from pathlib import Path
 
+    from krypton.app.home import context_namespace
     from krypton.cli import tools
     from krypton.decisions import deployed
 
@@ -173,15 +187,22 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
     ref = ref.strip()
     if ref != "none" and ref and not re.fullmatch(r"[a-z0-9.-]+/[a-z0-9.-]+", ref):
         raise SettingsError(f"invalid --from-deployment: {ref!r} is not NAMESPACE/NAME")
-    found = None
+    found, where = None, ""
     if ref != "none":
         user = settings_mod.load(args, check_helm=False)
-        found, contents = asyncio.run(tools.find_operator(user, ref))
+        look_in = None
+        if not ref:
+            namespace = settings_mod.given(_option("namespace"), args, os.environ)
+            look_in = str(namespace[0]) if namespace else context_namespace(user)
+            where = (f" in namespace {look_in} (your --namespace or kube context)"
+                     if look_in else " (no --namespace and no namespace in your kube context: "
+                     "name it with --from-deployment NAMESPACE/NAME)")
+        found, contents = asyncio.run(tools.find_operator(user, ref, look_in))
     if found is None:
         unset = [o.flag for o in settings_mod.OPTIONS if o.name in CHART_OPTIONS
                  and settings_mod.given(o, args, os.environ) is None]
         if unset and args.command in ("plan", "diff"):
-            print(f"krypton {args.command}: no operator Deployment found (--from-deployment) "
+            print(f"krypton {args.command}: no operator Deployment found{where} "
                   f"and no {', '.join(unset)}: using the defaults", file=sys.stderr)
         return
     files = {}
@@ -190,9 +211,18 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
         local.write_bytes(data)
         files[path] = str(local)
     taken = deployed.overlay(args, found, os.environ, files)
-    print(f"krypton {args.command}: settings of the operator Deployment {found.ref} "
-          f"({len(taken)} taken; flags and environment win; --from-deployment none: do not)",
+    flags = ", ".join(_option(name).flag for name in taken) or "nothing"
+    print(f"krypton {args.command}: settings of the operator Deployment {found.ref}: took "
+          f"{flags} (flags and environment win; --from-deployment none: take nothing)",
           file=sys.stderr)
+    if found.refused:
+        print(f"krypton {args.command}: not taken from {found.ref}, which widens trust: "
+              f"{', '.join(_option(name).flag for name in found.refused)} (only your own "
+              "flag sets it)", file=sys.stderr)
+
+
+def _option(name: str) -> settings_mod.Opt:
+    return next(o for o in settings_mod.OPTIONS if o.name == name)
 
 
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
@@ -201,6 +231,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     from krypton.app import log
     from krypton.cli import tools, view
     from krypton.decisions.errors import KryptonError, PermanentError
+    from krypton.decisions.printable import escape, escape_lines
 
     log.configure("console", "warning")
     logging.getLogger("kubernetes").setLevel(logging.ERROR)
@@ -219,17 +250,17 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
             for heading, text in asyncio.run(planning.collect_diff(settings)):
                 changed = changed or bool(text)
-                print(f"=== {heading}: {'differs' if text else 'no change'}")
-                sys.stdout.write(text)
+                sys.stdout.write(view.diff_section(heading, text))
             return 2 if changed else 0
-        print(asyncio.run(tools.register_cluster(settings, args.name, args.kubeconfig,
-                                                 args.context, args.values)))
+        print(escape_lines(asyncio.run(tools.register_cluster(
+            settings, args.name, args.kubeconfig, args.context, args.values,
+            overwrite=args.overwrite))))
         return 0
     except PermanentError as exc:
-        print(f"krypton {args.command}: refused: {exc}", file=sys.stderr)
+        print(f"krypton {args.command}: refused: {escape(str(exc))}", file=sys.stderr)
         return 2
     except KryptonError as exc:
-        print(f"krypton {args.command}: {exc}", file=sys.stderr)
+        print(f"krypton {args.command}: {escape(str(exc))}", file=sys.stderr)
         return 1
 
 

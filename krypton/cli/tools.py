@@ -31,7 +31,13 @@ from krypton.decisions import crd, deployed, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import SELF_CLUSTER, cluster_values, desired_clusters
-from krypton.decisions.errors import KubeconfigRejected, NotFound, SettingsError, TemporaryError
+from krypton.decisions.errors import (
+    KubeconfigRejected,
+    NotFound,
+    ClusterExists,
+    SettingsError,
+    TemporaryError,
+)
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
@@ -51,7 +57,7 @@ async def fleet_view(settings: Settings, prefix: str) -> AsyncIterator[
     """The watch cluster and a client per discovered cluster, all closed on the way out."""
     handles: list[ClusterHandle] = []
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        home = await watch_cluster(settings, Path(tmp))
+        home = await watch_cluster(settings, Path(tmp), trust_secret=False)
         try:
             handles = await _clusters(home, settings, Path(tmp))
             yield Path(tmp), home, handles
@@ -244,15 +250,17 @@ async def _rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
         return None
 
 
-async def find_operator(settings: Settings, ref: str) -> tuple[Deployed | None, dict[str, bytes]]:
-    """The operator Deployment `ref` (namespace/name), or with "" the one found by its chart's
-    label, read from the user's cluster (--watch-kubeconfig, else the kube context), and the
-    files it mounts for --chart-values-file, by their path in the pod. None when `ref` is ""
-    and no single operator is found or the cluster cannot be asked."""
+async def find_operator(settings: Settings, ref: str, look_in: str | None
+                        ) -> tuple[Deployed | None, dict[str, bytes]]:
+    """The operator Deployment `ref` (namespace/name), or with "" the one labelled by its
+    chart in namespace `look_in` (None: nowhere), read from the user's cluster
+    (--watch-kubeconfig, else the kube context), and the files it mounts for
+    --chart-values-file, by their path in the pod. None when `ref` is "" and no single
+    operator is found there or the cluster cannot be asked."""
     local = dataclasses.replace(settings, watch_kubeconfig_secret="")
     with tempfile.TemporaryDirectory(prefix="krypton-from-") as tmp:
         try:
-            home = await watch_cluster(local, Path(tmp))
+            home = await watch_cluster(local, Path(tmp), trust_secret=False)
         except (SettingsError, TemporaryError):
             if ref:
                 raise
@@ -264,8 +272,10 @@ async def find_operator(settings: Settings, ref: str) -> tuple[Deployed | None, 
                 if obj is None:
                     raise SettingsError(f"invalid --from-deployment: Deployment {ref} not found")
             else:
+                if look_in is None:
+                    return None, {}
                 try:
-                    listed = await home.list_deployments(deployed.NAME_LABEL)
+                    listed = await home.list_deployments(look_in, deployed.NAME_LABEL)
                 except TemporaryError:  # not allowed to list them, or unreachable
                     return None, {}
                 obj = deployed.choose(listed)
@@ -296,8 +306,11 @@ async def _mounted_file(home: Kube, found: Deployed, path: str,
 
 
 async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
-                           context: str | None, values_path: str | None) -> str:
-    """Inline, reduce and check a kubeconfig, probe its server, write the labelled Secret."""
+                           context: str | None, values_path: str | None, *,
+                           overwrite: bool = False) -> str:
+    """Inline, reduce and check a kubeconfig, probe its server, write the labelled Secret.
+    An existing Secret of that name is replaced only with `overwrite` (PermanentError
+    otherwise), and the result says which server it pointed at before."""
     path = Path(kubeconfig_path)
     try:
         text = path.read_text()
@@ -306,45 +319,68 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
     inlined = kubeconfigs.inline_files(text, str(path.parent))
     kc = kubeconfigs.parse(inlined, context=context)
     with tempfile.TemporaryDirectory(prefix="krypton-register-") as tmp:
-        probe = Kube(await configuration_for(kc, Path(tmp)), name=name,
-                     timeout=settings.api_timeout)
+        home = await watch_cluster(settings, Path(tmp), trust_secret=False)
         try:
-            version = await probe.server_version()
-        finally:
-            await probe.close()
-        data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
-        if values_path:
+            existing = await home.get_secret(settings.namespace, name)
+            if existing is not None and not overwrite:
+                raise ClusterExists(
+                    f"Secret {settings.namespace}/{name} exists (cluster {name}, server "
+                    f"{_server_of(existing, settings.kubeconfig_key)}); --overwrite replaces "
+                    f"it with server {kc.server}")
+            probe = Kube(await configuration_for(kc, Path(tmp)), name=name,
+                         timeout=settings.api_timeout)
             try:
-                raw = Path(values_path).read_bytes()
-                safeyaml.load_values(raw, what=values_path)
-            except OSError as exc:
-                raise KubeconfigRejected(f"cannot read {values_path}: {exc.strerror}",
-                                         reason="ValuesInvalid") from exc
-            except safeyaml.YamlRejected as exc:
-                raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc
-            data["values.yaml"] = base64.b64encode(raw).decode()
-        home = await watch_cluster(settings, Path(tmp))
-        try:
-            verb = await _write_cluster_secret(home, settings, name, data)
+                version = await probe.server_version()
+            finally:
+                await probe.close()
+            data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
+            if values_path:
+                data["values.yaml"] = _values_file(values_path)
+            verb = await _write_cluster_secret(home, settings, name, data, existing)
         finally:
             await home.close()
+    if existing is not None:
+        verb += (f" (server before: {_server_of(existing, settings.kubeconfig_key)}, "
+                 f"after: {kc.server})")
     warn = "".join(f"\nwarning: {w}" for w in kc.warnings)
     return (f"cluster {name} ({kc.server}, {version}) registered: Secret "
             f"{settings.namespace}/{name} {verb}{warn}")
 
 
+def _server_of(secret: dict[str, Any], key: str) -> str:
+    """The API server a cluster Secret's kubeconfig names (read, never used)."""
+    from krypton.decisions.discovery import decode_data
+
+    try:
+        raw = decode_data((secret.get("data") or {}).get(key))
+        return kubeconfigs.parse(raw, trust=True).server
+    except (KubeconfigRejected, ValueError) as exc:
+        return f"unreadable ({exc})"
+
+
+def _values_file(values_path: str) -> str:
+    try:
+        raw = Path(values_path).read_bytes()
+        safeyaml.load_values(raw, what=values_path)
+    except OSError as exc:
+        raise KubeconfigRejected(f"cannot read {values_path}: {exc.strerror}",
+                                 reason="ValuesInvalid") from exc
+    except safeyaml.YamlRejected as exc:
+        raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc
+    return base64.b64encode(raw).decode()
+
+
 async def _write_cluster_secret(home: Kube, settings: Settings, name: str,
-                                data: dict[str, str]) -> str:
+                                data: dict[str, str], existing: dict[str, Any] | None) -> str:
     body: dict[str, Any] = {
         "metadata": {"name": name, "namespace": settings.namespace,
                      "labels": {settings.kubeconfig_label: "true",
                                 "app.kubernetes.io/managed-by": "krypton"}},
         "type": "Opaque", "data": data}
-    existing = await home.get_secret(settings.namespace, name)
     if existing is None:
         await home.create_secret(settings.namespace, body)
         return "created"
+    # replaced only as it was judged: a Secret changed since is a conflict, not overwritten
     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
     await home.replace_secret(settings.namespace, name, body)
-    return "updated"
-
+    return "replaced"

@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from krypton.decisions import crd
-from krypton.decisions.model import epoch_seconds, release_name
+from krypton.decisions.printable import escape, escape_lines
+from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds, release_name
 from krypton.decisions.rollout import COMPLETE, HALTED, RolloutState
 
 
@@ -85,12 +86,15 @@ FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the 
 
 def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[str, str]:
     """Clusters whose Secret carries a recent failure Event from the operator (D8, D9), with
-    the newest such Event's reason and message."""
+    the newest such Event's reason and message. Only Events whose reporting controller is
+    krypton's count (issue 25): anyone who may create Events in the namespace can write one
+    with any reason and message, and an administrator must not read it as the operator's."""
     latest: dict[str, tuple[float, str]] = {}
     for e in events:
         involved = e.get("involvedObject") or {}
         stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
-        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS:
+        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS \
+                or e.get("reportingComponent") != REPORTING_CONTROLLER:
             continue
         when = epoch_seconds(stamp)
         if when is None:
@@ -134,15 +138,24 @@ def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:
 
 
 def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:
+    """The rows as a table (every cell escaped for the terminal), JSON or YAML (whose
+    encoders escape control characters themselves)."""
     if fmt == "json":
         return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)
     if fmt == "yaml":
         return str(yaml.safe_dump([dataclasses.asdict(r) for r in rows], sort_keys=False))
     table = [[title for title, _ in columns]]
-    table += [[str(getattr(r, field)) for _, field in columns] for r in rows]
+    table += [[escape(str(getattr(r, field))) for _, field in columns] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in table)
+
+
+def diff_section(heading: str, text: str) -> str:
+    """One Tenant x cluster of ``krypton diff``: its heading and the unified diff, both
+    escaped for the terminal (a manifest holds whatever a chart or values put there)."""
+    return escape(f"=== {heading}: {'differs' if text else 'no change'}") + "\n" + \
+        escape_lines(text)
 
 
 def bar(done: int, total: int, width: int = 20) -> str:
@@ -168,7 +181,7 @@ def progress(rows: list[Row], rollout: RolloutState | None) -> list[str]:
              f"  releases  {bar(done, len(targeted))} at {rollout.version} and ready"]
     if rollout.phase == HALTED:
         lines.append(f"  halted: {rollout.message}")
-    return lines
+    return [escape(line) for line in lines]  # the rollout ConfigMap is written by others too
 
 
 def frame(rows: list[Row], rollout: RolloutState | None, *, wide: bool, when: str,

@@ -26,6 +26,9 @@ CONTAINER = "krypton"
 NOT_INHERITED = frozenset({"helm_executable", "watch_kubeconfig", "watch_context",
                            "log_format", "log_level", "health_probe_bind_address",
                            "metrics_bind_address"})
+# Settings that widen what the CLI trusts: never taken from a Deployment, which anyone who
+# may create one in that namespace writes (issue 25). Only the user's own flag sets them.
+WIDENS_TRUST = frozenset({"trust_kubeconfig_secrets"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Deployed:
     ref: str  # namespace/name
     raw: dict[str, Any] = field(default_factory=dict)  # option name -> flag text or list
     files: dict[str, MountedFile] = field(default_factory=dict)  # path in the pod -> source
+    refused: tuple[str, ...] = ()  # settings it has that widen trust: not taken
 
 
 def is_operator(deployment: Mapping[str, Any]) -> bool:
@@ -82,13 +86,18 @@ def read(deployment: Mapping[str, Any]) -> Deployed:
     env = {str(e.get("name")): str(e["value"]) for e in container.get("env") or []
            if isinstance(e, Mapping) and "value" in e}
     raw: dict[str, Any] = {}
+    refused = []
     for opt in settings_mod.OPTIONS:
         got = settings_mod.given(opt, parsed, env)
-        if got is not None and opt.name not in NOT_INHERITED:
-            raw[opt.name] = got[0]
+        if got is None or opt.name in NOT_INHERITED:
+            continue
+        if opt.name in WIDENS_TRUST:
+            refused.append(opt.name)
+            continue
+        raw[opt.name] = got[0]
     files = {path: _mounted(path, container, deployment, ref)
              for path in raw.get("chart_values_file") or []}
-    return Deployed(ref, raw, files)
+    return Deployed(ref, raw, files, tuple(refused))
 
 
 def _mounted(path: str, container: Mapping[str, Any], deployment: Mapping[str, Any],

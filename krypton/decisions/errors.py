@@ -109,6 +109,12 @@ class KubeconfigRejected(PermanentError):
     reason = "KubeconfigRejected"
 
 
+class ClusterExists(PermanentError):
+    """register-cluster would replace another cluster's Secret."""
+
+    reason = "ClusterExists"
+
+
 class VersionInvalid(PermanentError):
     reason = "VersionInvalid"
 

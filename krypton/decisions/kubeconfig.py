@@ -31,6 +31,7 @@ from krypton.decisions.errors import KubeconfigRejected
 EXPIRY_WARNING = dt.timedelta(days=14)
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN, SA_CA = f"{SA_DIR}/token", f"{SA_DIR}/ca.crt"
+SA_NAMESPACE = f"{SA_DIR}/namespace"
 IN_CLUSTER_SERVERS = ("https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local")
 FILE_REFERENCES = {
     "cluster": ("certificate-authority",),
@@ -190,6 +191,12 @@ def parse(
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
     server = _server_url(cluster, str(cluster_name))
+    if cluster.get("proxy-url") is not None:
+        # helm would go through the proxy and krypton's own client would not: two paths
+        # to one cluster, and checks made on one of them (issue 25). Refused, trust or not.
+        raise _reject(f"cluster {cluster_name!r} sets proxy-url, which krypton does not "
+                      "support: its own client and helm would reach the server by different "
+                      "paths; remove proxy-url (a server reached directly)")
     in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, server)
     if risky and not trust and not in_cluster:
         raise _reject(

@@ -102,6 +102,9 @@ BAD = [
     ("username without password", config(user={"username": "admin"}), "together"),
     ("token over http", config(cluster={"server": "http://h:8080"}), "in clear"),
     ("current-context number", config(**{"current-context": 7}), "not a string"),
+    # helm would honour a proxy and krypton's client would not (issue 25.6): refused
+    ("proxy-url", config(cluster={"server": "https://h", "proxy-url": "http://127.0.0.1:3128"}),
+     "proxy-url"),
     ("alias bomb", "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
      "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
      "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", "expands"),
@@ -157,6 +160,12 @@ def test_expiry_is_judged_again_later() -> None:
     gone = expiry_warnings(kc, NOW + dt.timedelta(days=21))
     assert len(gone) == 1 and "expired at" in gone[0]
     assert expiry_warnings(parse(config()), NOW + dt.timedelta(days=400)) == []  # a token
+
+
+def test_proxy_url_is_refused_even_when_trusted() -> None:
+    data = config(cluster={"server": "https://h", "proxy-url": "socks5://127.0.0.1:1080"})
+    with pytest.raises(KubeconfigRejected, match="proxy-url"):
+        parse(data, trust=True)
 
 
 def test_trust_allows_plugins_and_files() -> None:

@@ -105,9 +105,11 @@ def test_a_frame_and_its_wide_and_clipped_forms() -> None:
 
 
 def test_failing_clusters_are_recent_warnings_on_their_secrets() -> None:
-    def event(name: str, reason: str, stamp: str, kind: str = "Secret") -> dict[str, Any]:
+    def event(name: str, reason: str, stamp: str, kind: str = "Secret",
+              reporter: str = "mesh.openkcm.io/krypton") -> dict[str, Any]:
         return {"involvedObject": {"kind": kind, "name": name}, "reason": reason,
-                "message": f"{reason} on {name}", "lastTimestamp": stamp}
+                "message": f"{reason} on {name}", "lastTimestamp": stamp,
+                "reportingComponent": reporter}
 
     now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
     events = [event("a", "ClusterUnreachable", "2027-01-15T07:59:00Z"),
@@ -115,7 +117,11 @@ def test_failing_clusters_are_recent_warnings_on_their_secrets() -> None:
               event("b", "ClusterUnreachable", "2027-01-15T07:40:00Z"),  # 20 min ago
               event("c", "Engaged", "2027-01-15T07:59:00Z"),  # not a failure
               event("d", "ClusterUnreachable", "2027-01-15T07:59:00Z", kind="Tenant"),
-              event("e", "DuplicateCluster", "not a time")]
+              event("e", "DuplicateCluster", "not a time"),
+              # forged: the newest, on a and on f, but not reported by krypton (issue 25)
+              event("a", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="mallory"),
+              event("f", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="mallory"),
+              event("f", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="")]
     assert failing_clusters(events, now) == {"a": "ClusterUnreachable: ClusterUnreachable on a"}
 
 
