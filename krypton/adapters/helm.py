@@ -9,11 +9,13 @@ its constructor and passes tokens as flags.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,12 @@ def _helm_error(exc: helm_errors.Error) -> HelmFailed:
 STOP_GRACE = 5.0  # seconds a cancelled helm gets after SIGTERM, before SIGKILL
 
 
+# Arguments for the helm run started in this context only (``--labels``), which pyhelm3's
+# argument building has no parameter for.
+_EXTRA_ARGS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "helm_extra_args", default=())
+
+
 class _Command(Command):
     """pyhelm3's argument building, with helm started directly (no shell in between) and
     stopped within bounds when the caller gives up: SIGTERM, at most `STOP_GRACE` seconds,
@@ -111,7 +119,8 @@ class _Command(Command):
     EXTRA = {"upgrade": ("--disable-openapi-validation",)}
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:  # noqa: A002
-        argv = [self._executable, *command, *self.EXTRA.get(str(command[0]), ())]
+        argv = [self._executable, *command, *self.EXTRA.get(str(command[0]), ()),
+                *_EXTRA_ARGS.get()]
         if self._kubeconfig:
             argv += ["--kubeconfig", self._kubeconfig]
         proc = await asyncio.create_subprocess_exec(
@@ -175,16 +184,25 @@ class Helm:
 
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
                                  values: dict[str, Any], *, operation: str,
-                                 skip_crds: bool = False) -> dict[str, Any]:
+                                 skip_crds: bool = False,
+                                 labels: Mapping[str, str] | None = None) -> dict[str, Any]:
         """``helm upgrade --install`` of a local chart directory; returns the release JSON.
 
         ``--reset-values`` always: helm would otherwise keep the previous release's values
         when `values` is empty, and the deployed values would differ from the fingerprinted
-        ones (a release made by another tool keeps its own values under an empty config)."""
-        return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]
-            release, chart, values, namespace=namespace, create_namespace=False,
-            reset_values=True, skip_crds=skip_crds, wait=self.wait,
-            timeout=f"{int(self.timeout)}s"))
+        ones (a release made by another tool keeps its own values under an empty config).
+        `labels` go on the release record (``--labels``; helm merges them with the
+        previous revision's)."""
+        extra = ("--labels", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))) \
+            if labels else ()
+        token = _EXTRA_ARGS.set(extra)
+        try:
+            return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]
+                release, chart, values, namespace=namespace, create_namespace=False,
+                reset_values=True, skip_crds=skip_crds, wait=self.wait,
+                timeout=f"{int(self.timeout)}s"))
+        finally:
+            _EXTRA_ARGS.reset(token)
 
     async def rollback(self, release: str, namespace: str, revision: int | None = None,
                        *, force: bool = False) -> int:

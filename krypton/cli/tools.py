@@ -32,9 +32,9 @@ from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import SELF_CLUSTER, cluster_values, desired_clusters
 from krypton.decisions.errors import (
+    ClusterExists,
     KubeconfigRejected,
     NotFound,
-    ClusterExists,
     SettingsError,
     TemporaryError,
 )

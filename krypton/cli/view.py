@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from krypton.decisions import crd
-from krypton.decisions.printable import escape, escape_lines
 from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds, release_name
+from krypton.decisions.printable import escape, escape_lines
 from krypton.decisions.rollout import COMPLETE, HALTED, RolloutState
 
 

@@ -24,6 +24,11 @@ MANAGED_BY = "krypton"
 OWNER_ANNOTATION = f"{GROUP}/owner"
 OWNER_LABEL = f"{GROUP}/tenant"
 REPORTING_CONTROLLER = f"{GROUP}/krypton"
+# Labels krypton's helm runs put on the release records (``helm --labels``): the UID of the
+# one Tenant the release belongs to (issue 25.2), and the cluster name it was made for
+# (a release of a cluster name no longer discovered is reported as orphaned, issue 25.3).
+RELEASE_OWNER_LABEL = f"{GROUP}/tenant-uid"
+RELEASE_CLUSTER_LABEL = f"{GROUP}/cluster"
 HELM_RELEASE_NAME_MAX = 53
 ADOPTED_ANNOTATION = f"{GROUP}/adopted"  # set on namespaces krypton took over (never deleted)
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
@@ -129,6 +134,7 @@ class ReleaseObservation:
     revision: int = 0
     has_good_revision: bool = False  # an earlier revision was deployed or superseded
     locked: bool = False  # pending/uninstalling and recent: another helm run may still be at work
+    owner_uid: str | None = None  # RELEASE_OWNER_LABEL of the latest record (None: unlabelled)
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,10 @@ class Observation:
     release: ReleaseObservation = ReleaseObservation()
     namespace: NamespaceState = NamespaceState.UNKNOWN
     namespace_owner: str | None = None
+    # the release is labelled as another Tenant's: that Tenant ("<namespace>/<name>") when
+    # it still exists on the cluster, "" when no Tenant with that UID is left; None when the
+    # release is this Tenant's, unlabelled or absent (issue 25.2)
+    release_owner: str | None = None
     reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces
     adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
     own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)

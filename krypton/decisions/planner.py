@@ -4,7 +4,9 @@ The release is first observed into one value, :class:`ReleaseState` (`release_st
 then maps the :class:`~krypton.decisions.model.Observation` to one :class:`Plan` through a
 single decision table, in order:
 
-1. deleting          -> Uninstall (if our finalizer is on it), else nothing
+1. deleting          -> Uninstall (if our finalizer is on it), else nothing; a release that
+                        belongs to another Tenant (by the UID it is labelled with, else by
+                        its namespace's owner) is not uninstalled: DropFinalizer
 2. paused            -> Pause
 3. targeted elsewhere -> NotTargeted
 4. invalid name      -> Blocked InvalidTenantName (permanent)
@@ -13,6 +15,9 @@ single decision table, in order:
                         never installs a second copy into the namespace named after the Tenant
    reserved name     -> Blocked ReservedNamespace (permanent): kube-system, kube-public,
                         kube-node-lease, default and the operator's own namespaces
+   release labelled as another live Tenant's -> Blocked NamespaceConflict (permanent): a
+                        Tenant of the same name in another namespace maps to the same
+                        release and namespace; it never adopts, annotates or uninstalls it
 5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
    chart problem     -> Blocked with the chart reason
 6. no finalizer      -> AddFinalizer (then plan again)
@@ -21,7 +26,9 @@ single decision table, in order:
                         (WaitingForReadiness) within --helm-timeout of the helm run that
                         applied it, Unhealthy ReadinessTimeout after that (SPEC F6)
    Unrecorded        -> Annotate (the release is deployed at the revision and fingerprint we
-                        recorded; only the annotation is missing or wrong: write it, no helm)
+                        recorded; only the annotation is missing or wrong: write it, no helm),
+                        once the namespace is known to be this Tenant's when the release is
+                        not labelled with its UID
 8. the rollout asks to revert and this release failed on the target -> Revert (Wait while
    the release is locked)
 9. the rollout gate is closed and the Tenant would move to a new target -> Hold (drift
@@ -117,6 +124,7 @@ class Action(enum.Enum):
     AWAIT_READY = "await-ready"
     UNHEALTHY = "unhealthy"
     UNINSTALL = "uninstall"
+    DROP_FINALIZER = "drop-finalizer"
     NOTHING = "nothing"
 
 
@@ -142,9 +150,7 @@ def plan(obs: Observation) -> Plan:
     """The next step for `obs`; see the module docstring for the order of the rules."""
     t = obs.tenant
     if t.deleting:
-        if t.has_finalizer:
-            return Plan(Action.UNINSTALL, "Deleting", "Tenant is being deleted: uninstall release")
-        return Plan(Action.NOTHING, "Deleting", "Tenant is being deleted")
+        return _deleting(obs)
     if t.paused:
         return Plan(Action.PAUSE, "Paused", "reconciliation paused by annotation")
     if t.target_cluster and t.target_cluster != obs.cluster:
@@ -167,6 +173,12 @@ def plan(obs: Observation) -> Plan:
         return Plan(Action.BLOCKED, "ReservedNamespace",
                     f"namespace {t.key.name!r} is reserved (system or krypton's own namespace); "
                     "krypton never installs into it", permanent=True)
+    if obs.release_owner:
+        return Plan(Action.BLOCKED, "NamespaceConflict",
+                    f"namespace {t.key.name!r} and its release belong to Tenant "
+                    f"{obs.release_owner}: a Tenant of the same name in another namespace "
+                    "maps to the same namespace and release on every cluster; rename this "
+                    "Tenant", permanent=True)
     if obs.chart is None:
         return Plan(Action.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
     if isinstance(obs.chart, ChartProblem):
@@ -179,6 +191,8 @@ def plan(obs: Observation) -> Plan:
     if state is ReleaseState.IN_SYNC:
         return _in_sync(obs, obs.chart.version)
     if state is ReleaseState.UNRECORDED:
+        if rel.owner_uid != t.uid and (blocked := _namespace_rules(obs)) is not None:
+            return blocked  # a release not labelled as this Tenant's: its namespace decides
         why = ("fingerprint annotation missing" if t.applied_fingerprint is None
                else "fingerprint annotation differs from the deployed release")
         return Plan(Action.ANNOTATE, "NoChange",
@@ -202,16 +216,8 @@ def plan(obs: Observation) -> Plan:
                     "the fleet-wide rollout is halted; this cluster stays on its version"
                     if obs.rollout.reason == "RolloutHalted" else
                     "the fleet-wide rollout has not reached this cluster yet")
-    if obs.namespace is NamespaceState.UNKNOWN:
-        return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
-    if obs.namespace is NamespaceState.CONFLICT:
-        return Plan(Action.BLOCKED, "NamespaceConflict",
-                    f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
-                    permanent=True)
-    if obs.namespace is NamespaceState.UNMANAGED and not obs.adopt_namespaces:
-        return Plan(Action.BLOCKED, "NamespaceConflict",
-                    f"namespace {t.key.name!r} exists and was not created by krypton "
-                    "(--adopt-namespaces allows taking it over)", permanent=True)
+    if (blocked := _namespace_rules(obs)) is not None:
+        return blocked
     if state is ReleaseState.LOCKED:
         return _locked(rel)
     if obs.shared is None:
@@ -246,6 +252,43 @@ def plan(obs: Observation) -> Plan:
                else f"release {rel.status.value} at revision {rel.revision}, not as applied")
         return Plan(Action.UPGRADE, "Upgrading", f"{why}: upgrade to chart {version}", drift=True)
     return Plan(Action.UPGRADE, "Upgrading", f"fingerprint changed: upgrade to chart {version}")
+
+
+def _deleting(obs: Observation) -> Plan:
+    """A Tenant being deleted: uninstall its release, unless the release is not its own
+    (labelled with another live Tenant's UID, or unlabelled in a namespace another Tenant
+    owns), which is left alone while the finalizer goes (issue 25.2)."""
+    t, rel = obs.tenant, obs.release
+    if not t.has_finalizer:
+        return Plan(Action.NOTHING, "Deleting", "Tenant is being deleted")
+    if obs.release_owner:
+        return Plan(Action.DROP_FINALIZER, "ReleaseNotOwned",
+                    f"release not uninstalled: it belongs to Tenant {obs.release_owner}")
+    present = rel.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED)
+    if present and rel.owner_uid != t.uid and obs.own_namespace:
+        if obs.namespace is NamespaceState.UNKNOWN:
+            return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
+        if obs.namespace is NamespaceState.CONFLICT:
+            return Plan(Action.DROP_FINALIZER, "ReleaseNotOwned",
+                        f"release not uninstalled: namespace {t.key.name!r} and its release "
+                        f"belong to Tenant {obs.namespace_owner}")
+    return Plan(Action.UNINSTALL, "Deleting", "Tenant is being deleted: uninstall release")
+
+
+def _namespace_rules(obs: Observation) -> Plan | None:
+    """Look up the namespace, or refuse one that is not this Tenant's to use (R5, R16)."""
+    t = obs.tenant
+    if obs.namespace is NamespaceState.UNKNOWN:
+        return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
+    if obs.namespace is NamespaceState.CONFLICT:
+        return Plan(Action.BLOCKED, "NamespaceConflict",
+                    f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
+                    permanent=True)
+    if obs.namespace is NamespaceState.UNMANAGED and not obs.adopt_namespaces:
+        return Plan(Action.BLOCKED, "NamespaceConflict",
+                    f"namespace {t.key.name!r} exists and was not created by krypton "
+                    "(--adopt-namespaces allows taking it over)", permanent=True)
+    return None
 
 
 HEALTH_REASONS = UNHEALTHY | {WAITING}

@@ -16,7 +16,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from krypton.decisions.model import ReleaseObservation, ReleaseStatus, epoch_seconds
+from krypton.decisions.model import (
+    RELEASE_CLUSTER_LABEL,
+    RELEASE_OWNER_LABEL,
+    ReleaseObservation,
+    ReleaseStatus,
+    epoch_seconds,
+)
 
 GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
 BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
@@ -37,6 +43,8 @@ class ReleaseIndex:
         self._records: dict[Key, dict[int, ReleaseStatus]] = {}
         self._modified: dict[Key, float] = {}
         self._noted: dict[Key, tuple[int, ReleaseStatus]] = {}
+        # the latest record's owner (Tenant UID) and cluster labels, as krypton's runs set them
+        self._labels: dict[Key, tuple[str | None, str | None]] = {}
         # the last revision our own helm runs produced, and the fingerprint it applied
         self._ours: dict[Key, tuple[int, str]] = {}
 
@@ -53,17 +61,28 @@ class ReleaseIndex:
             revisions.pop(int(version), None)
             if not revisions:
                 del self._records[key]
+                self._labels.pop(key, None)
         else:
             revisions[int(version)] = ReleaseStatus.parse(labels.get("status"))
             if int(version) == max(revisions):
                 self._modified[key] = _modified(meta)
+                self._labels[key] = (labels.get(RELEASE_OWNER_LABEL) or None,
+                                     labels.get(RELEASE_CLUSTER_LABEL) or None)
         return key
 
     def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus,
-             fingerprint: str) -> None:
-        """Record the outcome of our own helm run until the watch catches up."""
+             fingerprint: str, owner: str | None = None) -> None:
+        """Record the outcome of our own helm run until the watch catches up; `owner` is
+        the UID of the Tenant it labelled the release with."""
         self._noted[(namespace, release)] = (revision, status)
         self._ours[(namespace, release)] = (revision, fingerprint)
+        if owner:
+            cluster = self._labels.get((namespace, release), (None, None))[1]
+            self._labels[(namespace, release)] = (owner, cluster)
+
+    def clusters(self) -> dict[Key, str]:
+        """The cluster label of every release that has one: (namespace, release) -> name."""
+        return {key: cluster for key, (_, cluster) in self._labels.items() if cluster}
 
     def forget(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
@@ -83,18 +102,19 @@ class ReleaseIndex:
         revisions = self._records.get(key, {})
         latest = max(revisions, default=0)
         noted = self._noted.get(key)
+        owner = self._labels.get(key, (None, None))[0]
         if noted is not None:
             if latest >= noted[0]:
                 del self._noted[key]  # the watch has caught up
             else:
                 good = noted[0] > 1 or any(s in GOOD for s in revisions.values())
-                return ReleaseObservation(noted[1], noted[0], good)
+                return ReleaseObservation(noted[1], noted[0], good, owner_uid=owner)
         if not revisions:
             return ReleaseObservation()
         good = any(s in GOOD for r, s in revisions.items() if r < latest)
         status = revisions[latest]
         locked = status in BUSY and now - self._modified.get(key, 0.0) < lock_timeout
-        return ReleaseObservation(status, latest, good, locked)
+        return ReleaseObservation(status, latest, good, locked, owner_uid=owner)
 
 
 RELEASE_MAX_BYTES = 64 << 20  # a decoded release record (helm's own limit is about 1 MiB stored)

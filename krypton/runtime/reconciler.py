@@ -50,6 +50,8 @@ from krypton.decisions.model import (
     OWNER_ANNOTATION,
     OWNER_LABEL,
     PAUSED_ANNOTATION,
+    RELEASE_CLUSTER_LABEL,
+    RELEASE_OWNER_LABEL,
     SYSTEM_NAMESPACES,
     ChartProblem,
     ChartTarget,
@@ -76,7 +78,9 @@ LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a 
 SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two namespaces
 ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
 READINESS_POLL = 5.0  # seconds between looks at a workload being waited for, not watched
-QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL}  # no Resumed with these
+LOOKUPS = 8  # the needs a plan can have, each satisfied at most once per pass
+# no Resumed with these
+QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL, Action.DROP_FINALIZER}
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
                 "VersionInvalid": "ChartVersionInvalid"}
 
@@ -136,12 +140,22 @@ class ClusterView:
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
         return await self.helm.template(chart.path, release, release, chart.values)
 
+    def tenant_with_uid(self, uid: str | None) -> str:
+        """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
+        for (namespace, name), obj in self.tenants.items():
+            if obj["metadata"].get("uid") == uid:
+                return f"{namespace}/{name}"
+        return ""
+
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
         release = release_name(view.key.name, self.name)
         namespace = self.settings.release_namespace_for(view.key.name)
         own = self.settings.shared_release_namespace is None
-        ours = self.releases.ours(namespace, release)
+        observed = self.releases.observe(namespace, release, now=time.time(),
+                                         lock_timeout=self.settings.helm_timeout + LOCK_MARGIN)
+        foreign = observed.owner_uid not in (None, view.uid)
+        ours = None if foreign else self.releases.ours(namespace, release)
         if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
             # Our status write may not have reached the watch cache yet: a revision our own
             # helm run made, with the fingerprint it applied, is what is recorded, not drift.
@@ -151,9 +165,8 @@ class ClusterView:
             cluster=self.name,
             tenant=view,
             chart=None,
-            release=self.releases.observe(
-                namespace, release, now=time.time(),
-                lock_timeout=self.settings.helm_timeout + LOCK_MARGIN),
+            release=observed,
+            release_owner=self.tenant_with_uid(observed.owner_uid) if foreign else None,
             reserved_namespaces=self.settings.reserved_namespaces,
             adopt_namespaces=self.settings.adopt_namespaces,
             # with one shared release namespace there is no Tenant namespace to look after
@@ -339,6 +352,8 @@ class Reconciler:
         p.log.debug("planned", action=p.plan.action.value, reason=p.plan.reason)
         if p.plan.action is Action.UNINSTALL:
             return await self._uninstall(p)  # ends with the finalizer, not with a status
+        if p.plan.action is Action.DROP_FINALIZER:
+            return await self._drop_finalizer(p)
         if p.plan.action not in QUIET and _has_condition(p.obj, cond.PAUSED):
             p.changes.append(Change(cond.PAUSED, False, "Resumed", "reconciliation active"))
         report = await self.actions[p.plan.action](p)
@@ -352,49 +367,47 @@ class Reconciler:
         return report.outcome
 
     async def _decide(self, obj: dict[str, Any]) -> Pass:
-        """Observe and plan; the steps that need a look at the cluster (the chart, the
-        finalizer, the namespace) are done as the plan asks for them, then it plans again."""
+        """Observe and plan. A plan that asks for a look at the cluster (the chart, the
+        finalizer, the namespace, the shared objects, the deployed workload) is a need, not
+        an action: one loop satisfies it and plans again, until the plan is an action."""
         obs = self.rt.observe(obj, self.rt.gate(self.rt.name))
         key = obs.tenant.key
-        decided = plan(obs)
-        if decided.action is Action.RESOLVE_CHART:
-            obs = dataclasses.replace(obs, chart=await self.rt.desired_chart())
-            decided = plan(obs)
-        if decided.action is Action.ADD_FINALIZER:
-            obj = await self._add_finalizer(obj)
-            obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.rt.name))
-            decided = plan(obs)
-        if decided.action is Action.OBSERVE_NAMESPACE:
-            state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
-            obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
-            decided = plan(obs)
         release = release_name(key.name, self.rt.name)
-        if decided.action is Action.SKIP:
-            missing = self.rt.gone.get(key) or ()
-            if not missing and self._look_due(key, obs.tenant):
-                found = self.rt.readiness.health(key) if self.rt.readiness else None
-                if found is not None:  # the watches keep its workload current: no reads
-                    self._follow(key, None, found)
-                else:
-                    missing, found = await self._look(
-                        key, release, self.rt.settings.release_namespace_for(key.name),
-                        obs.release.revision)
-                obs = dataclasses.replace(obs, health=found)
-                decided = plan(obs)
-            if missing:
-                # remembered until a helm run restores them: the pass that announces the
-                # upgrade and the one that makes it both see them
-                self.rt.gone[key] = missing
-                obs = dataclasses.replace(obs, missing=missing)
-                decided = plan(obs)
-                if decided.action is Action.OBSERVE_NAMESPACE:
-                    state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
-                    obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
-                    decided = plan(obs)
-        if decided.action is Action.OBSERVE_SHARED:
-            assert isinstance(obs.chart, ChartTarget)
-            obs = dataclasses.replace(obs, shared=await self.rt.shared_conflicts(
-                obs.chart, release, self.rt.settings.release_namespace_for(key.name)))
+        namespace = self.rt.settings.release_namespace_for(key.name)
+        looked = False
+        decided = plan(obs)
+        for _ in range(LOOKUPS):
+            if decided.action is Action.RESOLVE_CHART:
+                obs = dataclasses.replace(obs, chart=await self.rt.desired_chart())
+            elif decided.action is Action.ADD_FINALIZER:
+                obj = await self._add_finalizer(obj)
+                obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.rt.name))
+            elif decided.action is Action.OBSERVE_NAMESPACE:
+                state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
+                obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            elif decided.action is Action.OBSERVE_SHARED:
+                assert isinstance(obs.chart, ChartTarget)
+                obs = dataclasses.replace(obs, shared=await self.rt.shared_conflicts(
+                    obs.chart, release, namespace))
+            elif decided.action is Action.SKIP and not looked:
+                looked = True
+                missing, found = self.rt.gone.get(key) or (), None
+                if not missing and self._look_due(key, obs.tenant):
+                    found = self.rt.readiness.health(key) if self.rt.readiness else None
+                    if found is not None:  # the watches keep its workload current: no reads
+                        self._follow(key, None, found)
+                    else:
+                        missing, found = await self._look(key, release, namespace,
+                                                          obs.release.revision)
+                if missing:
+                    # remembered until a helm run restores them: the pass that announces
+                    # the upgrade and the one that makes it both see them
+                    self.rt.gone[key] = missing
+                if not missing and found is None:
+                    break
+                obs = dataclasses.replace(obs, missing=missing, health=found)
+            else:
+                break
             decided = plan(obs)
         return Pass(obj, obs, decided, release,
                     self.log.bind(tenant=str(key), release=release))
@@ -495,6 +508,13 @@ class Reconciler:
             return READINESS_POLL
         left = self.rt.settings.helm_timeout - (since_applied or 0.0)
         return max(READINESS_POLL, left + 1.0)
+
+    def _labels(self, p: Pass) -> dict[str, str]:
+        """The labels a helm run puts on the release record: whose it is, for which cluster."""
+        labels = {RELEASE_CLUSTER_LABEL: self.rt.name}
+        if p.obs.tenant.uid:
+            labels[RELEASE_OWNER_LABEL] = p.obs.tenant.uid
+        return labels
 
     def _namespace(self, p: Pass) -> str:
         return self.rt.settings.release_namespace_for(p.key.name)
@@ -610,7 +630,7 @@ class Reconciler:
                     fenced(self.rt)
                     result = await self.rt.helm.install_or_upgrade(
                         p.release, old.path, namespace, chart.values, operation="revert",
-                        skip_crds=True)
+                        skip_crds=True, labels=self._labels(p))
                     revision = int(result.get("version") or 0)
                     fp = fingerprint(old.repo, old.name, old.version, chart.values)
                     how = f"chart {old.version} applied again"
@@ -624,7 +644,8 @@ class Reconciler:
             return Report([Change(self._type(cond.ERROR), True, "RevertFailed", message)],
                           event=("Warning", "RolloutRevertFailed", message),
                           outcome=Outcome(retry=True, reason="RevertFailed"))
-        self.rt.releases.note(namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp)
+        self.rt.releases.note(namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp,
+                              p.obs.tenant.uid)
         p.obj = await self._set_fingerprint(p.obj, fp, p.log)
         message = (f"chart {chart.version} failed and the rollout halted: {how} "
                    f"(revision {revision}, chart {t.recorded_version})")
@@ -681,7 +702,7 @@ class Reconciler:
                     await self.rt.helm.rollback(p.release, namespace)
                 result = await self.rt.helm.install_or_upgrade(
                     p.release, chart.path, namespace, chart.values, operation=verb.lower(),
-                    skip_crds=True)
+                    skip_crds=True, labels=self._labels(p))
         except ReleaseLocked as exc:
             # Another helm operation holds the release (it took the lock after this pass
             # looked): nothing failed, so no failedFingerprint, and a progressive rollout
@@ -702,7 +723,7 @@ class Reconciler:
         revision = int(result.get("version") or 0)
         self.rt.releases.note(namespace, p.release, revision,
                               ReleaseStatus.parse((result.get("info") or {}).get("status")),
-                              chart.fingerprint)
+                              chart.fingerprint, p.obs.tenant.uid)
         done = "Installed" if installing else "Upgraded"
         message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
         p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
@@ -837,10 +858,23 @@ class Reconciler:
         log.info("helm uninstall success")
         await self.rt.recorder.emit(involved, "Normal", "HelmUninstalled",
                                     f"release {release} uninstalled")
-        finalizers = [f for f in obj["metadata"].get("finalizers") or [] if f != FINALIZER]
+        return await self._remove_finalizer(obj)
+
+    async def _drop_finalizer(self, p: Pass) -> Outcome:
+        """A Tenant being deleted whose release is another Tenant's (issue 25.2): the
+        release stays as it is, the finalizer goes, and an Event says why."""
+        p.log.warning("release not uninstalled: not this Tenant's", detail=p.plan.message)
+        self.unpublish(p.key)
+        await self.rt.recorder.emit(involved_tenant(p.obj), "Warning", p.plan.reason,
+                                    p.plan.message)
+        return await self._remove_finalizer(p.obj)
+
+    async def _remove_finalizer(self, obj: dict[str, Any]) -> Outcome:
+        meta = obj["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         try:
-            await self._patch_meta(key, {"metadata": {
-                "finalizers": finalizers, "resourceVersion": obj["metadata"]["resourceVersion"]}})
+            await self._patch_meta(TenantKey(meta["namespace"], meta["name"]), {"metadata": {
+                "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
         except NotFound:
             pass
         except Conflict:

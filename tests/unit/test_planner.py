@@ -30,13 +30,20 @@ ABSENT = ReleaseObservation()
 def obs(tenant: TenantView = TENANT, chart: object = CHART,
         release: ReleaseObservation = ABSENT,
         namespace: NamespaceState = NamespaceState.OWNED, *, adopt: bool = False,
-        own_namespace: bool = True, shared: tuple[str, ...] | None = ()) -> Observation:
+        own_namespace: bool = True, shared: tuple[str, ...] | None = (),
+        release_owner: str | None = None) -> Observation:
     return Observation("c1", tenant, chart, release, namespace, "ns/other",  # type: ignore[arg-type]
                        reserved_namespaces=frozenset({"krypton-system"}), adopt_namespaces=adopt,
-                       own_namespace=own_namespace, shared=shared)
+                       own_namespace=own_namespace, shared=shared, release_owner=release_owner)
 
 
 RECORDED = replace(SYNCED, recorded_fingerprint=FP)  # status.clusters[c1] says FP at revision 1
+UID = "0b7d6a34-1111-4c55-9c1e-5e0a7d8b1c01"
+MINE = ReleaseObservation(ReleaseStatus.DEPLOYED, 1, False, owner_uid=UID)
+THEIRS = ReleaseObservation(ReleaseStatus.DEPLOYED, 1, False,
+                            owner_uid="9a9a9a9a-2222-4c55-9c1e-5e0a7d8b1c02")
+OWNED = replace(TENANT, uid=UID)
+GONE = replace(OWNED, deleting=True)
 
 
 R = ReleaseStatus
@@ -151,6 +158,46 @@ CASES = [
      Action.BLOCKED, "SharedObjects", True),
     ("in sync needs no look", obs(SYNCED, release=DEPLOYED, shared=None), Action.SKIP,
      "NoChange", False),
+    # issue 25.2: a release belongs to one Tenant, by the UID on its record, else by the
+    # owner of its namespace; a Tenant of the same name elsewhere never adopts, annotates
+    # or uninstalls it
+    ("release labelled as another live Tenant's", obs(OWNED, release=THEIRS,
+                                                      release_owner="default/acme"),
+     Action.BLOCKED, "NamespaceConflict", True),
+    ("another Tenant's release, even as recorded", obs(
+        replace(RECORDED, uid=UID, applied_fingerprint=None), release=THEIRS,
+        release_owner="default/acme"), Action.BLOCKED, "NamespaceConflict", True),
+    ("another Tenant's release, before the chart is known", obs(
+        OWNED, chart=None, release=THEIRS, release_owner="default/acme"), Action.BLOCKED,
+     "NamespaceConflict", True),
+    ("deleting: another live Tenant's release is left", obs(
+        GONE, release=THEIRS, release_owner="default/acme"), Action.DROP_FINALIZER,
+     "ReleaseNotOwned", False),
+    ("deleting: own labelled release, no namespace look", obs(
+        GONE, release=MINE, namespace=NamespaceState.UNKNOWN), Action.UNINSTALL, "Deleting",
+     False),
+    ("deleting: unlabelled release, namespace not looked at", obs(
+        GONE, release=DEPLOYED, namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE,
+     "ObserveNamespace", False),
+    ("deleting: unlabelled release in another Tenant's namespace", obs(
+        GONE, release=DEPLOYED, namespace=NamespaceState.CONFLICT), Action.DROP_FINALIZER,
+     "ReleaseNotOwned", False),
+    ("deleting: owner of the label gone, namespace ours", obs(
+        GONE, release=THEIRS, release_owner=""), Action.UNINSTALL, "Deleting", False),
+    ("deleting: nothing installed, no look", obs(GONE, namespace=NamespaceState.UNKNOWN),
+     Action.UNINSTALL, "Deleting", False),
+    ("deleting in a shared release namespace", obs(GONE, release=DEPLOYED, own_namespace=False,
+                                                   namespace=NamespaceState.UNKNOWN),
+     Action.UNINSTALL, "Deleting", False),
+    ("annotate an unlabelled release: namespace first", obs(
+        replace(RECORDED, uid=UID, applied_fingerprint=None), release=DEPLOYED,
+        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+    ("annotate an unlabelled release in another Tenant's namespace", obs(
+        replace(RECORDED, uid=UID, applied_fingerprint=None), release=DEPLOYED,
+        namespace=NamespaceState.CONFLICT), Action.BLOCKED, "NamespaceConflict", True),
+    ("annotate its own labelled release: no look", obs(
+        replace(RECORDED, uid=UID, applied_fingerprint=None), release=MINE,
+        namespace=NamespaceState.UNKNOWN), Action.ANNOTATE, "NoChange", False),
     ("a locked release is waited for first", obs(
         SYNCED, release=ReleaseObservation(R.PENDING_UPGRADE, 2, True, True), shared=None),
      Action.WAIT, "ReleaseLocked", False),

@@ -43,3 +43,38 @@ def test_a_gzip_bomb_is_bounded() -> None:
     bomb = gzip.compress(b"{" + b" " * (RELEASE_MAX_BYTES + 10) + b"}")
     with pytest.raises(ValueError, match="size limit"):
         decode_release(_stored(bomb, "configmap"), "configmap")
+
+
+def _record(revision: int, status: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "a", "labels": {
+        "owner": "helm", "name": "tenant-a-c1", "version": str(revision), "status": status,
+        **labels}}}
+
+
+def test_the_owner_and_cluster_labels_of_the_latest_record_are_observed() -> None:
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    index.on_event("ADDED", _record(1, "superseded", **{"mesh.openkcm.io/tenant-uid": "u1"}))
+    index.on_event("ADDED", _record(2, "deployed", **{"mesh.openkcm.io/tenant-uid": "u2",
+                                                     "mesh.openkcm.io/cluster": "c1"}))
+    assert index.observe("a", "tenant-a-c1").owner_uid == "u2"
+    assert index.clusters() == {("a", "tenant-a-c1"): "c1"}
+    # an older revision arriving late does not take the release back
+    index.on_event("MODIFIED", _record(1, "superseded", **{"mesh.openkcm.io/tenant-uid": "u1"}))
+    assert index.observe("a", "tenant-a-c1").owner_uid == "u2"
+    for revision in (1, 2):
+        index.on_event("DELETED", _record(revision, "deployed"))
+    assert index.observe("a", "tenant-a-c1").owner_uid is None
+    assert index.clusters() == {}
+
+
+def test_our_own_run_names_the_owner_before_the_watch_brings_it() -> None:
+    from krypton.decisions.model import ReleaseStatus
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    index.on_event("ADDED", _record(1, "deployed"))  # unlabelled: made before labels were
+    assert index.observe("a", "tenant-a-c1").owner_uid is None
+    index.note("a", "tenant-a-c1", 2, ReleaseStatus.DEPLOYED, "f" * 64, "u9")
+    assert index.observe("a", "tenant-a-c1").owner_uid == "u9"
