@@ -89,3 +89,9 @@ def involved_tenant(obj: dict[str, Any]) -> Involved:
 def involved_secret(namespace: str, name: str, uid: str | None = None) -> Involved:
     return {"apiVersion": "v1", "kind": "Secret", "name": name, "namespace": namespace,
             "uid": uid}
+
+
+def involved_lease(lease: dict[str, Any]) -> Involved:
+    meta = lease.get("metadata") or {}
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": meta.get("name"),
+            "namespace": meta.get("namespace"), "uid": meta.get("uid")}

@@ -52,6 +52,10 @@ CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
 WATCH_RELISTS = Counter("krypton_watch_relists_total",
                         "Full lists after a watch's resourceVersion expired (410 Gone)",
                         ["cluster", "watch"])
+LEASE_NOT_BELIEVED = Gauge("krypton_lease_not_believed",
+                           "1 while a Lease says what krypton does not believe (a duration over "
+                           "4 times its own, a renewTime in the future) and is judged with "
+                           "krypton's own duration instead", ["lease"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
                        "How late the event loop's heartbeat ran last (0 when on time)")
 

@@ -86,7 +86,7 @@ class Operator:
         """Ready once discovery synced, or while standing by for the Lease; plus one line per
         discovered cluster that is not serving (called from the health thread)."""
         if self.elector is not None and not self.elector.is_leader:
-            return self.home is not None, ["standby: waiting for the leader Lease"]
+            return self.home is not None, [self.elector.standing_by()]
         synced = self.discovery is not None and self.discovery.synced.is_set()
         fleet = self.fleet
         details = [f"cluster {name}: {state}" for name, state in

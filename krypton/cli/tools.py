@@ -147,7 +147,7 @@ async def _replicas(home: Kube, settings: Settings) -> dict[str, str]:
             if clusters else []
     except TemporaryError:
         return {}
-    return sharding.owners(clusters, members, time.time())
+    return sharding.owners(clusters, members, time.time(), settings.lease_duration)
 
 
 WATCH_DEBOUNCE = 0.3  # a burst of changes (a rollout wave) makes one frame
@@ -234,7 +234,7 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
                 if watched is not None and watched.synced.is_set():
                     rows += tenant_rows(c.name, watched.store.values())
             assign_replicas(rows, sharding.owners(owners.store.values(), members.store.values(),
-                                                  time.time()))
+                                                  time.time(), settings.lease_duration))
             show(rows, RolloutState.from_configmap(configmaps.store.get((ns, CONFIGMAP))))
     finally:
         for informer in informers:

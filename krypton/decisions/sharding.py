@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from krypton.decisions.model import epoch_seconds
+from krypton.decisions import leases
 
 MEMBER_LABEL = "krypton.openkcm.io/member-of"  # on membership Leases: the leader election id
 CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"  # on cluster Leases: the leader election id
@@ -82,16 +82,16 @@ def pins(secrets: Iterable[Mapping[str, Any]], label: str) -> dict[str, str]:
 
 
 def owners(cluster_leases: Iterable[Mapping[str, Any]], member_leases: Iterable[Mapping[str, Any]],
-           now: float) -> dict[str, str]:
+           now: float, own_duration: float) -> dict[str, str]:
     """cluster -> the replica serving it, for people (``krypton status``): the holder of the
     cluster's Lease, "(released)" when none, and "<holder> (expired)" when the holder's
     membership was not renewed within its duration by the wall clock (a replica that died;
-    its clusters move at the others' next look)."""
+    its clusters move at the others' next look). A duration or renewTime that is not
+    believed (:mod:`krypton.decisions.leases`) does not keep a holder live."""
     live = set()
     for lease in member_leases:
         spec = lease.get("spec") or {}
-        renewed = epoch_seconds(spec.get("renewTime"))
-        if renewed is not None and now - renewed <= float(spec.get("leaseDurationSeconds") or 0):
+        if leases.live_by_wall_clock(spec, own_duration, now):
             live.add(str(spec.get("holderIdentity") or ""))
     out = {}
     for lease in cluster_leases:

@@ -18,8 +18,10 @@ from typing import Any
 
 import structlog
 
-from krypton.adapters.events import reporting_instance
+from krypton.adapters import metrics
+from krypton.adapters.events import EventRecorder, involved_lease, reporting_instance
 from krypton.adapters.kube import Kube, now_micro
+from krypton.decisions import leases
 from krypton.decisions.errors import TemporaryError
 from krypton.runtime.pause import pause
 
@@ -62,6 +64,35 @@ class LeaderElector:
         self._seen_at = 0.0
         self._renewed_at = 0.0  # monotonic time of the start of the last successful write
         self.is_leader = False
+        self.holder = ""  # another replica holding the Lease, as last seen
+        self.doubts: list[str] = []  # what that Lease says and is not believed
+        self._reported: tuple[str, tuple[str, ...]] | None = None
+
+    @property
+    def lease(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def standing_by(self) -> str:
+        """Why this replica is not leading, naming the holder (for /readyz)."""
+        return f"standby: leader Lease {self.lease} {leases.describe(self.holder, self.doubts)}"
+
+    async def _report(self, lease: dict[str, Any], holder: str, doubts: list[str]) -> None:
+        """Log who holds the Lease when that changes; a Lease not believed as written is
+        also a Warning Event on it and a metric (issue 25.4)."""
+        said = (holder, tuple(doubts))
+        if said == self._reported:
+            return
+        self._reported = said
+        self.holder, self.doubts = holder, doubts
+        metrics.LEASE_NOT_BELIEVED.labels(self.lease).set(1 if doubts else 0)
+        if not doubts:
+            log.info("leader Lease held by another replica", lease=self.lease, holder=holder)
+            return
+        message = f"Lease {self.lease} {leases.describe(holder, doubts)}; judged with ours"
+        log.warning("leader Lease not believed as written", lease=self.lease, holder=holder,
+                    doubts=doubts)
+        await EventRecorder(self.kube).emit(involved_lease(lease), "Warning",
+                                            "LeaseNotBelieved", message)
 
     def holds(self) -> bool:
         """Leadership held and renewed within the renew deadline: a fence that needs no
@@ -90,12 +121,14 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec_new})
             return True
         spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
+        holder = str(spec.get("holderIdentity") or "")
         record = (holder, str(spec.get("renewTime")))
         if record != self._seen:
             self._seen, self._seen_at = record, time.monotonic()
         if holder and holder != self.identity:
-            duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+            await self._report(lease, holder, leases.doubts(spec, self.lease_duration,
+                                                            time.time()))
+            duration, _ = leases.believed_duration(spec, self.lease_duration)
             if time.monotonic() - self._seen_at < duration:
                 return False
         if holder != self.identity:

@@ -37,8 +37,9 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
+from krypton.adapters.events import EventRecorder, involved_lease
 from krypton.adapters.kube import Informer, Kube, now_micro
-from krypton.decisions import sharding
+from krypton.decisions import leases, sharding
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
 from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
 from krypton.runtime.leader import keep_renewed
@@ -70,6 +71,8 @@ class Shards:
         self._rv = ""
         self._seen: dict[str, tuple[str, str, float, float]] = {}  # lease -> holder, renew, at, ttl
         self._live: frozenset[str] = frozenset()
+        self._doubted: dict[str, list[str]] = {}  # membership lease -> what is not believed
+        self._reported: dict[str, list[str]] = {}
         self.members = Informer(kube, "member-leases", kube.lease_path(namespace),
                                 self._member_event, label_selector=f"{MEMBER_LABEL}={group}")
         self.owners = Informer(kube, "cluster-leases", kube.lease_path(namespace),
@@ -131,16 +134,44 @@ class Shards:
 
     async def _looked_around(self) -> None:
         self._judge()
+        await self._report_doubts()
         await self.tidy()
+
+    async def _report_doubts(self) -> None:
+        """A membership Lease that says what is not believed (issue 25.4): a Warning log
+        line, an Event on it and the metric, once per change of what it says."""
+        for name in set(self._reported) - set(self._doubted):
+            del self._reported[name]
+            metrics.LEASE_NOT_BELIEVED.labels(f"{self.namespace}/{name}").set(0)
+        for name, doubts in list(self._doubted.items()):
+            if self._reported.get(name) == doubts:
+                continue
+            self._reported[name] = doubts
+            lease = self.members.store.get((self.namespace, name)) or {"metadata": {
+                "name": name, "namespace": self.namespace}}
+            holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+            message = (f"membership Lease {self.namespace}/{name} "
+                       f"{leases.describe(holder, doubts)}; judged with ours")
+            log.warning("membership Lease not believed as written", lease=name, holder=holder,
+                        doubts=doubts)
+            metrics.LEASE_NOT_BELIEVED.labels(f"{self.namespace}/{name}").set(1)
+            await EventRecorder(self.kube).emit(involved_lease(lease), "Warning",
+                                                "LeaseNotBelieved", message)
 
     def _member_event(self, type_: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
         if type_ == "DELETED":
             self._seen.pop(name, None)
+            self._doubted.pop(name, None)
         else:
             spec = obj.get("spec") or {}
             record = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime")))
-            ttl = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+            ttl, _ = leases.believed_duration(spec, self.lease_duration)
+            doubts = leases.doubts(spec, self.lease_duration, time.time())
+            if doubts:
+                self._doubted[name] = doubts
+            else:
+                self._doubted.pop(name, None)
             old = self._seen.get(name)
             if old is None or old[:2] != record:
                 self._seen[name] = (*record, time.monotonic(), ttl)

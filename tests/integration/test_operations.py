@@ -122,8 +122,9 @@ def test_leader_election_standby_takes_over(fleet: Fleet) -> None:
     second = fleet.start(*args)
     # the standby waits while the leader renews: two renewals after it started means it had
     # at least one attempt of its own (--retry-period 1s) and lost it
-    wait_for(lambda: "standby: waiting for the leader Lease" in second.readyz(), 30,
-             what="standby")
+    holder = _lease_holder(fleet, fleet.tenant_ns, lease)
+    wait_for(lambda: f"standby: leader Lease {fleet.tenant_ns}/{lease} held by {holder}"
+             in second.readyz(), 30, what="standby naming the holder")
     seen: set[object] = set()
 
     def renewed_twice() -> bool:

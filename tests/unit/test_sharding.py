@@ -83,10 +83,16 @@ def test_people_see_each_clusters_replica_and_whether_it_is_alive() -> None:
     now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
     members = [_lease("r0", "2026-01-01T11:59:50.000000Z"),  # 10 s ago, 15 s Lease: live
                _lease("r1", "2026-01-01T11:59:40.000000Z"),  # 20 s ago: expired
-               _lease("r2", "garbage")]
+               _lease("r2", "garbage"),
+               # issue 25.4: what a hand-written Lease says is believed only within bounds
+               _lease("r3", "2026-01-01T11:58:00.000000Z", seconds=2147483647),  # 120 s ago
+               _lease("r4", "2099-01-01T00:00:00.000000Z"),  # renewed in the future
+               _lease("r5", "2026-01-01T11:59:00.000000Z", seconds=60)]  # 4 x 15 s: believed
     clusters = [_lease("r0", "", cluster="a"), _lease("r1", "", cluster="b"),
                 _lease("", "", cluster="c"), _lease("r2", "", cluster="d"),
-                _lease("r9", "", cluster="e"), _lease("r0", "")]  # no cluster name: skipped
-    assert owners(clusters, members, now) == {
+                _lease("r9", "", cluster="e"), _lease("r0", ""),  # no cluster name: skipped
+                _lease("r3", "", cluster="f"), _lease("r4", "", cluster="g"),
+                _lease("r5", "", cluster="h")]
+    assert owners(clusters, members, now, 15.0) == {
         "a": "r0", "b": "r1 (expired)", "c": "(released)", "d": "r2 (expired)",
-        "e": "r9 (expired)"}
+        "e": "r9 (expired)", "f": "r3 (expired)", "g": "r4 (expired)", "h": "r5"}
