@@ -1,8 +1,13 @@
 """/healthz, /readyz and /metrics (SPEC O3), served from one small thread of their own.
 
 The servers run on a private event loop in one thread, so they answer while the operator's
-own loop is busy, and they are bounded: at most `MAX_CONNECTIONS` at once (more are closed
-at once), a request head must arrive within `READ_TIMEOUT` seconds and fit in 8 KiB.
+own loop is busy, and they are bounded: each listener (health, metrics) has its own budget
+of `MAX_CONNECTIONS` connections waiting for their request, a request head must arrive
+within `READ_TIMEOUT` seconds and fit in 8 KiB, and a new connection past the budget closes
+the one that has waited longest. So idle connections, on either port, can neither exhaust
+the other port nor keep a fresh probe out: /healthz keeps answering under a flood of the
+metrics port (issue 25.6), and under a flood of its own port a probe's connection still gets
+its turn.
 
 /healthz reports the operator's event loop, not this thread: a :class:`LoopWatch` ticks on
 the main loop, and /healthz fails (503) once no tick has been seen for `STALL_LIMIT`
@@ -58,7 +63,9 @@ class HealthServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
-        self._connections = 0
+        # per listener: the handlers still waiting for a request head, and since when
+        self._waiting: dict[str, dict[asyncio.Task[None], float]] = {
+            "health": {}, "metrics": {}}
 
     def start(self) -> None:
         """Bind the listeners (raising OSError if a port is taken) and serve in a thread."""
@@ -105,12 +112,19 @@ class HealthServer:
 
     async def _handle(self, kind: str, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        if self._connections >= MAX_CONNECTIONS:
-            writer.close()
-            return
-        self._connections += 1
+        waiting = self._waiting[kind]
+        if len(waiting) >= MAX_CONNECTIONS:  # make room: the one idle longest goes
+            oldest = min(waiting, key=waiting.__getitem__)
+            del waiting[oldest]
+            oldest.cancel()
+        me = asyncio.current_task()
+        assert me is not None
+        waiting[me] = time.monotonic()
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            finally:
+                waiting.pop(me, None)
             parts = head.split(b"\r\n", 1)[0].split()
             path = parts[1].decode("ascii", "replace") if len(parts) >= 2 else ""
             code, ctype, body = self._answer(kind, path.split("?", 1)[0])
@@ -122,7 +136,6 @@ class HealthServer:
                 ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            self._connections -= 1
             writer.close()
 
     def _answer(self, kind: str, path: str) -> tuple[int, str, bytes]:

@@ -163,6 +163,7 @@ class Operator:
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters")
+        shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds
         fleet = Fleet(s, shared, home_events)

@@ -53,7 +53,8 @@ async def collect_plan(settings: Settings) -> list[Row]:
                                 detail=c.error))
                 continue
             try:
-                rows += await _plan_cluster(c, c.kube, settings, chart)
+                rows += await _plan_cluster(c, c.kube, settings, chart,
+                                            {h.name for h in clusters})
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
                                 detail=str(exc)))
@@ -61,11 +62,14 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                        chart: ChartSource) -> list[Row]:
+                        chart: ChartSource, known: set[str]) -> list[Row]:
+    tenants = await tenants_of(kube, settings)
     view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
-                       releases=ReleaseIndex(), tenants={}, values=c.values)
+                       releases=ReleaseIndex(), values=c.values, known_clusters=lambda: known,
+                       tenants={(t["metadata"]["namespace"], t["metadata"]["name"]): t
+                                for t in tenants})
     rows = []
-    for t in await tenants_of(kube, settings):
+    for t in tenants:
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
         namespace = settings.release_namespace_for(meta["name"])

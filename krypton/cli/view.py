@@ -131,6 +131,8 @@ def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:
     progress = by_type.get(f"ClusterProgress/{cluster}") or {}
     if progress.get("reason") == "NotTargeted":
         return "NotTargeted"
+    if progress.get("reason") == "UnknownCluster":
+        return f"UnknownCluster: {progress.get('message')}"
     paused = by_type.get("Paused") or {}
     if paused.get("status") == "True":
         return f"Suspended: {paused.get('message')}"
@@ -167,7 +169,8 @@ def bar(done: int, total: int, width: int = 20) -> str:
 def progress(rows: list[Row], rollout: RolloutState | None) -> list[str]:
     """The fleet's progress: with a progressive rollout, its waves and the releases of its
     clusters at the target version and ready; without one, the releases ready."""
-    tenants = [r for r in rows if r.tenant and r.detail != "NotTargeted"]
+    tenants = [r for r in rows if r.tenant and r.detail != "NotTargeted"
+               and not r.detail.startswith("UnknownCluster")]
     if rollout is None or not rollout.waves:
         ready = sum(r.ready for r in tenants)
         return [f"releases ready  {bar(ready, len(tenants))}"]

@@ -209,6 +209,7 @@ class Observation:
     # it still exists on the cluster, "" when no Tenant with that UID is left; None when the
     # release is this Tenant's, unlabelled or absent (issue 25.2)
     release_owner: str | None = None
+    known_clusters: frozenset[str] | None = None  # every discovered cluster (None: not known)
     reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces
     adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
     own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)

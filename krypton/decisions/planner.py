@@ -8,7 +8,8 @@ single decision table, in order:
                         belongs to another Tenant (by the UID it is labelled with, else by
                         its namespace's owner) is not uninstalled: DropFinalizer
 2. paused            -> Pause
-3. targeted elsewhere -> NotTargeted
+3. targeted elsewhere -> NotTargeted (UnknownCluster, a Warning, when no discovered cluster
+                        has that name)
 4. invalid name      -> Blocked InvalidTenantName (permanent)
    spec.workspace set and not the name -> Blocked WorkspaceMismatch (permanent): the
                         original operator installed into the workspace namespace; krypton
@@ -154,6 +155,11 @@ def plan(obs: Observation) -> Plan:
     if t.paused:
         return Plan(Action.PAUSE, "Paused", "reconciliation paused by annotation")
     if t.target_cluster and t.target_cluster != obs.cluster:
+        known = obs.known_clusters
+        if known is not None and t.target_cluster not in known:
+            return Plan(Action.NOT_TARGETED, "UnknownCluster",
+                        f"spec.clusterRef.secretName names cluster {t.target_cluster!r}, which "
+                        f"is not discovered; known clusters: {', '.join(sorted(known)) or 'none'}")
         return Plan(Action.NOT_TARGETED, "NotTargeted",
                     f"spec.clusterRef.secretName targets cluster {t.target_cluster!r}")
     if not is_valid_namespace_name(t.key.name):

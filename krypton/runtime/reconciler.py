@@ -101,6 +101,8 @@ class ClusterView:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+    # every discovered cluster's name; None until known
+    known_clusters: Callable[[], set[str] | None] = lambda: None
 
     async def desired_chart(self) -> ChartTarget | ChartProblem:
         try:
@@ -167,6 +169,8 @@ class ClusterView:
             chart=None,
             release=observed,
             release_owner=self.tenant_with_uid(observed.owner_uid) if foreign else None,
+            known_clusters=None if (known := self.known_clusters()) is None
+            else frozenset(known),
             reserved_namespaces=self.settings.reserved_namespaces,
             adopt_namespaces=self.settings.adopt_namespaces,
             # with one shared release namespace there is no Tenant namespace to look after
@@ -536,8 +540,10 @@ class Reconciler:
         return Report([Change(cond.PAUSED, True, "Paused", p.plan.message)])
 
     async def _not_targeted(self, p: Pass) -> Report:
-        return Report([Change(self._type(cond.PROGRESS), False, "NotTargeted", p.plan.message)],
-                      event=("Normal", "NotTargeted", p.plan.message))
+        """Another cluster's Tenant; a Warning when that cluster is not discovered at all."""
+        unknown = p.plan.reason == "UnknownCluster"
+        return Report([Change(self._type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+                      event=("Warning" if unknown else "Normal", p.plan.reason, p.plan.message))
 
     async def _hold(self, p: Pass) -> Report:
         """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""

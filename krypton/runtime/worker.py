@@ -66,6 +66,7 @@ class Shared:
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()  # rollout (F1)
     fence: Callable[[], bool] = lambda: True  # still the leader? (checked before every helm start)
     owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
+    discovered: Callable[[], set[str] | None] = lambda: None  # every discovered cluster's name
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
 
@@ -161,6 +162,7 @@ class Worker:
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
             gate=lambda cluster: self.shared.gate(cluster),
+            known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
             readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned))

@@ -157,24 +157,53 @@ def test_healthz_fails_while_the_event_loop_is_blocked(monkeypatch: pytest.Monke
     assert results[3] == (200, "ok\ncluster x: failing")
 
 
-def test_idle_connections_are_capped() -> None:
+def _idle(port: int, count: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    s.settimeout(0.5)  # a closed one answers at once; all are looked at within READ_TIMEOUT
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_healthz_answers_under_a_flood_of_the_metrics_port() -> None:
+    """Issue 25.6: each port has its own budget of idle connections."""
+    health_port, metrics_port = free_port(), free_port()
+    server = health.HealthServer(f"127.0.0.1:{health_port}", f"127.0.0.1:{metrics_port}",
+                                 lambda: (True, []), health.LoopWatch())
+    server.start()
+    flood = []
+    try:
+        flood = _idle(metrics_port, health.MAX_CONNECTIONS * 3)
+        assert _get(f"http://127.0.0.1:{health_port}/healthz") == (200, "ok")
+        assert _get(f"http://127.0.0.1:{metrics_port}/metrics")[0] == 200
+    finally:
+        for s in flood:
+            s.close()
+        server.stop()
+
+
+def test_idle_connections_beyond_the_budget_make_room_for_a_probe() -> None:
+    """A flood of the health port itself: the connection idle longest is closed for each
+    new one, so at most MAX_CONNECTIONS are held and a probe still gets its answer."""
     port = free_port()
     server = health.HealthServer(f"127.0.0.1:{port}", "0", lambda: (True, []), health.LoopWatch())
     server.start()
     idle = []
     try:
-        for _ in range(health.MAX_CONNECTIONS * 3):
-            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-        before = threading.active_count()
-        # past the cap a connection is closed at once instead of held
-        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
-        try:
-            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert extra.recv(100) == b""
-        except ConnectionResetError:
-            pass  # closed before our request was read: also refused, not held
-        extra.close()
-        assert threading.active_count() == before
+        idle = _idle(port, health.MAX_CONNECTIONS)
+        newer = _idle(port, 3)
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
+        # the first four (the oldest) made room for the three newer and the probe
+        assert [_closed_by_server(s) for s in idle[:4]] == [True] * 4
+        assert not _closed_by_server(idle[4])
+        assert not any(_closed_by_server(s) for s in newer)
+        idle += newer
     finally:
         for s in idle:
             s.close()

@@ -58,6 +58,13 @@ CASES = [
      "NotTargeted", False),
     ("targets this cluster", obs(replace(TENANT, target_cluster="c1")), Action.INSTALL,
      "Installing", False),
+    # issue 25.6: a clusterRef naming no discovered cluster is a Warning with the known ones
+    ("targets a known cluster", replace(obs(replace(TENANT, target_cluster="c2")),
+                                        known_clusters=frozenset({"c1", "c2"})),
+     Action.NOT_TARGETED, "NotTargeted", False),
+    ("targets an unknown cluster", replace(obs(replace(TENANT, target_cluster="c3")),
+                                           known_clusters=frozenset({"c1", "c2"})),
+     Action.NOT_TARGETED, "UnknownCluster", False),
     ("name with a dot", obs(replace(TENANT, key=TenantKey("ns", "a.b"))), Action.BLOCKED,
      "InvalidTenantName", True),
     ("name too long", obs(replace(TENANT, key=TenantKey("ns", "a" * 64))), Action.BLOCKED,
@@ -210,6 +217,13 @@ def test_plan(observation: Observation, action: Action, reason: str, permanent: 
     decided = plan(observation)
     assert (decided.action, decided.reason, decided.permanent) == (action, reason, permanent)
     assert decided.message
+
+
+def test_an_unknown_cluster_is_named_with_the_known_ones() -> None:
+    decided = plan(replace(obs(replace(TENANT, target_cluster="prod-eu")),
+                           known_clusters=frozenset({"c1", "prod-us"})))
+    assert decided.message == ("spec.clusterRef.secretName names cluster 'prod-eu', which is "
+                               "not discovered; known clusters: c1, prod-us")
 
 
 def test_helm_actions_are_flagged() -> None:
