@@ -21,7 +21,7 @@ import structlog
 import krypton
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
-from krypton.adapters.events import EventRecorder, reporting_instance
+from krypton.adapters.events import EventRecorder, involved_secret, reporting_instance
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import (
     Informer,
@@ -36,7 +36,7 @@ from krypton.app.home import user_kubeconfig_path, watch_cluster
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import SELF_CLUSTER
+from krypton.decisions.discovery import LABEL_VALUE, SELF_CLUSTER, by_label
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
 from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
@@ -71,6 +71,7 @@ class Operator:
         self.home: Kube | None = None
         self.fleet: Fleet | None = None
         self.discovery: Informer | None = None
+        self._ignored: dict[str, str] = {}  # Secret UID -> label value reported as not "true"
         self.loop_watch = LoopWatch()
         self.health = HealthServer(settings.health_probe_bind_address,
                                    settings.metrics_bind_address, self.ready, self.loop_watch)
@@ -190,7 +191,7 @@ class Operator:
         self.discovery = Informer(
             self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
             lambda _t, _o: dirty.set(),
-            label_selector=f"{s.kubeconfig_label}=true",
+            label_selector=s.kubeconfig_label,  # any value: a wrong one is reported
             on_error=lambda exc: log.warning("discovery watch failed", error=str(exc)),
         ).start()
         log.info("krypton started", namespace=s.namespace, chart=f"{s.chart_name} {s.chart_version}")
@@ -203,7 +204,7 @@ class Operator:
             if self.stopping.is_set():
                 break
             dirty.clear()
-            secrets = list(self.discovery.store.values())
+            secrets = await self._labelled(home_events)
             if self.shards is None:
                 await fleet.sync(secrets)
                 continue
@@ -260,7 +261,29 @@ class Operator:
         d = self.discovery
         if d is None or not d.synced.is_set():
             return None
-        return {str(sec["metadata"]["name"]) for sec in d.store.values()}
+        accepted, _ = by_label(list(d.store.values()), self.settings.kubeconfig_label)
+        return {str(sec["metadata"]["name"]) for sec in accepted}
+
+    async def _labelled(self, events: EventRecorder) -> list[dict[str, Any]]:
+        """The cluster Secrets (label value "true"); a Secret labelled with another value is
+        reported once per value: a Warning Event on it and a log line (issue 25.6)."""
+        assert self.discovery is not None
+        label = self.settings.kubeconfig_label
+        accepted, ignored = by_label(list(self.discovery.store.values()), label)
+        now = {}
+        for secret, value in ignored:
+            meta = secret["metadata"]
+            now[str(meta.get("uid"))] = value
+            if self._ignored.get(str(meta.get("uid"))) == value:
+                continue
+            message = (f"label {label}={value!r} is not {LABEL_VALUE!r}: this Secret is not "
+                       f"a cluster of the fleet (set the label to exactly {LABEL_VALUE})")
+            log.warning("cluster Secret ignored", secret=meta.get("name"), detail=message)
+            await events.emit(involved_secret(meta.get("namespace", ""), meta["name"],
+                                              meta.get("uid")),
+                              "Warning", "KubeconfigLabelIgnored", message)
+        self._ignored = now
+        return accepted
 
     async def _share(self, shards: Shards, secrets: list[dict[str, Any]]
                      ) -> tuple[list[dict[str, Any]], frozenset[str], bool]:

@@ -40,6 +40,24 @@ def decode_data(value: Any) -> bytes | None:
         return None
 
 
+LABEL_VALUE = "true"  # the only value of --kubeconfig-label that makes a Secret a cluster
+
+
+def by_label(secrets: list[dict[str, Any]], label: str
+             ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
+    """The Secrets whose `label` is exactly "true", and those carrying it with another value
+    ("True", "yes", "1", ""), each with that value: not clusters, but worth saying so
+    (issue 25.6), since a person who wrote one meant it to be."""
+    accepted, ignored = [], []
+    for secret in secrets:
+        value = ((secret.get("metadata") or {}).get("labels") or {}).get(label)
+        if value == LABEL_VALUE:
+            accepted.append(secret)
+        elif value is not None:
+            ignored.append((secret, str(value)))
+    return accepted, ignored
+
+
 def desired_clusters(secrets: list[dict[str, Any]], key: str) -> dict[str, ClusterSpec]:
     """Cluster specs from Secret objects (plain dicts as the API returns them)."""
     out: dict[str, ClusterSpec] = {}

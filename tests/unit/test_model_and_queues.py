@@ -285,3 +285,20 @@ def test_retry_policies_double_up_to_their_cap() -> None:
     for n in (1, 2, 5, 12):
         state.attempt_number = n
         assert retry.ENGAGE.wait()(state) == retry.ENGAGE.delay(n)
+
+
+def test_only_the_label_value_true_makes_a_cluster_and_the_rest_is_named() -> None:
+    from krypton.decisions.discovery import by_label
+
+    label = "sigs.k8s.io/multicluster-runtime-kubeconfig"
+
+    def secret(name: str, value: str | None) -> dict[str, Any]:
+        labels = {} if value is None else {label: value}
+        return {"metadata": {"name": name, "labels": {"other": "x", **labels}}}
+
+    given = [secret("a", "true"), secret("b", "True"), secret("c", "yes"), secret("d", "1"),
+             secret("e", ""), secret("f", None), secret("g", "true")]
+    accepted, ignored = by_label(given, label)
+    assert [s["metadata"]["name"] for s in accepted] == ["a", "g"]
+    assert [(s["metadata"]["name"], v) for s, v in ignored] == \
+        [("b", "True"), ("c", "yes"), ("d", "1"), ("e", "")]
