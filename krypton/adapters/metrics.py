@@ -56,12 +56,16 @@ LEASE_NOT_BELIEVED = Gauge("krypton_lease_not_believed",
                            "1 while a Lease says what krypton does not believe (a duration over "
                            "4 times its own, a renewTime in the future) and is judged with "
                            "krypton's own duration instead", ["lease"])
+ORPHANED_RELEASES = Gauge("krypton_orphaned_releases",
+                          "Releases on the cluster made for a cluster name no longer discovered "
+                          "(a renamed or removed cluster Secret)", ["cluster"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
                        "How late the event loop's heartbeat ran last (0 when on time)")
 
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
-                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED)
+                WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
+                ORPHANED_RELEASES)
 
 
 def forget_cluster(cluster: str) -> None:

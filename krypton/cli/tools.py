@@ -26,7 +26,14 @@ from krypton.adapters.kube import (
     tenants_path,
 )
 from krypton.app.home import watch_cluster
-from krypton.cli.view import Row, assign_replicas, cluster_rows, failing_clusters, tenant_rows
+from krypton.cli.view import (
+    Row,
+    assign_replicas,
+    cluster_rows,
+    failing_clusters,
+    orphan_notes,
+    tenant_rows,
+)
 from krypton.decisions import crd, deployed, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
@@ -94,11 +101,6 @@ async def tenants_of(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
                                                            t["metadata"]["name"]))
 
 
-async def _failing(home: Kube, settings: Settings) -> dict[str, str]:
-    """Clusters whose Secret carries a recent failure Event from the operator (D8, D9)."""
-    return failing_clusters(await home.list_events(settings.namespace), time.time())
-
-
 async def _crd_outdated(kube: Kube) -> str | None:
     """Why the cluster's Tenant CRD is older than krypton's; None if current or unreadable."""
     try:
@@ -112,7 +114,9 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
     """The fleet's rows, how many clusters were discovered, and the rollout's state."""
     async with fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
-        failing = await _failing(home, settings)
+        events = await home.list_events(settings.namespace)
+        failing = failing_clusters(events, time.time())
+        orphans = orphan_notes(events)
         for c in clusters:
             if c.kube is None:
                 rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error)
@@ -130,7 +134,7 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
             else:
                 unreachable = ""
             rows += cluster_rows(c.name, failing=failing.get(c.name, ""), stale=stale,
-                                 unreachable=unreachable)
+                                 unreachable=unreachable, orphans=orphans.get(c.name, ""))
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
         assign_replicas(rows, await _replicas(home, settings))
@@ -225,11 +229,13 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             await asyncio.sleep(WATCH_DEBOUNCE)
             changed.clear()
             failing = failing_clusters(events.store.values(), time.time())
+            orphans = orphan_notes(events.store.values())
             rows: list[Row] = []
             for c in clusters:
                 rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error,
                                      stale=stale.get(c.name, ""),
-                                     unreachable=unreachable.get(c.name, ""))
+                                     unreachable=unreachable.get(c.name, ""),
+                                     orphans=orphans.get(c.name, ""))
                 watched = tenants.get(c.name)
                 if watched is not None and watched.synced.is_set():
                     rows += tenant_rows(c.name, watched.store.values())

@@ -105,13 +105,33 @@ def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[st
     return {name: text for name, (_, text) in latest.items()}
 
 
+def orphan_notes(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Clusters on which the operator last reported releases of undiscovered cluster names
+    (OrphanedReleases, not followed by OrphanedReleasesGone), with what it said."""
+    latest: dict[str, tuple[float, str, str]] = {}
+    for e in events:
+        involved = e.get("involvedObject") or {}
+        if involved.get("kind") != "Secret" or e.get("reportingComponent") != REPORTING_CONTROLLER \
+                or e.get("reason") not in ("OrphanedReleases", "OrphanedReleasesGone"):
+            continue
+        when = epoch_seconds(e.get("lastTimestamp") or e.get("eventTime") or "")
+        name = str(involved.get("name"))
+        if when is not None and when >= latest.get(name, (0.0, "", ""))[0]:
+            latest[name] = (when, str(e["reason"]), str(e.get("message", "")))
+    return {name: message for name, (_, reason, message) in latest.items()
+            if reason == "OrphanedReleases"}
+
+
 def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: str = "",
-                 unreachable: str = "") -> list[Row]:
+                 unreachable: str = "", orphans: str = "") -> list[Row]:
     """The rows about the cluster itself, before its Tenants' rows: failing (its Secret's
-    recent Warning), a refused kubeconfig, an outdated Tenant CRD, an unreachable server."""
+    recent Warning), a refused kubeconfig, an outdated Tenant CRD, an unreachable server,
+    releases left by a cluster name no longer discovered."""
     rows = []
     if failing:
         rows.append(Row(cluster, "", "", phase="Failing", detail=failing))
+    if orphans:
+        rows.append(Row(cluster, "", "", phase="Orphans", detail=f"OrphanedReleases: {orphans}"))
     if rejected:
         rows.append(Row(cluster, "", "", phase="-", detail=rejected))
     if stale:

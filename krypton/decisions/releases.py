@@ -80,9 +80,9 @@ class ReleaseIndex:
             cluster = self._labels.get((namespace, release), (None, None))[1]
             self._labels[(namespace, release)] = (owner, cluster)
 
-    def clusters(self) -> dict[Key, str]:
-        """The cluster label of every release that has one: (namespace, release) -> name."""
-        return {key: cluster for key, (_, cluster) in self._labels.items() if cluster}
+    def clusters(self) -> dict[Key, str | None]:
+        """Every release's cluster label: (namespace, release) -> name (None: unlabelled)."""
+        return {key: self._labels.get(key, (None, None))[1] for key in self._records}
 
     def forget(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
@@ -115,6 +115,33 @@ class ReleaseIndex:
         status = revisions[latest]
         locked = status in BUSY and now - self._modified.get(key, 0.0) < lock_timeout
         return ReleaseObservation(status, latest, good, locked, owner_uid=owner)
+
+
+def orphaned(releases: Mapping[Key, str | None], this: str, known: set[str] | frozenset[str],
+             *, own_namespace: bool) -> list[tuple[str, str, str]]:
+    """The releases on cluster `this` that were made for a cluster name no longer discovered
+    (issue 25.3: a cluster Secret renamed or removed leaves them behind), as (namespace,
+    release, cluster), sorted. The cluster is the release's label, or for a release made
+    before krypton labelled them, read from its name ``tenant-<namespace>-<cluster>`` where
+    the namespace is the Tenant's own."""
+    found = []
+    for (namespace, release), cluster in releases.items():
+        if cluster is None and own_namespace and release.startswith(f"tenant-{namespace}-"):
+            cluster = release[len(f"tenant-{namespace}-"):]
+        if cluster and cluster != this and cluster not in known:
+            found.append((namespace, release, cluster))
+    return sorted(found)
+
+
+def orphan_message(found: list[tuple[str, str, str]], limit: int = 5) -> str:
+    """What the OrphanedReleases Event says: which, for which names, and how to remove them."""
+    names = sorted({cluster for _, _, cluster in found})
+    shown = "; ".join(f"helm uninstall {release} -n {namespace}"
+                      for namespace, release, _ in found[:limit])
+    more = f" (and {len(found) - limit} more)" if len(found) > limit else ""
+    return (f"{len(found)} release(s) of cluster name(s) {', '.join(names)} that are no longer "
+            f"discovered (a renamed or removed cluster Secret); krypton does not adopt or "
+            f"remove them. Remove them with: {shown}{more}")
 
 
 RELEASE_MAX_BYTES = 64 << 20  # a decoded release record (helm's own limit is about 1 MiB stored)

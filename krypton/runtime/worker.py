@@ -41,7 +41,7 @@ from krypton.decisions.errors import Forbidden, KryptonError, NotFound, Temporar
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.model import RolloutGate, TenantKey, is_valid_namespace_name
-from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
@@ -50,6 +50,7 @@ from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
+ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
 REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
 
@@ -86,6 +87,8 @@ class Worker:
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
+        self._release_changes = 0
         self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
         self.draining = False  # set by stop(): no key handed out, no helm started
         self._reports: set[asyncio.Task[None]] = set()
@@ -237,6 +240,7 @@ class Worker:
             for i in range(settings.max_concurrent_reconciles):
                 group.create_task(self._consume(reconciler), name=f"{self.name}-consumer-{i}")
             group.create_task(self._check_credentials(), name=f"{self.name}-credentials")
+            group.create_task(self._report_orphans(), name=f"{self.name}-orphans")
             await self._resync(reconciler, tenants.store)
 
     async def _resync(self, reconciler: Reconciler,
@@ -250,6 +254,34 @@ class Worker:
                 next_resync = time.monotonic() + settings.resync_period
                 for ns, name in list(store):
                     self.queue.add(TenantKey(ns, name), urgent=False)
+
+    async def _report_orphans(self) -> None:
+        """Releases here that were made for a cluster name no longer discovered (issue
+        25.3): looked for when the release records or the discovered names changed, at most
+        every ORPHAN_CHECK seconds; a change of what is found is a Warning Event on the
+        cluster's Secret (with the commands that remove them) and a metric, and their end a
+        Normal Event. krypton neither adopts nor removes them."""
+        assert self.runtime is not None
+        rt, looked = self.runtime, None
+        own = self.shared.settings.shared_release_namespace is None
+        while True:
+            known = self.shared.discovered()
+            state = (frozenset(known), self._release_changes) if known is not None else None
+            if state is not None and state != looked:
+                looked = state
+                found = orphaned(rt.releases.clusters(), self.name, state[0], own_namespace=own)
+                if found != self.orphans:
+                    self.orphans = found
+                    metrics.ORPHANED_RELEASES.labels(self.name).set(len(found))
+                    if found:
+                        message = orphan_message(found)
+                        self.log.warning("orphaned releases", detail=message)
+                        await self.shared.report(self.name, "Warning", "OrphanedReleases",
+                                                 message)
+                    else:
+                        await self.shared.report(self.name, "Normal", "OrphanedReleasesGone",
+                                                 "no release of an undiscovered cluster is left")
+            await asyncio.sleep(ORPHAN_CHECK)
 
     async def _check_credentials(self) -> None:
         """Judge the client certificate's expiry again every CREDENTIALS_CHECK seconds while
@@ -387,6 +419,7 @@ class Worker:
         key = self.runtime.releases.on_event(type_, obj)
         if key is None:
             return
+        self._release_changes += 1
         namespace = key[0]
         refused = f"ClusterError/{self.name}"
         for (ns, name), tenant in list(self.runtime.tenants.items()):

@@ -292,7 +292,7 @@ def test_only_the_label_value_true_makes_a_cluster_and_the_rest_is_named() -> No
 
     label = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 
-    def secret(name: str, value: str | None) -> dict[str, Any]:
+    def secret(name: str, value: str | None) -> dict[str, object]:
         labels = {} if value is None else {label: value}
         return {"metadata": {"name": name, "labels": {"other": "x", **labels}}}
 

@@ -78,3 +78,27 @@ def test_our_own_run_names_the_owner_before_the_watch_brings_it() -> None:
     assert index.observe("a", "tenant-a-c1").owner_uid is None
     index.note("a", "tenant-a-c1", 2, ReleaseStatus.DEPLOYED, "f" * 64, "u9")
     assert index.observe("a", "tenant-a-c1").owner_uid == "u9"
+
+
+def test_releases_of_cluster_names_no_longer_discovered_are_orphans() -> None:
+    from krypton.decisions.releases import orphan_message, orphaned
+
+    releases = {
+        ("a", "tenant-a-remote"): "remote",  # labelled: the old name of a renamed Secret
+        ("b", "tenant-b-remote"): None,  # made before labels: the name says which cluster
+        ("c", "tenant-c-remote-renamed"): "remote-renamed",  # this cluster's own
+        ("d", "tenant-d-prod"): "prod",  # another cluster, still discovered
+        ("e", "tenant-e-2f9c1d7a"): None,  # unlabelled, and its name says nothing known...
+        ("f", "somebody-elses"): None,  # not krypton's name: not reported
+    }
+    found = orphaned(releases, "remote-renamed", {"remote-renamed", "prod"}, own_namespace=True)
+    assert found == [("a", "tenant-a-remote", "remote"), ("b", "tenant-b-remote", "remote"),
+                     ("e", "tenant-e-2f9c1d7a", "2f9c1d7a")]
+    # ...which in a shared release namespace no name can tell: only labels count there
+    assert orphaned(releases, "remote-renamed", {"remote-renamed", "prod"},
+                    own_namespace=False) == [("a", "tenant-a-remote", "remote")]
+    message = orphan_message(found, limit=2)
+    assert message.startswith("3 release(s) of cluster name(s) 2f9c1d7a, remote that are no "
+                              "longer discovered")
+    assert "helm uninstall tenant-a-remote -n a; helm uninstall tenant-b-remote -n b " \
+           "(and 1 more)" in message

@@ -135,3 +135,22 @@ def test_a_sharded_fleet_shows_the_replica_of_each_cluster() -> None:
     assign_replicas(plain, {})
     assert plain[0].replica == ""
     assert with_replicas(STATUS_COLUMNS, plain) == STATUS_COLUMNS  # not sharded: no column
+
+
+def test_status_shows_orphaned_releases_until_the_operator_says_they_are_gone() -> None:
+    from krypton.cli.view import cluster_rows, orphan_notes
+
+    def event(name: str, reason: str, stamp: str, reporter: str = "mesh.openkcm.io/krypton",
+              message: str = "") -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Secret", "name": name}, "reason": reason,
+                "message": message or reason, "lastTimestamp": stamp,
+                "reportingComponent": reporter}
+
+    events = [event("a", "OrphanedReleases", "2027-01-15T07:00:00Z", message="2 releases"),
+              event("b", "OrphanedReleases", "2027-01-15T07:00:00Z"),
+              event("b", "OrphanedReleasesGone", "2027-01-15T07:10:00Z"),
+              event("c", "OrphanedReleases", "2027-01-15T07:00:00Z", reporter="mallory")]
+    notes = orphan_notes(events)
+    assert notes == {"a": "2 releases"}
+    row = cluster_rows("a", orphans=notes["a"])[0]
+    assert (row.phase, row.detail) == ("Orphans", "OrphanedReleases: 2 releases")
