@@ -30,11 +30,11 @@ def believed_duration(spec: Mapping[str, Any], own: float) -> tuple[float, str]:
         written = float(raw)
     except (TypeError, ValueError):
         return own, f"leaseDurationSeconds {raw!r} is not a number"
+    said = f"leaseDurationSeconds {int(written) if written.is_integer() else written}"
     if written <= 0:
-        return own, f"leaseDurationSeconds {written:g} is not positive"
+        return own, f"{said} is not positive"
     if written > TRUST_FACTOR * own:
-        return own, (f"leaseDurationSeconds {written:g} is over {TRUST_FACTOR} times ours "
-                     f"({own:g}s)")
+        return own, f"{said} is over {TRUST_FACTOR} times ours ({own:g}s)"
     return written, ""
 
 

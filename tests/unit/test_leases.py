@@ -57,6 +57,11 @@ def test_a_holder_is_live_within_the_believed_duration_only() -> None:
     assert not live_by_wall_clock({"renewTime": "not a time"}, OWN, NOW)
 
 
+def test_the_written_duration_is_quoted_as_written() -> None:
+    assert believed_duration({"leaseDurationSeconds": 2147483647}, OWN)[1] == \
+        "leaseDurationSeconds 2147483647 is over 4 times ours (15s)"
+
+
 def test_the_holder_is_named() -> None:
     assert describe("r1", []) == "held by r1"
     assert describe("ghost", ["a", "b"]) == "held by ghost; not believed: a; b"
