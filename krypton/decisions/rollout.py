@@ -105,9 +105,16 @@ class RolloutState:
 
     @classmethod
     def from_configmap(cls, cm: Mapping[str, Any] | None) -> RolloutState | None:
-        """The state kept in the rollout ConfigMap; None without one or without state."""
+        """The state kept in the rollout ConfigMap; None without one, without state, or with
+        one that is not a state: anyone who may write ConfigMaps in the namespace can write
+        it, and a garbage state is no state (the rollout is planned again)."""
         data = (cm or {}).get("data") or {}
-        return cls.from_json(data["state.json"]) if "state.json" in data else None
+        if not isinstance(data, Mapping) or not isinstance(data.get("state.json"), str):
+            return None
+        try:
+            return cls.from_json(data["state.json"])
+        except (ValueError, TypeError, AttributeError):
+            return None
 
     @classmethod
     def from_json(cls, text: str) -> RolloutState:

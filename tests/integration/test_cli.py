@@ -219,12 +219,13 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
     subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(applied),
                    check=True, capture_output=True, text=True)
     home = ["--watch-kubeconfig", str(fleet.home.cp.kubeconfig)]
-    auto = {"KRYPTON_FROM_DEPLOYMENT": ""}
+    # the Deployment is looked for where the user points: their --namespace (issue 25)
+    auto = {"KRYPTON_FROM_DEPLOYMENT": "", "KRYPTON_NAMESPACE": fleet.discovery_ns}
     try:
         status = krypton(fleet, "status", *home, env=auto)
         assert status.returncode == 0, status.stderr
-        assert f"settings of the operator Deployment {fleet.discovery_ns}/krypton" in \
-            status.stderr
+        assert f"settings of the operator Deployment {fleet.discovery_ns}/krypton: took " \
+            "--chart-repo, --chart-name, --chart-version, --chart-values-file" in status.stderr
         assert row(status.stdout, name)[:4] == ["remote", fleet.tenant_ns, name, "Ready"]
         plan = krypton(fleet, "plan", *home, env=auto)
         assert plan.returncode == 0, plan.stdout + plan.stderr  # the same values: nothing
@@ -254,9 +255,9 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
         secret = fleet.home.core.read_namespaced_secret("extra", fleet.discovery_ns)
         assert secret.metadata.labels["sigs.k8s.io/multicluster-runtime-kubeconfig"] == "true"
         fleet.unregister("extra")
-        # two operators: the CLI does not guess
-        second = [dict(o, metadata=dict(o["metadata"], namespace=fleet.tenant_ns))
-                  for o in applied]
+        # two operators where the user points: the CLI does not guess
+        second = [dict(o, metadata=dict(o["metadata"], name=f"{o['metadata']['name']}-2"))
+                  for o in applied if o["kind"] == "Deployment"]
         subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(second),
                        check=True, capture_output=True, text=True)
         two = krypton(fleet, "status", *home, env=auto)
@@ -266,6 +267,6 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
                          f"{fleet.discovery_ns}/krypton", env=auto)
         assert picked.returncode == 0 and row(picked.stdout, name), picked.stderr
     finally:
-        for ns in (fleet.discovery_ns, fleet.tenant_ns):
-            subprocess.run([*kubectl, "-n", ns, "delete", "deployment", "krypton",
+        for name in ("krypton", "krypton-2"):
+            subprocess.run([*kubectl, "-n", fleet.discovery_ns, "delete", "deployment", name,
                             "--ignore-not-found"], check=True, capture_output=True)

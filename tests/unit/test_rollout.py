@@ -286,3 +286,13 @@ def test_a_failure_halts_even_while_another_cluster_of_the_wave_is_engaging() ->
     bad = ClusterObservation(True, 2, 0, 1)
     s = evaluate(s, {"a": bad}, POLICY, now=2, settling=frozenset({"b"}))
     assert s.phase == HALTED and s.failed == ("a",)
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"target": "x"}', '{"nope": 1}',
+                                  '{"target": "t", "version": "1", "waves": 7}', "null"])
+def test_a_garbage_rollout_state_is_no_state(text: str) -> None:
+    from krypton.decisions.rollout import RolloutState
+
+    assert RolloutState.from_configmap({"data": {"state.json": text}}) is None
+    assert RolloutState.from_configmap({"data": {"state.json": 5}}) is None
+    assert RolloutState.from_configmap({"data": "garbage"}) is None
