@@ -56,6 +56,10 @@ LEASE_NOT_BELIEVED = Gauge("krypton_lease_not_believed",
                            "1 while a Lease says what krypton does not believe (a duration over "
                            "4 times its own, a renewTime in the future) and is judged with "
                            "krypton's own duration instead", ["lease"])
+RELEASES_STALLED = Gauge("krypton_releases_stalled",
+                         "Releases whose helm runs failed more than --max-retries times for "
+                         "the same target (RetriesExhausted): no helm run until it changes",
+                         ["cluster"])
 ORPHANED_RELEASES = Gauge("krypton_orphaned_releases",
                           "Releases on the cluster made for a cluster name no longer discovered "
                           "(a renamed or removed cluster Secret)", ["cluster"])
@@ -65,7 +69,7 @@ EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
-                ORPHANED_RELEASES)
+                ORPHANED_RELEASES, RELEASES_STALLED)
 
 
 def forget_cluster(cluster: str) -> None:

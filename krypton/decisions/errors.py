@@ -6,7 +6,8 @@
     │   ├── ChartNotLoaded        chart repository unreachable or chart unloadable
     │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
     │   │   ├── ReleaseLocked     another helm operation holds the release
-    │   │   └── OwnershipConflict an object of the release belongs to another release (R17)
+    │   │   ├── OwnershipConflict an object of the release belongs to another release (R17)
+    │   │   └── FieldConflict     Helm 4: other field managers own fields of the next apply (H2)
     │   ├── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
     │   ├── APIError              the API server answered a request with an error status
     │   │   ├── NotFound          404
@@ -21,6 +22,7 @@
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
         ├── VersionInvalid        chart version is not a semver or a valid range
         ├── VersionNotFound       no chart version matches
+        ├── ClusterExists         register-cluster would replace another cluster's Secret
         └── SettingsError         bad flag or environment value (exit status 2)
 
 Every error carries a short CamelCase ``reason`` (used in conditions and Events) and a
@@ -69,6 +71,17 @@ class ReleaseLocked(HelmFailed):
 
 class OwnershipConflict(HelmFailed):
     reason = "OwnershipConflict"
+
+
+class FieldConflict(HelmFailed):
+    """Helm 4's server-side apply found fields of the next apply owned by other field
+    managers (kubectl, an autoscaler), and krypton does not take them over."""
+
+    reason = "FieldConflict"
+
+    def __init__(self, message: str, conflicts: tuple[tuple[str, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts  # (object, manager, field)
 
 
 class CRDEnsureFailed(TemporaryError):

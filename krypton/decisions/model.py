@@ -18,6 +18,7 @@ KIND = "Tenant"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 FINGERPRINT_ANNOTATION = f"{GROUP}/fingerprint-"
 PAUSED_ANNOTATION = f"{GROUP}/paused"
+RETRY_ANNOTATION = f"{GROUP}/retry"  # a new value asks for a new attempt of a stalled release
 FINALIZER = f"{GROUP}/release-cleanup"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "krypton"
@@ -83,6 +84,11 @@ def epoch_seconds(text: Any) -> float | None:
     except ValueError:
         return None
     return None if when.tzinfo is None else when.timestamp()
+
+
+def rfc3339(epoch: float) -> str:
+    """`epoch` as the API server writes times (``2026-11-23T07:21:51Z``)."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fingerprint_annotation(cluster: str) -> str:
@@ -181,7 +187,13 @@ class TenantView:
     reverted_fingerprint: str | None = None  # status.clusters[c].revertedFingerprint
     progress: tuple[str, str] | None = None  # ClusterProgress/c when True: (reason, message)
     readiness: tuple[bool, str] | None = None  # ClusterReady/c: (status, reason)
+    error: tuple[str, str] | None = None  # ClusterError/c when True: (reason, message)
     annotations: dict[str, str] = field(default_factory=dict)
+    # the retry record of status.clusters[c] (R18): consecutive failed helm runs of
+    # `failed_target`, and the RETRY_ANNOTATION value that is part of every target
+    failures: int = 0
+    failed_target: str = ""
+    retry_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,4 +234,6 @@ class Observation:
     # the release's workload as read live (F6); None: not looked at in this pass
     health: Health | None = None
     since_applied: float | None = None  # seconds since the last helm run applied the release
+    retry_wait: float = 0.0  # seconds until the next attempt of a failed target (<= 0: due)
+    max_retries: int = 8  # --max-retries
     readiness_timeout: float = 180.0  # --helm-timeout: how long a fresh release may take

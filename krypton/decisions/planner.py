@@ -45,6 +45,12 @@ single decision table, in order:
 13. Stale or Failed without a good revision -> uninstall, then install; Stale with a good
     revision -> roll back, then upgrade
 14. Absent (or Drifted with the release gone) -> Install; anything else -> Upgrade
+
+Brakes (R18), on every plan that would start helm for a target (chart fingerprint, Tenant
+generation, retry annotation) whose runs failed before, as counted in the Tenant's status:
+more failures than --max-retries -> Stalled (RetriesExhausted, permanent until the target
+changes); the next attempt not due yet -> Backoff (nothing is written, the pass comes back
+when it is due). An uninstall is never braked: a Tenant must stay deletable.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from krypton.decisions.health import UNHEALTHY, WAITING
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ChartProblem,
+    ChartTarget,
     NamespaceState,
     Observation,
     ReleaseObservation,
@@ -126,6 +133,8 @@ class Action(enum.Enum):
     UNHEALTHY = "unhealthy"
     UNINSTALL = "uninstall"
     DROP_FINALIZER = "drop-finalizer"
+    BACKOFF = "backoff"
+    STALLED = "stalled"
     NOTHING = "nothing"
 
 
@@ -147,8 +156,50 @@ class Plan:
         return self.action in HELM_ACTIONS or self.action is Action.UNINSTALL
 
 
+def attempt_target(fingerprint: str, t: TenantView) -> str:
+    """What a helm run attempts, for counting its failures: the chart and values (their
+    fingerprint), the Tenant's spec (its generation) and the retry annotation. Any change
+    of one of them is a new target with a fresh budget."""
+    return f"{fingerprint}/{t.generation}/{t.retry_token}"
+
+
 def plan(obs: Observation) -> Plan:
     """The next step for `obs`; see the module docstring for the order of the rules."""
+    decided = _plan(obs)
+    if decided.action not in HELM_ACTIONS or not isinstance(obs.chart, ChartTarget):
+        return decided
+    return _braked(obs, decided)
+
+
+def _braked(obs: Observation, decided: Plan) -> Plan:
+    t, chart = obs.tenant, obs.chart
+    assert isinstance(chart, ChartTarget)
+    if t.failures <= 0 or t.failed_target != attempt_target(chart.fingerprint, t):
+        return decided
+    if t.failures > obs.max_retries:
+        if t.error is not None and t.error[0] == "RetriesExhausted":
+            message = t.error[1]  # as the run that exhausted the budget said it
+        else:
+            message = stalled_message(t.failures, chart.version,
+                                      t.error[1] if t.error else "", obs.cluster, t)
+        return Plan(Action.STALLED, "RetriesExhausted", message, permanent=True)
+    if obs.retry_wait > 0:
+        return Plan(Action.BACKOFF, "RetryScheduled",
+                    f"attempt {t.failures} of chart {chart.version} failed; attempt "
+                    f"{t.failures + 1} of {obs.max_retries + 1} in {obs.retry_wait:.0f}s")
+    return decided
+
+
+def stalled_message(failures: int, version: str, error: str, cluster: str,
+                    t: TenantView) -> str:
+    """What a stalled release says: how often it failed, the last error, the way out."""
+    last = f"; the last: {error}" if error else ""
+    return (f"{failures} attempts of chart {version} failed{last}; no helm run until the "
+            f"chart, its values or the Tenant change, or a retry is asked for: krypton retry "
+            f"{t.key} --cluster {cluster}")
+
+
+def _plan(obs: Observation) -> Plan:
     t = obs.tenant
     if t.deleting:
         return _deleting(obs)

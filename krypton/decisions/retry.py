@@ -47,5 +47,14 @@ WATCH_CLUSTER = Policy(first=1.0, cap=60.0)
 WATCH = Policy(first=0.5, cap=30.0, jitter=0.2)
 # a Tenant whose pass failed, per key in its cluster's work queue (R3)
 RECONCILE = Policy(first=1.0, cap=300.0)
+# a helm run that failed, per Tenant x cluster and target, kept in the Tenant's status (R18):
+# 10 s, doubling, up to --retry-backoff-max, spread by up to a tenth
+HELM_FIRST_RETRY = 10.0
+
+
+def helm_failure(cap: float) -> Policy:
+    return Policy(first=min(HELM_FIRST_RETRY, cap), cap=cap, jitter=0.1)
+
+
 # the fingerprint annotation write after a helm run: never retried by running helm again
 FINGERPRINT_WRITE = Policy(first=0.2, cap=5.0, attempts=5)

@@ -153,12 +153,20 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
     Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
+    Opt("max_retries", "Failed helm runs of one target (chart, values, Tenant generation) "
+        "retried before the release is Stalled (RetriesExhausted) until the target changes or "
+        "a retry is asked for; 0: none", 8, non_negative_int),
+    Opt("retry_backoff_max", "Longest wait between two attempts of a failing helm run (the "
+        "first retry 10s after the failure, then doubling, jittered)", 600.0, duration),
     Opt("api_timeout", "Timeout of one Kubernetes API call", 30.0, duration),
     Opt("helm_wait", "true: helm waits for the workload (--wait), holding its process and "
         "slot; false: helm returns once the objects are applied (hooks still complete) and "
         "krypton follows the workload's readiness with watches", False, boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
+    Opt("helm_force_conflicts", "Helm 4: when another field manager (kubectl, an HPA) owns "
+        "fields of the next apply, take them over (--force-conflicts) and name them in an "
+        "Event; false: the run fails with FieldConflict naming them", True, boolean),
     Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",
         choice("secret", "configmap"), env=("HELM_DRIVER",)),
     Opt("allow_duplicate_clusters", "Engage Secrets that reach an already engaged API server "
@@ -244,9 +252,12 @@ class Settings:
     max_concurrent_reconciles: int = _default("max_concurrent_reconciles")
     max_concurrent_helm: int = _default("max_concurrent_helm")
     resync_period: float = _default("resync_period")
+    max_retries: int = _default("max_retries")
+    retry_backoff_max: float = _default("retry_backoff_max")
     api_timeout: float = _default("api_timeout")
     helm_wait: bool = _default("helm_wait")
     helm_timeout: float = _default("helm_timeout")
+    helm_force_conflicts: bool = _default("helm_force_conflicts")
     helm_executable: str = _default("helm_executable")
     helm_driver: str = _default("helm_driver")
     allow_duplicate_clusters: bool = _default("allow_duplicate_clusters")
@@ -313,7 +324,8 @@ TOPICS = (
                        "ensure_watch_crds")),
     ("Tenants and namespaces", ("watch_namespace", "release_namespace", "crd_policy",
                                 "delete_namespace_on_uninstall", "adopt_namespaces")),
-    ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout")),
+    ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout",
+                   "max_retries", "retry_backoff_max")),
     ("helm", ("helm_",)),
     ("progressive rollout", ("rollout_",)),
     ("leader election, sharding and shutdown", ("leader_", "lease_duration", "renew_deadline",

@@ -30,6 +30,7 @@ from krypton.decisions.errors import (
     ChartNotLoaded,
     Conflict,
     Fenced,
+    FieldConflict,
     HelmFailed,
     KryptonError,
     NotFound,
@@ -52,6 +53,7 @@ from krypton.decisions.model import (
     PAUSED_ANNOTATION,
     RELEASE_CLUSTER_LABEL,
     RELEASE_OWNER_LABEL,
+    RETRY_ANNOTATION,
     SYSTEM_NAMESPACES,
     ChartProblem,
     ChartTarget,
@@ -64,9 +66,18 @@ from krypton.decisions.model import (
     epoch_seconds,
     fingerprint_annotation,
     release_name,
+    rfc3339,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.planner import INSTALLING, Action, Plan, announced, plan
+from krypton.decisions.planner import (
+    INSTALLING,
+    Action,
+    Plan,
+    announced,
+    attempt_target,
+    plan,
+    stalled_message,
+)
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
@@ -151,6 +162,7 @@ class ClusterView:
 
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
+        applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
         release = release_name(view.key.name, self.name)
         namespace = self.settings.release_namespace_for(view.key.name)
         own = self.settings.shared_release_namespace is None
@@ -177,9 +189,10 @@ class ClusterView:
             own_namespace=own,
             namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
             rollout=rollout or RolloutGate(),
-            since_applied=_since(((obj.get("status") or {}).get("clusters") or {})
-                                 .get(self.name, {}).get("lastAppliedTime")),
+            since_applied=_since(applied.get("lastAppliedTime")),
             readiness_timeout=self.settings.helm_timeout,
+            retry_wait=_until(applied.get("nextAttemptTime")),
+            max_retries=self.settings.max_retries,
         )
 
 
@@ -237,6 +250,10 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
     if progress is not None and progress.get("status") != "True":
         progress = None
     ready = conditions.get(cond.cluster_type(cond.READY, cluster))
+    error = conditions.get(cond.cluster_type(cond.ERROR, cluster))
+    if error is not None and error.get("status") != "True":
+        error = None
+    failures = applied.get("failures")
     return TenantView(
         key=TenantKey(meta["namespace"], meta["name"]),
         generation=int(meta.get("generation") or 1),
@@ -256,8 +273,18 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         if progress else None,
         readiness=(ready.get("status") == "True", str(ready.get("reason")))
         if ready else None,
+        error=(str(error.get("reason")), str(error.get("message"))) if error else None,
         annotations=dict(annotations),
+        failures=failures if isinstance(failures, int) else 0,
+        failed_target=str(applied.get("failedTarget") or ""),
+        retry_token=str(annotations.get(RETRY_ANNOTATION, "")),
     )
+
+
+def _until(text: Any) -> float:
+    """Seconds until the RFC 3339 time `text` (0 when it is past or not a time)."""
+    when = epoch_seconds(text)
+    return 0.0 if when is None else max(0.0, when - time.time())
 
 
 def _since(text: Any) -> float | None:
@@ -343,7 +370,8 @@ class Reconciler:
             Action.NOT_TARGETED: self._not_targeted, Action.BLOCKED: self._blocked,
             Action.HOLD: self._hold, Action.SKIP: self._skip, Action.ANNOTATE: self._annotate,
             Action.REVERT: self._revert, Action.AWAIT_READY: self._await_ready,
-            Action.UNHEALTHY: self._unhealthy,
+            Action.UNHEALTHY: self._unhealthy, Action.BACKOFF: self._backoff,
+            Action.STALLED: self._stalled,
             **{a: self._helm for a in (Action.INSTALL, Action.UPGRADE,
                                        Action.UNINSTALL_THEN_INSTALL, Action.ROLLBACK_THEN_UPGRADE)},
         }
@@ -545,6 +573,53 @@ class Reconciler:
         return Report([Change(self._type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
                       event=("Warning" if unknown else "Normal", p.plan.reason, p.plan.message))
 
+    async def _backoff(self, p: Pass) -> Report:
+        """The target failed before and its next attempt is not due (R18): the status
+        already says so; nothing is written, the key comes back when the attempt is due."""
+        p.log.debug("helm run waits for its next attempt", detail=p.plan.message)
+        return Report(outcome=Outcome(requeue_after=p.obs.retry_wait + 0.5, reason=p.plan.reason))
+
+    async def _stalled(self, p: Pass) -> Report:
+        """More failures of the target than --max-retries: no helm run until it changes or a
+        retry is asked for. Said once (the status is only written when it differs)."""
+        reason, message = p.plan.reason, p.plan.message
+        return Report([Change(self._type(cond.ERROR), True, reason, message),
+                       Change(self._type(cond.READY), False, reason, message),
+                       Change(self._type(cond.PROGRESS), False, reason, message)],
+                      event=("Warning", reason, message), outcome=Outcome(reason=reason))
+
+    def _failed(self, p: Pass, verb: str, exc: KryptonError) -> Report:
+        """A helm run of the pass's target failed: count it against the target in the
+        Tenant's status, with when the next attempt is due (R18); past --max-retries the
+        release is stalled (RetriesExhausted, a Warning Event)."""
+        t, chart, settings = p.obs.tenant, p.chart, self.rt.settings
+        target = attempt_target(chart.fingerprint, t)
+        failures = (t.failures if t.failed_target == target else 0) + 1
+        delay = retry.helm_failure(settings.retry_backoff_max).delay(failures)
+        now = time.time()
+        reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict)) \
+            else f"{verb}Failed"
+        message, event = str(exc), ("Warning", f"Helm{verb}Failed", str(exc))
+        outcome = Outcome(requeue_after=delay, reason=reason)
+        p.log.error(f"helm {verb.lower()} failed", error=message, failures=failures,
+                    retry_in=round(delay, 1))
+        metrics.RECONCILE_ERRORS.labels(self.rt.name, reason).inc()
+        if failures > settings.max_retries:
+            reason = "RetriesExhausted"
+            message = stalled_message(failures, chart.version, message, self.rt.name, t)
+            event, outcome = ("Warning", reason, message), Outcome(reason=reason)
+            p.log.error("release stalled", failures=failures)
+        report = Report([Change(self._type(cond.ERROR), True, reason, message),
+                         Change(self._type(cond.READY), False, reason, message),
+                         Change(self._type(cond.PROGRESS), False, reason, message)],
+                        applied={"failedFingerprint": chart.fingerprint, "failures": failures,
+                                 "failedTarget": target, "lastFailureTime": rfc3339(now),
+                                 "nextAttemptTime": rfc3339(now + delay)},
+                        chart_version=chart.version, event=event, outcome=outcome)
+        if reason == "RetriesExhausted":  # the run's own failure is an Event too
+            report.events.append(("Warning", f"Helm{verb}Failed", str(exc)))
+        return report
+
     async def _hold(self, p: Pass) -> Report:
         """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""
         return Report([Change(self._type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
@@ -716,16 +791,7 @@ class Reconciler:
             p.log.info("release busy, waiting", detail=str(exc))
             return Report(outcome=Outcome(retry=True, reason=exc.reason))
         except HelmFailed as exc:
-            reason = exc.reason if isinstance(exc, OwnershipConflict) else f"{verb}Failed"
-            p.log.error(f"helm {verb.lower()} failed", error=str(exc))
-            metrics.RECONCILE_ERRORS.labels(c, reason).inc()
-            return Report([Change(self._type(cond.ERROR), True, reason, str(exc)),
-                           Change(self._type(cond.READY), False, reason, str(exc)),
-                           Change(self._type(cond.PROGRESS), False, reason, str(exc))],
-                          applied={"failedFingerprint": chart.fingerprint},
-                          chart_version=chart.version,
-                          event=("Warning", f"Helm{verb}Failed", str(exc)),
-                          outcome=Outcome(retry=True, reason=reason))
+            return self._failed(p, verb, exc)
         revision = int(result.get("version") or 0)
         self.rt.releases.note(namespace, p.release, revision,
                               ReleaseStatus.parse((result.get("info") or {}).get("status")),
@@ -735,8 +801,8 @@ class Reconciler:
         p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
         applied = {"release": p.release, "chartVersion": chart.version,
                    "fingerprint": chart.fingerprint, "revision": revision,
-                   "failedFingerprint": "", "revertedFingerprint": "",
-                   "lastAppliedTime": now_rfc3339()}
+                   "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
+                   "failedTarget": "", "lastAppliedTime": now_rfc3339()}
         try:
             p.obj = await self._set_fingerprint(p.obj, chart.fingerprint, p.log)
         except KryptonError as exc:

@@ -407,6 +407,12 @@ class Worker:
         phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
         metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
         metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
+        stalled = f"ClusterError/{self.name}"
+        metrics.RELEASES_STALLED.labels(self.name).set(sum(
+            any(c.get("type") == stalled and c.get("status") == "True"
+                and c.get("reason") == "RetriesExhausted"
+                for c in (t.get("status") or {}).get("conditions") or [])
+            for t in list(store.values())))
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
         if self.runtime.readiness is not None:
             metrics.WORKLOADS_FOLLOWED.labels(self.name).set(self.runtime.readiness.followed())

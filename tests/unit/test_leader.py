@@ -199,8 +199,11 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
 
     _, act, cluster = _install_pass(Helm())
     outcome = asyncio.run(act)
-    assert outcome.retry and outcome.reason == ("ReleaseLocked" if error == "ReleaseLocked"
-                                                else "InstallFailed")
+    if error == "ReleaseLocked":  # a wait, with the work queue's backoff
+        assert outcome.retry and outcome.reason == "ReleaseLocked"
+    else:  # a failure, its next attempt 10 s later (+ up to a tenth: R18), from the status
+        assert not outcome.retry and outcome.reason == "InstallFailed"
+        assert outcome.requeue_after is not None and 10.0 <= outcome.requeue_after <= 11.0
     failed = [((s.get("clusters") or {}).get("c1") or {}).get("failedFingerprint")
               for s in cluster.written]
     want = fingerprint("r", "c", "1.0.0", {})
