@@ -22,7 +22,7 @@ from krypton.decisions import settings as settings_mod
 from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
 
-TOOLS = ("status", "plan", "diff", "register-cluster")
+TOOLS = ("status", "plan", "diff", "register-cluster", "retry")
 CHART_OPTIONS = ("chart_repo", "chart_name", "chart_version")
 
 
@@ -100,8 +100,20 @@ def build_parser() -> Parser:
                      help="replace an existing Secret of that name (refused without it; the "
                           "output says which server it pointed at before and after)")
     settings_mod.add_arguments(reg)
+    again = sub.add_parser(
+        "retry", help="ask for a new attempt of a Tenant's failed or stalled release",
+        allow_abbrev=False,
+        description="Set the annotation mesh.openkcm.io/retry to a new value on the Tenant, "
+                    "on every discovered cluster that has it (or on --cluster): a release "
+                    "stalled after --max-retries failures (RetriesExhausted), or waiting for "
+                    "its next attempt, is tried again at once with a fresh budget. Takes the "
+                    "flags of `run`. Exit status 0: asked on at least one cluster; 1: the "
+                    "Tenant was found nowhere.")
+    again.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
+    again.add_argument("--cluster", help="only on this cluster")
+    settings_mod.add_arguments(again)
     sub.add_parser("crds", help="print the Tenant CRD")
-    for tool in (plan, diff, status, reg):
+    for tool in (plan, diff, status, reg, again):
         tool.add_argument(
             "--from-deployment", metavar="NAMESPACE/NAME",
             help="take the settings this command leaves unset (no flag, no environment "
@@ -252,6 +264,10 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
                 changed = changed or bool(text)
                 sys.stdout.write(view.diff_section(heading, text))
             return 2 if changed else 0
+        if args.command == "retry":
+            lines = asyncio.run(tools.retry(settings, args.tenant, args.cluster))
+            print("\n".join(escape(line) for line in lines))
+            return 0
         print(escape_lines(asyncio.run(tools.register_cluster(
             settings, args.name, args.kubeconfig, args.context, args.values,
             overwrite=args.overwrite))))

@@ -23,6 +23,7 @@ from krypton.adapters.kube import (
     configuration_for,
     configuration_in_cluster,
     core_path,
+    now_rfc3339,
     tenants_path,
 )
 from krypton.app.home import watch_cluster
@@ -46,6 +47,7 @@ from krypton.decisions.errors import (
     TemporaryError,
 )
 from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.model import RETRY_ANNOTATION, TenantKey
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 
@@ -390,3 +392,28 @@ async def _write_cluster_secret(home: Kube, settings: Settings, name: str,
     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
     await home.replace_secret(settings.namespace, name, body)
     return "replaced"
+
+
+async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
+    """Ask for a new attempt of Tenant `ref` ("namespace/name") on every discovered cluster
+    that has it, or on `only`: the retry annotation gets a new value (R18). One line per
+    cluster; NotFound when no cluster has the Tenant."""
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name:
+        raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
+    key, token = TenantKey(namespace, name), now_rfc3339()
+    lines = []
+    async with fleet_view(settings, "krypton-retry-") as (_, _home, clusters):
+        for c in clusters:
+            if c.kube is None or (only and c.name != only):
+                continue
+            try:
+                await c.kube.patch_tenant(key, {"metadata": {"annotations": {
+                    RETRY_ANNOTATION: token}}})
+            except NotFound:
+                continue
+            lines.append(f"{c.name}: retry of {key} asked for ({RETRY_ANNOTATION}={token})")
+    if not lines:
+        where = f"cluster {only}" if only else "any discovered cluster"
+        raise NotFound(f"Tenant {key} not found on {where}")
+    return lines

@@ -388,7 +388,12 @@ class Reconciler:
             return await self._drop_finalizer(p)
         if p.plan.action not in QUIET and _has_condition(p.obj, cond.PAUSED):
             p.changes.append(Change(cond.PAUSED, False, "Resumed", "reconciliation active"))
-        report = await self.actions[p.plan.action](p)
+        try:
+            report = await self.actions[p.plan.action](p)
+        except (Fenced, Conflict):
+            raise  # nothing may be written (fenced), or the Tenant moved on: a new pass
+        except KryptonError as exc:
+            report = self._raised(p, exc)
         changes = p.changes + report.changes
         if changes or report.applied is not None:
             p.obj, _ = await self._commit(p.obj, changes, p.log, event=report.event,
@@ -587,6 +592,21 @@ class Reconciler:
                        Change(self._type(cond.READY), False, reason, message),
                        Change(self._type(cond.PROGRESS), False, reason, message)],
                       event=("Warning", reason, message), outcome=Outcome(reason=reason))
+
+    def _raised(self, p: Pass, exc: KryptonError) -> Report:
+        """An action that raised instead of reporting (an API error, a namespace that turned
+        out not to be the Tenant's): the status says so, in the pass's one write, instead of
+        keeping what the pass announced. A permanent error waits for a change of the input;
+        a temporary one is retried with the work queue's backoff. No helm run failed, so the
+        retry record is not touched."""
+        reason, message = exc.reason, str(exc)
+        p.log.warning("pass failed", reason=reason, error=message)
+        metrics.RECONCILE_ERRORS.labels(self.rt.name, reason).inc()
+        permanent = isinstance(exc, PermanentError)
+        return Report([Change(self._type(cond.ERROR), True, reason, message),
+                       Change(self._type(cond.PROGRESS), False, reason, message)],
+                      event=("Warning", reason, message),
+                      outcome=Outcome(retry=not permanent, reason=reason))
 
     def _failed(self, p: Pass, verb: str, exc: KryptonError) -> Report:
         """A helm run of the pass's target failed: count it against the target in the

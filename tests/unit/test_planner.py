@@ -43,6 +43,9 @@ MINE = ReleaseObservation(ReleaseStatus.DEPLOYED, 1, False, owner_uid=UID)
 THEIRS = ReleaseObservation(ReleaseStatus.DEPLOYED, 1, False,
                             owner_uid="9a9a9a9a-2222-4c55-9c1e-5e0a7d8b1c02")
 OWNED = replace(TENANT, uid=UID)
+# upgraded to "0"*64 before, the upgrade to FP failed twice (generation 1, no retry asked)
+FAILING = replace(SYNCED, applied_fingerprint="0" * 64, failures=2, failed_target=f"{FP}/1/")
+FAILED2 = ReleaseObservation(ReleaseStatus.FAILED, 2, True)
 GONE = replace(OWNED, deleting=True)
 
 
@@ -205,6 +208,37 @@ CASES = [
     ("annotate its own labelled release: no look", obs(
         replace(RECORDED, uid=UID, applied_fingerprint=None), release=MINE,
         namespace=NamespaceState.UNKNOWN), Action.ANNOTATE, "NoChange", False),
+    # R18 / issue 26: a target whose helm runs failed before waits for its next attempt,
+    # and stalls past --max-retries; any change of the target starts a fresh budget
+    ("failed before, next attempt not due", replace(obs(FAILING, release=FAILED2),
+                                                    retry_wait=30.0),
+     Action.BACKOFF, "RetryScheduled", False),
+    ("failed before, next attempt due", obs(FAILING, release=FAILED2), Action.UPGRADE,
+     "Upgrading", False),
+    ("failed first install, not due", replace(obs(replace(FAILING, applied_fingerprint=None),
+                                                  release=ReleaseObservation(R.FAILED, 1)),
+                                              retry_wait=5.0),
+     Action.BACKOFF, "RetryScheduled", False),
+    ("failed more often than --max-retries", obs(replace(FAILING, failures=9),
+                                                 release=FAILED2),
+     Action.STALLED, "RetriesExhausted", True),
+    ("stalled, even when the attempt would be due", replace(
+        obs(replace(FAILING, failures=9), release=FAILED2), retry_wait=0.0),
+     Action.STALLED, "RetriesExhausted", True),
+    ("stalled, then the chart changed", obs(replace(FAILING, failures=9,
+                                                    failed_target=f"{'0' * 64}/1/"),
+                                            release=FAILED2), Action.UPGRADE, "Upgrading", False),
+    ("stalled, then the Tenant changed", obs(replace(FAILING, failures=9, generation=2),
+                                             release=FAILED2), Action.UPGRADE, "Upgrading", False),
+    ("stalled, then a retry was asked for", obs(replace(FAILING, failures=9, retry_token="t2"),
+                                                release=FAILED2), Action.UPGRADE, "Upgrading",
+     False),
+    ("stalled, and deleted: the uninstall is not braked", obs(
+        replace(FAILING, failures=9, deleting=True), release=FAILED2), Action.UNINSTALL,
+     "Deleting", False),
+    ("stalled, and in sync again by hand: nothing to brake", obs(
+        replace(FAILING, failures=9, applied_fingerprint=FP, applied_revision=3),
+        release=ReleaseObservation(R.DEPLOYED, 3, True)), Action.SKIP, "NoChange", False),
     ("a locked release is waited for first", obs(
         SYNCED, release=ReleaseObservation(R.PENDING_UPGRADE, 2, True, True), shared=None),
      Action.WAIT, "ReleaseLocked", False),
@@ -224,6 +258,23 @@ def test_an_unknown_cluster_is_named_with_the_known_ones() -> None:
                            known_clusters=frozenset({"c1", "prod-us"})))
     assert decided.message == ("spec.clusterRef.secretName names cluster 'prod-eu', which is "
                                "not discovered; known clusters: c1, prod-us")
+
+
+def test_the_stalled_message_names_the_count_the_last_error_and_the_way_out() -> None:
+    failing = replace(FAILING, failures=9, error=("UpgradeFailed", "conflict with kubectl"))
+    decided = plan(obs(failing, release=FAILED2))
+    assert decided.message == (
+        "9 attempts of chart 0.2.0 failed; the last: conflict with kubectl; no helm run until "
+        "the chart, its values or the Tenant change, or a retry is asked for: krypton retry "
+        "ns/acme --cluster c1")
+    # once said, the message stays as said (it is not nested into itself on each pass)
+    said = replace(failing, error=("RetriesExhausted", decided.message))
+    assert plan(obs(said, release=FAILED2)).message == decided.message
+
+
+def test_the_backoff_says_which_attempt_comes_when() -> None:
+    decided = plan(replace(obs(FAILING, release=FAILED2), retry_wait=39.6))
+    assert decided.message == "attempt 2 of chart 0.2.0 failed; attempt 3 of 9 in 40s"
 
 
 def test_helm_actions_are_flagged() -> None:
