@@ -25,9 +25,10 @@ from pyhelm3 import errors as helm_errors
 from pyhelm3.command import CHART_NOT_FOUND, Command
 
 from krypton.adapters import metrics
-from krypton.decisions import safeyaml
+from krypton.decisions import conflicts, safeyaml
 from krypton.decisions.errors import (
     ChartNotLoaded,
+    FieldConflict,
     HelmFailed,
     OwnershipConflict,
     ReleaseLocked,
@@ -51,6 +52,7 @@ def _stderr(exc: helm_errors.Error) -> str:
     text = exc.stderr.decode(errors="replace").strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not _NOISE.match(ln)] or lines
+    lines = conflicts.reduce_log_lines(lines) or lines
     if not lines:
         return f"helm exited with {exc.returncode}"
     message = "; ".join(ln.removeprefix("Error: ") for ln in lines)
@@ -81,6 +83,11 @@ def _helm_error(exc: helm_errors.Error) -> HelmFailed:
     message = _stderr(exc)
     if "another operation" in message and "in progress" in message:
         return ReleaseLocked(message)
+    fields = conflicts.parse(exc.stderr.decode(errors="replace"))
+    if fields:
+        return FieldConflict(f"{len(fields)} field(s) of the apply are owned by other field "
+                             f"managers: {conflicts.describe(fields)}", tuple(
+                                 (c.object, c.manager, c.field) for c in fields))
     found = _FOREIGN.search(message)
     if found:
         where = f" in namespace {found['ns']}" if found["ns"] else ""
@@ -185,16 +192,21 @@ class Helm:
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
                                  values: dict[str, Any], *, operation: str,
                                  skip_crds: bool = False,
-                                 labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+                                 labels: Mapping[str, str] | None = None,
+                                 force_conflicts: bool = False) -> dict[str, Any]:
         """``helm upgrade --install`` of a local chart directory; returns the release JSON.
 
         ``--reset-values`` always: helm would otherwise keep the previous release's values
         when `values` is empty, and the deployed values would differ from the fingerprinted
         ones (a release made by another tool keeps its own values under an empty config).
         `labels` go on the release record (``--labels``; helm merges them with the
-        previous revision's)."""
-        extra = ("--labels", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))) \
+        previous revision's). `force_conflicts` (Helm 4) takes over fields other field
+        managers own."""
+        extra: tuple[str, ...] = (
+            "--labels", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))) \
             if labels else ()
+        if force_conflicts:
+            extra += ("--force-conflicts",)
         token = _EXTRA_ARGS.set(extra)
         try:
             return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.decisions import chartcrds, health, ownership, redact, retry, safeyaml
 from krypton.decisions import conditions as cond
 from krypton.decisions.conditions import Change
+from krypton.decisions.conflicts import Conflict
+from krypton.decisions.conflicts import describe as describe_conflicts
 from krypton.decisions.errors import (
     AlreadyExists,
     ChartNotLoaded,
@@ -801,9 +804,7 @@ class Reconciler:
                     await self.rt.helm.uninstall(p.release, namespace)
                 elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
                     await self.rt.helm.rollback(p.release, namespace)
-                result = await self.rt.helm.install_or_upgrade(
-                    p.release, chart.path, namespace, chart.values, operation=verb.lower(),
-                    skip_crds=True, labels=self._labels(p))
+                result, taken = await self._apply(p, verb, namespace)
         except ReleaseLocked as exc:
             # Another helm operation holds the release (it took the lock after this pass
             # looked): nothing failed, so no failedFingerprint, and a progressive rollout
@@ -812,6 +813,7 @@ class Reconciler:
             return Report(outcome=Outcome(retry=True, reason=exc.reason))
         except HelmFailed as exc:
             return self._failed(p, verb, exc)
+        events = [] if taken is None else [("Normal", "FieldsTakenOver", taken)]
         revision = int(result.get("version") or 0)
         self.rt.releases.note(namespace, p.release, revision,
                               ReleaseStatus.parse((result.get("info") or {}).get("status")),
@@ -857,7 +859,36 @@ class Reconciler:
         if p.plan.drift:
             p.log.info("drift repaired", detail=p.plan.message)
             report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))
+        report.events += events
         return report
+
+    async def _apply(self, p: Pass, verb: str, namespace: str
+                     ) -> tuple[dict[str, Any], str | None]:
+        """``helm upgrade --install`` of the pass's chart; with Helm 4, fields other field
+        managers own are taken over under --helm-force-conflicts (the default, as Flux and
+        Sveltos do on every upgrade) by a second run with --force-conflicts, and what was
+        taken over is returned for an Event; without it the run fails with FieldConflict,
+        naming them and the way out (SPEC H2)."""
+        chart = p.chart
+        run = functools.partial(self.rt.helm.install_or_upgrade, p.release, chart.path,
+                                namespace, chart.values, operation=verb.lower(), skip_crds=True,
+                                labels=self._labels(p))
+        try:
+            return await run(), None
+        except FieldConflict as exc:
+            if not self.rt.settings.helm_force_conflicts:
+                raise FieldConflict(
+                    f"{exc}; krypton does not take them over (--helm-force-conflicts=false): "
+                    "give the fields back (e.g. kubectl apply --server-side of the release's "
+                    "values for them, or remove them from the other manager) or let krypton "
+                    "take them (--helm-force-conflicts=true), then krypton retry",
+                    exc.conflicts) from exc
+            found = [Conflict(*c) for c in exc.conflicts]
+            taken = (f"took over {len(found)} field(s) that other field managers owned: "
+                     f"{describe_conflicts(found)}")
+            p.log.warning("taking over fields of other managers", detail=str(exc))
+            fenced(self.rt)
+            return await run(force_conflicts=True), taken
 
     async def _apply_chart_crds(self, chart: ChartTarget, log: Any) -> None:
         """The chart's crds/ under --chart-crds, once per cluster and chart version, before

@@ -1,0 +1,53 @@
+"""SPEC H2: Helm 4's field conflicts read from its error text, and its log lines reduced."""
+
+from __future__ import annotations
+
+import pytest
+
+from krypton.decisions.conflicts import Conflict, describe, parse, reduce_log_lines
+
+pytestmark = pytest.mark.unit
+
+# as helm v4.2.4 printed it on the test bed (kubectl patch of a ConfigMap, then an upgrade)
+SEEN = ('level=WARN msg="upgrade failed" name=rel error="conflict occurred while applying '
+        'object t1/rel /v1, Kind=ConfigMap: Apply failed with 1 conflict: conflict with '
+        '\\"kubectl-patch\\" using v1: .data.chartVersion"\n'
+        'Error: UPGRADE FAILED: conflict occurred while applying object t1/rel /v1, '
+        'Kind=ConfigMap: Apply failed with 1 conflict: conflict with "kubectl-patch" using v1: '
+        '.data.chartVersion\n')
+# the API server's form for several fields and managers
+MANY = ('Error: UPGRADE FAILED: conflict occurred while applying object t1/web apps/v1, '
+        'Kind=Deployment: Apply failed with 3 conflicts: conflicts with "kubectl-scale" using '
+        'apps/v1:\n- .spec.replicas\n- .spec.template.spec.containers[name="web"].image\n'
+        'conflict with "hpa-controller" using autoscaling/v2: .spec.replicas\n')
+
+
+def test_the_conflict_helm_printed_is_read() -> None:
+    assert parse(SEEN) == [Conflict("ConfigMap t1/rel", "kubectl-patch", ".data.chartVersion")]
+
+
+def test_several_fields_and_managers() -> None:
+    assert parse(MANY) == [
+        Conflict("Deployment t1/web", "kubectl-scale", ".spec.replicas"),
+        Conflict("Deployment t1/web", "kubectl-scale",
+                 '.spec.template.spec.containers[name="web"].image'),
+        Conflict("Deployment t1/web", "hpa-controller", ".spec.replicas"),
+    ]
+
+
+def test_an_ordinary_failure_has_no_conflicts() -> None:
+    assert parse("Error: UPGRADE FAILED: execution error at (x/templates/a.yaml:2:4): nope") == []
+
+
+def test_describe_names_object_field_and_manager() -> None:
+    found = parse(SEEN)
+    assert describe(found) == "ConfigMap t1/rel .data.chartVersion (kubectl-patch)"
+    assert describe(found * 10, limit=2).endswith("(and 8 more)")
+
+
+def test_helm_4_log_lines_are_reduced_to_their_error() -> None:
+    lines = [ln for ln in SEEN.splitlines() if ln]
+    assert reduce_log_lines(lines) == [lines[1]]  # said again on the Error: line: dropped
+    alone = ['level=ERROR msg="install failed" name=x error="the server said \\"no\\""']
+    assert reduce_log_lines(alone) == ['the server said "no"']
+    assert reduce_log_lines(['level=INFO msg="waiting" name=x']) == []
