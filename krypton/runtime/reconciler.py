@@ -25,9 +25,8 @@ from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.decisions import chartcrds, health, ownership, redact, retry, safeyaml
 from krypton.decisions import conditions as cond
+from krypton.decisions import conflicts as fields
 from krypton.decisions.conditions import Change
-from krypton.decisions.conflicts import Conflict
-from krypton.decisions.conflicts import describe as describe_conflicts
 from krypton.decisions.errors import (
     AlreadyExists,
     ChartNotLoaded,
@@ -883,9 +882,9 @@ class Reconciler:
                     "values for them, or remove them from the other manager) or let krypton "
                     "take them (--helm-force-conflicts=true), then krypton retry",
                     exc.conflicts) from exc
-            found = [Conflict(*c) for c in exc.conflicts]
+            found = [fields.Conflict(*c) for c in exc.conflicts]
             taken = (f"took over {len(found)} field(s) that other field managers owned: "
-                     f"{describe_conflicts(found)}")
+                     f"{fields.describe(found)}")
             p.log.warning("taking over fields of other managers", detail=str(exc))
             fenced(self.rt)
             return await run(force_conflicts=True), taken
