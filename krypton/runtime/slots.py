@@ -47,6 +47,10 @@ class FairSlots:
     def in_use(self) -> int:
         return sum(self._held.values())
 
+    def held(self, cluster: str) -> int:
+        """Slots `cluster` holds now."""
+        return self._held[cluster]
+
     def waiting(self, cluster: str) -> int:
         """Helm runs of `cluster` waiting for a slot."""
         return self._waiting[cluster]

@@ -5,7 +5,8 @@ Starts a home and a remote control plane and the local chart repository, puts th
 kubeconfig Secret on home, starts the operator in the background from the command line
 (PID file), applies a Tenant on remote and waits for its namespace, its Helm release and
 phase Ready, printing the milestone lines; then tears everything down, stopping the
-operator with SIGTERM, about 5 s, then SIGKILL.
+operator with SIGTERM, about 5 s, then SIGKILL. ``$KRYPTON_E2E_LOG`` names where the
+operator's log is kept.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def main() -> int:
             "--chart-repo", repo.url, "--chart-name", "sample", "--chart-version", "0.1.0",
             "--helm-timeout", "60s",
         ], helm_dir=tools, env={"KUBECONFIG": str(home.kubeconfig)}, pid_file=PID_FILE,
-            log_path=work / "operator.log").start()
+            log_path=Path(os.environ.get("KRYPTON_E2E_LOG") or work / "operator.log")).start()
         say(f"operator started in the background, PID {op.pid} (PID file {PID_FILE})")
         op.wait_ready()
         tenant = work / "tenant.yaml"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_release_name_short_and_long() -> None:
     assert release_name("acme", "remote") == "tenant-acme-remote"
     long_tenant = "a" * 40
-    full = f"tenant-{long_tenant}-cluster-number-one"
     name = release_name(long_tenant, "cluster-number-one")
+    # R9: the first 44 characters, "-" and 8 hex characters of the full name's sha256, as
+    # `printf tenant-aaa...a-cluster-number-one | sha256sum` gives them (211ccb68...)
+    assert name == "tenant-" + "a" * 37 + "-211ccb68"
     assert len(name) == 53
-    assert name == full[:44] + "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
     assert release_name(long_tenant, "cluster-number-one") == name  # deterministic
     assert release_name(long_tenant, "cluster-number-two") != name
 
@@ -160,34 +160,41 @@ def test_a_freed_slot_goes_to_the_starving_cluster() -> None:
 
 
 def test_fair_slots_cap_a_cluster_at_its_share() -> None:
-    async def scenario() -> tuple[int, int]:
+    """4 slots. Alone, a cluster may take all 4. Once a second cluster wants one, the share
+    is 4 // 2 = 2: the first gets no new slot while it holds 2 or more, even with a slot
+    free, and gets them again when it is alone once more."""
+    async def scenario() -> list[tuple[int, int]]:
         slots = FairSlots(4)
-        slow_running = 0
-        release = asyncio.Event()
+        seen: list[tuple[int, int]] = []
+        gates = [asyncio.Event() for _ in range(6)]
 
-        async def slow() -> None:
-            nonlocal slow_running
-            async with slots.slot("slow"):
-                slow_running += 1
-                await release.wait()
+        async def hold(cluster: str, gate: asyncio.Event) -> None:
+            async with slots.slot(cluster):
+                await gate.wait()
 
-        slow_tasks = [asyncio.create_task(slow()) for _ in range(6)]
-        await asyncio.sleep(0.01)
-        alone = slow_running  # alone, a cluster may use every slot
-        fast_done = asyncio.Event()
+        async def settle() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            seen.append((slots.held("slow"), slots.held("fast")))
 
-        async def fast() -> None:
-            async with slots.slot("fast"):
-                fast_done.set()
+        slow = [asyncio.create_task(hold("slow", g)) for g in gates]
+        await settle()  # alone: every slot
+        fast_gate = asyncio.Event()
+        fast = asyncio.create_task(hold("fast", fast_gate))
+        await settle()  # no slot free: fast waits
+        gates[0].set()
+        await settle()  # the freed slot goes to fast (slow holds 3, over its share)
+        gates[1].set()
+        await settle()  # slow at its share (2): a slot stays free rather than go to it
+        fast_gate.set()
+        await settle()  # alone again: slow takes what is free (its last two runs)
+        for g in gates:
+            g.set()
+        await asyncio.gather(*slow, fast)
+        await settle()
+        return seen
 
-        fast_task = asyncio.create_task(fast())
-        release.set()
-        await asyncio.wait_for(fast_done.wait(), 1)
-        await asyncio.gather(*slow_tasks, fast_task)
-        return alone, slots.in_use
-
-    alone, in_use = asyncio.run(scenario())
-    assert alone == 4 and in_use == 0
+    assert asyncio.run(scenario()) == [(4, 0), (4, 0), (3, 1), (2, 1), (4, 0), (0, 0)]
 
 
 def secret(name: str, data: dict[str, str]) -> dict:  # type: ignore[type-arg]

@@ -389,7 +389,8 @@ def test_announced_is_the_plan_in_the_status() -> None:
     decided = plan(obs())
     assert decided.action is Action.INSTALL
     assert not announced(obs(), decided)
-    said = obs(replace(TENANT, progress=(decided.reason, decided.message)))
+    # what the announcing pass wrote, as ClusterProgress/c1 holds it (reason, message)
+    said = obs(replace(TENANT, progress=("Installing", "install: install chart 0.2.0")))
     assert announced(said, decided)
     # a new target is a new plan: what an earlier pass announced does not count for it
     other = obs(replace(TENANT, progress=(decided.reason, "install: install chart 0.1.0")))

@@ -8,7 +8,6 @@ import pytest
 
 from krypton.cli.view import (
     STATUS_COLUMNS,
-    WIDE_COLUMNS,
     assign_replicas,
     bar,
     failing_clusters,
@@ -92,14 +91,22 @@ def test_a_halted_rollout_says_why_and_a_complete_one_has_every_wave_done() -> N
 
 def test_a_frame_and_its_wide_and_clipped_forms() -> None:
     rows = tenant_rows("a", [READY, FAILED])
-    text = frame(rows, None, wide=False, when="T")
-    lines = text.splitlines()
-    assert lines[0] == "krypton status --watch  T  (Ctrl-C to quit)"
-    assert lines[2] == f"releases ready  {bar(1, 2)}"
-    assert text.endswith(render(rows, STATUS_COLUMNS, "table"))
-    assert "MESSAGE" not in text
-    wide = frame(rows, None, wide=True, when="T")
-    assert wide.endswith(render(rows, WIDE_COLUMNS, "table")) and "ready on a" in wide
+    # columns as wide as their widest cell, two spaces apart, no trailing blanks
+    assert frame(rows, None, wide=False, when="T").splitlines() == [
+        "krypton status --watch  T  (Ctrl-C to quit)",
+        "",
+        "releases ready  [##########----------] 1/2",
+        "",
+        "CLUSTER  NAMESPACE  TENANT  PHASE  RELEASE         CHART  FINGERPRINT   DETAIL",
+        "a        t          bad     Error  tenant-bad-a                         InstallFailed: boom",
+        "a        t          ready   Ready  tenant-ready-a  1.0.0  0123456789ab"]
+    wide = frame(rows, None, wide=True, when="T").splitlines()
+    assert wide[4:] == [
+        "CLUSTER  NAMESPACE  TENANT  PHASE  RELEASE         CHART  FINGERPRINT   DETAIL"
+        "               MESSAGE",
+        "a        t          bad     Error  tenant-bad-a                         InstallFailed: boom",
+        "a        t          ready   Ready  tenant-ready-a  1.0.0  0123456789ab                  "
+        "     ready on a"]
     clipped = frame(rows, None, wide=True, when="T", width=30)
     assert max(len(line) for line in clipped.splitlines()) == 30
 

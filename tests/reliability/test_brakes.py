@@ -1,0 +1,184 @@
+"""Issue 26 / SPEC R18, H2: a release that keeps failing is retried on a growing schedule kept
+in the Tenant's status (it survives passes and restarts), stalls after --max-retries, and
+runs again when its target changes or a retry is asked for. Every test counts the helm
+processes the operator started (its own metric) and reads the retry record it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from krypton.decisions.model import epoch_seconds
+from krypton.testing.operator import OperatorProcess, wait_for
+from tests.integration.conftest import Fleet, unique
+
+FAIL = "failRender: this chart refuses to render\n"  # the sample chart's template `fail`
+
+
+def runs(op: OperatorProcess, operation: str) -> float:
+    return op.metric("krypton_helm_processes_total", operation=operation)
+
+
+def record(fleet: Fleet, name: str) -> dict[str, Any]:
+    status = fleet.remote.tenant(fleet.tenant_ns, name).get("status") or {}
+    return (status.get("clusters") or {}).get("remote") or {}
+
+
+def failures(fleet: Fleet, name: str) -> int:
+    return int(record(fleet, name).get("failures") or 0)
+
+
+def test_a_failing_install_slows_down_and_stalls(fleet: Fleet, tmp_path: Path) -> None:
+    """A template `fail` in per-cluster values: attempts at 0, 5, 10 s (the cap 5 s), then
+    RetriesExhausted after --max-retries 2; nothing runs while stalled; `krypton retry`
+    gives a fresh budget; fixed values (a new target) install."""
+    fleet.register("remote", fleet.remote, values=FAIL)
+    op = fleet.start("--max-retries", "2", "--retry-backoff-max", "5s")
+    name = fleet.tenant(fleet.remote, unique("brk"))
+    wait_for(lambda: failures(fleet, name) == 1, 60, what="the first failure recorded")
+    first = record(fleet, name)
+    gap = epoch_seconds(first["nextAttemptTime"]) - epoch_seconds(first["lastFailureTime"])
+    # the first retry min(10 s, the cap) later, jittered by up to a tenth (whole seconds)
+    assert 4.0 <= gap <= 7.0
+    stalled = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                          "RetriesExhausted", timeout=60)
+    assert stalled["message"].startswith("3 attempts of chart 0.2.0 failed; the last: ")
+    assert "refuses to render" in stalled["message"]
+    assert f"krypton retry {fleet.tenant_ns}/{name} --cluster remote" in stalled["message"]
+    fleet.remote.wait_event(fleet.tenant_ns, name, "RetriesExhausted")
+    assert runs(op, "install") == 3
+    wait_for(lambda: op.metric("krypton_releases_stalled", cluster="remote") == 1, 15,
+             what="the stalled metric")
+    # stalled: a minute of resyncs, watch events and its own backoff would bring nothing
+    passes = op.metric("krypton_reconciles_total", cluster="remote")
+    fleet.remote.patch_tenant(fleet.tenant_ns, name, {"metadata": {"labels": {"poke": "1"}}})
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") > passes, 30,
+             what="a pass after the poke")
+    assert runs(op, "install") == 3
+    # krypton retry: a fresh budget (three more attempts), then stalled again
+    again = subprocess.run(
+        [sys.executable, "-m", "krypton", "retry", f"{fleet.tenant_ns}/{name}",
+         *fleet.args()[:4]], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
+             "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"remote: retry of {fleet.tenant_ns}/{name} asked for")
+    wait_for(lambda: runs(op, "install") == 6, 60, what="three more attempts")
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                "RetriesExhausted", timeout=30)
+    # the values fixed: a new target, installed at once
+    fleet.home.core.patch_namespaced_secret("remote", fleet.discovery_ns, {
+        "data": {"values.yaml": ""}})
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready", timeout=90)
+    assert failures(fleet, name) == 0
+    assert runs(op, "install") == 7  # one more run, for the new target
+
+
+def test_the_backoff_survives_a_restart(fleet: Fleet) -> None:
+    """Stopped between two attempts, a new operator waits for the next attempt the status
+    names (no helm run before it), and counts on from there."""
+    fleet.register("remote", fleet.remote, values=FAIL)
+    op = fleet.start("--retry-backoff-max", "60s")
+    name = fleet.tenant(fleet.remote, unique("rst"))
+    wait_for(lambda: failures(fleet, name) == 2, 60, what="two failures")
+    op.stop()
+    due = epoch_seconds(record(fleet, name)["nextAttemptTime"])
+    assert due is not None and due - time.time() > 5  # ~20 s after the second failure
+    again = fleet.start("--retry-backoff-max", "60s")
+    started = 0.0
+
+    def attempted() -> bool:
+        nonlocal started
+        if runs(again, "install") >= 1:
+            started = started or time.time()
+            return True
+        return False
+
+    wait_for(attempted, 90, interval=0.2, what="the third attempt")
+    assert started >= due - 1.0, f"attempt {due - started:.1f}s before it was due"
+    wait_for(lambda: failures(fleet, name) == 3, 30, what="the third failure counted")
+
+
+def test_a_new_chart_version_resets_the_count(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote, values=FAIL)
+    op = fleet.start("--retry-backoff-max", "60s")
+    name = fleet.tenant(fleet.remote, unique("bump"))
+    wait_for(lambda: failures(fleet, name) == 2, 60, what="two failures")
+    op.stop()
+    old = record(fleet, name)["failedTarget"]
+    fleet.start("--retry-backoff-max", "60s", version="0.3.0")
+    # counted from one again: three would mean the old target's count went on
+    wait_for(lambda: record(fleet, name).get("failedTarget") != old, 60,
+             what="a failure of the new target")
+    assert failures(fleet, name) == 1
+
+
+def test_a_failing_first_install_cycle_is_braked_too(fleet: Fleet) -> None:
+    """An object the API server refuses: helm leaves a failed release, and the recovery
+    (uninstall, then install) is counted against the same budget: in 40 s at most four
+    installs and three uninstalls (attempts at 0, 10, 30 s), not one cycle a second."""
+    fleet.register("remote", fleet.remote, values="invalidObject: true\n")
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("cyc"))
+    wait_for(lambda: failures(fleet, name) == 1, 60, what="the first failure")
+    since = time.time()
+    wait_for(lambda: time.time() - since > 40, 50, interval=1.0, what="40 s")
+    installs = runs(op, "install")
+    assert 2 <= installs <= 4
+    assert runs(op, "uninstall") <= installs - 1
+    wait_for(lambda: failures(fleet, name) == runs(op, "install"), 15,
+             what="every install counted as one failure")
+
+
+def test_field_conflicts_are_taken_over_and_named(fleet: Fleet) -> None:
+    """Helm 4: a field a `kubectl patch` took (manager kubectl-patch), then a chart bump.
+    Taken over by default, with an Event naming it."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("fld"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
+             '{"data":{"chartVersion":"by hand"}}')
+    op.stop()
+    bumped = fleet.start(version="0.3.0")
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterReady/remote", "True", "Upgraded")
+    event = fleet.remote.wait_event(fleet.tenant_ns, name, "FieldsTakenOver")
+    assert event.type == "Normal"
+    assert f"ConfigMap {name}/{release} .data.chartVersion (kubectl-patch)" in event.message
+    assert runs(bumped, "upgrade") == 2  # refused, then forced
+    data = yaml.safe_load(_kubectl(fleet, "-n", name, "get", "configmap", release, "-o",
+                                   "yaml"))["data"]
+    assert data["chartVersion"] == "0.3.0"
+
+
+def test_field_conflicts_refused_say_what_and_slow_down(fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("nof"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
+             '{"data":{"chartVersion":"by hand"}}')
+    op.stop()
+    held = fleet.start("--helm-force-conflicts=false", version="0.3.0")
+    refused = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                          "FieldConflict")
+    assert f"ConfigMap {name}/{release} .data.chartVersion (kubectl-patch)" in \
+        refused["message"]
+    assert "--helm-force-conflicts" in refused["message"]
+    since = time.time()
+    wait_for(lambda: time.time() - since > 25, 35, interval=1.0, what="25 s")
+    assert 2 <= runs(held, "upgrade") <= 3  # at 0, ~10 and ~30 s: not one a second
+
+
+def _kubectl(fleet: Fleet, *args: str) -> str:
+    return subprocess.run([str(fleet.testbin / "kubectl"), "--kubeconfig",
+                           str(fleet.remote.cp.kubeconfig), *args], check=True,
+                          capture_output=True, text=True).stdout
