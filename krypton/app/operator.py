@@ -172,11 +172,7 @@ class Operator:
             shared.fence, shared.owns = self.shards.holds, self.shards.owns
             fleet.handed_over = self.shards.release
         self.fleet = fleet
-        policy = Policy(
-            canaries=tuple(c.strip() for c in s.rollout_canary_clusters.split(",") if c.strip()),
-            max_parallel=s.rollout_max_parallel_clusters, max_failures=s.rollout_max_failures,
-            wave_deadline=s.rollout_wave_deadline, soak=s.rollout_wave_soak,
-            auto_revert=s.rollout_auto_revert)
+        policy = Policy.from_settings(s)
         if policy.enabled and self.shards is not None:
             self._share_rollout(policy, chart, fleet, home_events)
         elif policy.enabled:

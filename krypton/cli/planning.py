@@ -6,26 +6,30 @@ and ``register-cluster`` do not load helm's wrapper and the runtime.
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
-from krypton.cli.tools import ClusterHandle, fleet_view, tenants_of
+from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
 from krypton.cli.view import Row
 from krypton.decisions import manifests, safeyaml
-from krypton.decisions.errors import TemporaryError
+from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
     ChartTarget,
+    Observation,
+    RolloutGate,
     fingerprint_annotation,
     release_name,
 )
-from krypton.decisions.planner import HELM_ACTIONS, Action, plan
+from krypton.decisions.planner import HELM_ACTIONS, Action, attempt_target
 from krypton.decisions.releases import ReleaseIndex, decode_release
+from krypton.decisions.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
-from krypton.runtime.reconciler import ClusterView, namespace_state, tenant_view
+from krypton.runtime.reconciler import ClusterView, tenant_view
 
 
 def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
@@ -44,8 +48,9 @@ async def _release_records(kube: Kube, settings: Settings, release: str,
 
 
 async def collect_plan(settings: Settings) -> list[Row]:
-    async with fleet_view(settings, "krypton-plan-") as (tmp, _, clusters):
+    async with fleet_view(settings, "krypton-plan-") as (tmp, home, clusters):
         chart = _chart_source(settings, tmp)
+        gate = await _rollout_gate(home, settings, chart)
         rows: list[Row] = []
         for c in clusters:
             if c.kube is None:
@@ -54,7 +59,7 @@ async def collect_plan(settings: Settings) -> list[Row]:
                 continue
             try:
                 rows += await _plan_cluster(c, c.kube, settings, chart,
-                                            {h.name for h in clusters})
+                                            {h.name for h in clusters}, gate)
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
                                 detail=str(exc)))
@@ -62,7 +67,8 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                        chart: ChartSource, known: set[str]) -> list[Row]:
+                        chart: ChartSource, known: set[str],
+                        gate: Callable[[str], RolloutGate]) -> list[Row]:
     tenants = await tenants_of(kube, settings)
     view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
                        releases=ReleaseIndex(), values=c.values, known_clusters=lambda: known,
@@ -76,17 +82,7 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         records = await _release_records(kube, settings, release, namespace)
         for record in records:
             view.releases.on_event("ADDED", record)
-        obs = view.observe(t)
-        obs = dataclasses.replace(obs, tenant=dataclasses.replace(obs.tenant, has_finalizer=True),
-                                  chart=await view.desired_chart())
-        decided = plan(obs)
-        if decided.action is Action.OBSERVE_NAMESPACE:
-            state, owner = namespace_state(await kube.get_namespace(meta["name"]), obs.tenant.key)
-            obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
-            decided = plan(obs)
-        if decided.action is Action.OBSERVE_SHARED and isinstance(obs.chart, ChartTarget):
-            decided = plan(dataclasses.replace(obs, shared=await view.shared_conflicts(
-                obs.chart, release, namespace)))
+        _, obs, decided = await view.decide(t, gate(c.name))
         applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
         old_version = applied.get("chartVersion") or "-"
         old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
@@ -104,7 +100,7 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
             chart_version=f"{old_version} -> {new_version}",
             fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
             action=_action_word(decided.action), reason=decided.reason, change=change,
-            detail=decided.message))
+            detail=_with_attempts(decided.message, obs)))
     return rows
 
 
@@ -175,13 +171,43 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
+async def _rollout_gate(home: Kube, settings: Settings, chart: ChartSource
+                        ) -> Callable[[str], RolloutGate]:
+    """The progressive rollout's gate per cluster, as the operator sets it (F1): from its
+    written state and the fleet's target (the central chart with the central values)."""
+    policy = Policy.from_settings(settings)
+    if not policy.enabled:
+        return lambda _cluster: RolloutGate()
+    state = await rollout_state(home, settings)
+    try:
+        resolved = await chart.get()
+        target: str | None = fingerprint(resolved.repo, resolved.name, resolved.version,
+                                         settings.chart_values)
+    except KryptonError:
+        target = None
+    return lambda cluster: gate_for(state, target, cluster, policy)
+
+
+def _with_attempts(message: str, obs: Observation) -> str:
+    """A release that failed before says how often, and when it is tried again (R18)."""
+    t = obs.tenant
+    if t.failures <= 0 or not isinstance(obs.chart, ChartTarget) or \
+            t.failed_target != attempt_target(obs.chart.fingerprint, t):
+        return message
+    when = f"; next attempt in {obs.retry_wait:.0f}s" if obs.retry_wait > 0 else ""
+    return f"{message} (failed {t.failures} time(s){when})" \
+        if "attempts of chart" not in message else message
+
+
 def _action_word(action: Action) -> str:
     if action in HELM_ACTIONS:
         return "install" if action in (Action.INSTALL, Action.UNINSTALL_THEN_INSTALL) \
             else "upgrade"
     return {Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
             Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall",
-            Action.NOTHING: "skip", Action.WAIT: "wait"}.get(action, action.value)
+            Action.NOTHING: "skip", Action.WAIT: "wait", Action.HOLD: "held",
+            Action.STALLED: "blocked", Action.BACKOFF: "backoff",
+            Action.DROP_FINALIZER: "uninstall"}.get(action, action.value)
 
 
 def changes_pending(rows: list[Row]) -> bool:

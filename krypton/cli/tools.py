@@ -140,7 +140,7 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
         assign_replicas(rows, await _replicas(home, settings))
-        return rows, len(clusters), await _rollout_state(home, settings)
+        return rows, len(clusters), await rollout_state(home, settings)
 
 
 async def _replicas(home: Kube, settings: Settings) -> dict[str, str]:
@@ -249,7 +249,7 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             await informer.stop()
 
 
-async def _rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
+async def rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
     """The progressive rollout's state (F1), from its ConfigMap; None when there is none."""
     try:
         return RolloutState.from_configmap(await home.get_configmap(settings.namespace,

@@ -72,7 +72,7 @@ def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]
                         release=mine.get("release") or release_name(meta["name"], cluster),
                         chart_version=mine.get("chartVersion", ""),
                         fingerprint=(mine.get("fingerprint") or "")[:12],
-                        detail=detail(by_type, cluster),
+                        detail=detail(by_type, cluster) + attempts(mine, by_type, cluster),
                         message=(by_type.get("Ready") or {}).get("message", ""),
                         ready=(by_type.get(f"ClusterReady/{cluster}") or {}).get("status")
                         == "True"))
@@ -139,6 +139,18 @@ def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: 
     if unreachable:
         rows.append(Row(cluster, "", "", phase="-", detail=unreachable))
     return rows
+
+
+def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
+             cluster: str) -> str:
+    """A failing release's retry record (R18): how often it failed and when it is tried
+    again; nothing once it succeeded or stalled (RetriesExhausted says it all)."""
+    error = by_type.get(f"ClusterError/{cluster}") or {}
+    failures = mine.get("failures")
+    if error.get("status") != "True" or not isinstance(failures, int) or failures <= 0 \
+            or error.get("reason") == "RetriesExhausted":
+        return ""
+    return f" [failed {failures}x; next attempt {mine.get('nextAttemptTime') or 'soon'}]"
 
 
 def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:

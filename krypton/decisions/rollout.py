@@ -23,6 +23,7 @@ from typing import Any
 
 from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
+from krypton.decisions.settings import Settings
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
 CONFIGMAP = "krypton-rollout"  # holds the state as state.json, in the discovery namespace
@@ -40,6 +41,14 @@ class Policy:
     @property
     def enabled(self) -> bool:
         return bool(self.canaries) or self.max_parallel > 0
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Policy:
+        return cls(canaries=tuple(c.strip() for c in s.rollout_canary_clusters.split(",")
+                                  if c.strip()),
+                   max_parallel=s.rollout_max_parallel_clusters,
+                   max_failures=s.rollout_max_failures, wave_deadline=s.rollout_wave_deadline,
+                   soak=s.rollout_wave_soak, auto_revert=s.rollout_auto_revert)
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,19 @@ def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
     if state.phase == HALTED:
         return False, "RolloutHalted"
     return False, "RolloutPending"  # a later wave, or engaged late and queued by `include`
+
+
+def gate_for(state: RolloutState | None, target: str | None, cluster: str,
+             policy: Policy) -> RolloutGate:
+    """The gate for `cluster` while the fleet's target is `target` (None: not resolved):
+    open without a progressive rollout; closed (RolloutPending) while the rollout of the
+    target is not planned yet; else what the state says. The operator and ``krypton plan``
+    both ask this."""
+    if not policy.enabled:
+        return RolloutGate()
+    if state is None or target is None or state.target != target:
+        return RolloutGate(open=False, reason="RolloutPending")
+    return gate(state, cluster, policy)
 
 
 def gate(state: RolloutState | None, cluster: str, policy: Policy) -> RolloutGate:

@@ -155,6 +155,51 @@ class ClusterView:
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
         return await self.helm.template(chart.path, release, release, chart.values)
 
+    async def decide(self, obj: dict[str, Any], rollout: RolloutGate | None = None, *,
+                     add_finalizer: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+                     | None = None,
+                     look: Callable[[Observation], Awaitable[Observation | None]] | None = None,
+                     ) -> tuple[dict[str, Any], Observation, Plan]:
+        """Observe and plan, for the operator and ``krypton plan`` alike. A plan that asks
+        for a look at the cluster (the chart, the finalizer, the namespace, the shared
+        objects, an in-sync release's workload) is a need, not an action: this one loop
+        satisfies it and plans again, until the plan is an action. The operator passes the
+        writes and reads only it makes (`add_finalizer`, `look`); without `add_finalizer`
+        the finalizer is taken as added (a dry run plans what the pass after it would do)."""
+        obs = self.observe(obj, rollout)
+        key = obs.tenant.key
+        release = release_name(key.name, self.name)
+        namespace = self.settings.release_namespace_for(key.name)
+        looked = False
+        decided = plan(obs)
+        for _ in range(LOOKUPS):
+            if decided.action is Action.RESOLVE_CHART:
+                obs = dataclasses.replace(obs, chart=await self.desired_chart())
+            elif decided.action is Action.ADD_FINALIZER:
+                if add_finalizer is not None:
+                    obj = await add_finalizer(obj)
+                    obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.name))
+                else:
+                    obs = dataclasses.replace(obs, tenant=dataclasses.replace(
+                        obs.tenant, has_finalizer=True))
+            elif decided.action is Action.OBSERVE_NAMESPACE:
+                state, owner = namespace_state(await self.kube.get_namespace(key.name), key)
+                obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            elif decided.action is Action.OBSERVE_SHARED:
+                assert isinstance(obs.chart, ChartTarget)
+                obs = dataclasses.replace(obs, shared=await self.shared_conflicts(
+                    obs.chart, release, namespace))
+            elif decided.action is Action.SKIP and look is not None and not looked:
+                looked = True
+                seen = await look(obs)
+                if seen is None:
+                    break
+                obs = seen
+            else:
+                break
+            decided = plan(obs)
+        return obj, obs, decided
+
     def tenant_with_uid(self, uid: str | None) -> str:
         """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
         for (namespace, name), obj in self.tenants.items():
@@ -406,50 +451,34 @@ class Reconciler:
         return report.outcome
 
     async def _decide(self, obj: dict[str, Any]) -> Pass:
-        """Observe and plan. A plan that asks for a look at the cluster (the chart, the
-        finalizer, the namespace, the shared objects, the deployed workload) is a need, not
-        an action: one loop satisfies it and plans again, until the plan is an action."""
-        obs = self.rt.observe(obj, self.rt.gate(self.rt.name))
+        obj, obs, decided = await self.rt.decide(obj, self.rt.gate(self.rt.name),
+                                                 add_finalizer=self._add_finalizer,
+                                                 look=self._look_in_sync)
         key = obs.tenant.key
         release = release_name(key.name, self.rt.name)
-        namespace = self.rt.settings.release_namespace_for(key.name)
-        looked = False
-        decided = plan(obs)
-        for _ in range(LOOKUPS):
-            if decided.action is Action.RESOLVE_CHART:
-                obs = dataclasses.replace(obs, chart=await self.rt.desired_chart())
-            elif decided.action is Action.ADD_FINALIZER:
-                obj = await self._add_finalizer(obj)
-                obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.rt.name))
-            elif decided.action is Action.OBSERVE_NAMESPACE:
-                state, owner = namespace_state(await self.rt.kube.get_namespace(key.name), key)
-                obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
-            elif decided.action is Action.OBSERVE_SHARED:
-                assert isinstance(obs.chart, ChartTarget)
-                obs = dataclasses.replace(obs, shared=await self.rt.shared_conflicts(
-                    obs.chart, release, namespace))
-            elif decided.action is Action.SKIP and not looked:
-                looked = True
-                missing, found = self.rt.gone.get(key) or (), None
-                if not missing and self._look_due(key, obs.tenant):
-                    found = self.rt.readiness.health(key) if self.rt.readiness else None
-                    if found is not None:  # the watches keep its workload current: no reads
-                        self._follow(key, None, found)
-                    else:
-                        missing, found = await self._look(key, release, namespace,
-                                                          obs.release.revision)
-                if missing:
-                    # remembered until a helm run restores them: the pass that announces
-                    # the upgrade and the one that makes it both see them
-                    self.rt.gone[key] = missing
-                if not missing and found is None:
-                    break
-                obs = dataclasses.replace(obs, missing=missing, health=found)
-            else:
-                break
-            decided = plan(obs)
         return Pass(obj, obs, decided, release,
                     self.log.bind(tenant=str(key), release=release))
+
+    async def _look_in_sync(self, obs: Observation) -> Observation | None:
+        """An in-sync release's objects and workload, when a look is due (F2, F6): the
+        observation with what was found, None when nothing was looked at or found."""
+        key = obs.tenant.key
+        missing, found = self.rt.gone.get(key) or (), None
+        if not missing and self._look_due(key, obs.tenant):
+            found = self.rt.readiness.health(key) if self.rt.readiness else None
+            if found is not None:  # the watches keep its workload current: no reads
+                self._follow(key, None, found)
+            else:
+                missing, found = await self._look(
+                    key, release_name(key.name, self.rt.name),
+                    self.rt.settings.release_namespace_for(key.name), obs.release.revision)
+        if missing:
+            # remembered until a helm run restores them: the pass that announces the
+            # upgrade and the one that makes it both see them
+            self.rt.gone[key] = missing
+        if not missing and found is None:
+            return None
+        return dataclasses.replace(obs, missing=missing, health=found)
 
     def _look_due(self, key: TenantKey, t: TenantView) -> bool:
         """Every pass while the release is not Ready on this cluster (its workload is being

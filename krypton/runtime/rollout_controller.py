@@ -33,7 +33,7 @@ from krypton.decisions.rollout import (
     RolloutState,
     engaging,
     evaluate,
-    gate,
+    gate_for,
     include,
     publication,
     revert_outcome,
@@ -63,13 +63,8 @@ class _Gated:
         self._loaded = False
 
     def gate(self, cluster: str) -> RolloutGate:
-        if not self.policy.enabled:
-            return RolloutGate()
-        state = self.state
-        if not self._loaded or state is None or state.target != self.current_target:
-            # the rollout of the current target is not planned yet
-            return RolloutGate(open=False, reason="RolloutPending")
-        return gate(state, cluster, self.policy)
+        return gate_for(self.state if self._loaded else None, self.current_target, cluster,
+                        self.policy)
 
     async def _resolve(self) -> tuple[ResolvedChart, str]:
         """The central chart and the target it makes with the central values."""

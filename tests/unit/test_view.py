@@ -161,3 +161,16 @@ def test_status_shows_orphaned_releases_until_the_operator_says_they_are_gone() 
     assert notes == {"a": "2 releases"}
     row = cluster_rows("a", orphans=notes["a"])[0]
     assert (row.phase, row.detail) == ("Orphans", "OrphanedReleases: 2 releases")
+
+
+def test_a_failing_release_says_how_often_and_when_next() -> None:
+    retrying = tenant("flaky", "Error", [("ClusterError/a", "True", "UpgradeFailed", "boom")],
+                      {"a": {"failures": 3, "nextAttemptTime": "2026-11-23T12:00:40Z"}})
+    stalled = tenant("stuck", "Error",
+                     [("ClusterError/a", "True", "RetriesExhausted", "9 attempts failed")],
+                     {"a": {"failures": 9, "nextAttemptTime": "2026-11-23T12:10:00Z"}})
+    healed = tenant("fine", "Ready", [("ClusterError/a", "False", "Upgraded", "no error")],
+                    {"a": {"failures": 0}})
+    rows = {r.tenant: r.detail for r in tenant_rows("a", [retrying, stalled, healed])}
+    assert rows == {"flaky": "UpgradeFailed: boom [failed 3x; next attempt 2026-11-23T12:00:40Z]",
+                    "stuck": "RetriesExhausted: 9 attempts failed", "fine": ""}
