@@ -67,7 +67,7 @@ OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
 CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
 # measures to run: a (with b and c), d, e, f, g, h, i; w (i with helm's own wait) on request
-PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghi").replace(",", ""))
+PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
 POD_READY_DELAY = 20.0  # (i): seconds from a pod's scheduling to its readiness
 WAITING_TENANTS = int(os.environ.get("KRYPTON_BENCH_WAITING_N", "100"))  # (i) per cluster
@@ -594,6 +594,75 @@ def real_waiting(bed: Bed, helm_wait: bool) -> dict[str, Any]:
             cp.stop()
 
 
+STORM_TENANTS = int(os.environ.get("KRYPTON_BENCH_STORM_N", "50"))  # (j) per cluster
+STORM_MINUTES = int(os.environ.get("KRYPTON_BENCH_STORM_MINUTES", "12"))
+STALL_MINUTES = int(os.environ.get("KRYPTON_BENCH_STALL_MINUTES", "4"))
+
+
+def failure_storm(bed: Bed) -> dict[str, Any]:
+    """(j) SPEC P3: N Tenants x 2 clusters whose upgrade always fails (a template `fail` in
+    the central values): helm processes, API writes and Events per minute with the default
+    schedule for STORM_MINUTES, then, with a short cap and budget (--retry-backoff-max 20s,
+    --max-retries 3), how the counts fall to zero once every release is stalled."""
+    discovery = bed.namespace("bench-disc", ("home",))
+    ns = bed.namespace("storm")
+    n = STORM_TENANTS
+    for c in bed.clusters:
+        for i in range(n):
+            bed.create_tenant(c, ns, f"s-{i:03d}")
+        bed.register(discovery, c, c)
+    total = 2 * n
+    op = bed.operator(discovery, ns, "0.2.0")
+    wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
+             what=f"{total} Ready")
+    op.stop()
+    bad = Path(tempfile.mkdtemp(prefix="krypton-bench-")) / "fail.yaml"
+    bad.write_text("failRender: the upgrade of this chart always fails\n")
+    result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total}
+    log(f"(j) {total} releases whose upgrade fails, default schedule, {STORM_MINUTES} min")
+    op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad))
+    result["default"] = {"settings": "--max-retries 8 --retry-backoff-max 600s",
+                         **_per_minute(op, STORM_MINUTES, total)}
+    op.stop()
+    log(f"(j) the same with --max-retries 3 --retry-backoff-max 20s, {STALL_MINUTES} min")
+    op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad),
+                      "--max-retries", "3", "--retry-backoff-max", "20s")
+    result["stalling"] = {"settings": "--max-retries 3 --retry-backoff-max 20s",
+                          **_per_minute(op, STALL_MINUTES, total)}
+    result["stalling"]["stalled"] = sum(op.metric("krypton_releases_stalled", cluster=c)
+                                        for c in bed.clusters)
+    op.stop()
+    return result
+
+
+def _per_minute(op: OperatorProcess, minutes: int, releases: int) -> dict[str, Any]:
+    """helm processes, API writes and Events the operator made in each minute."""
+    def counts() -> tuple[float, float, float]:
+        text = op.metrics_text()
+        return (_sum(text, "krypton_helm_processes_total"), _sum(text, "krypton_api_writes_total"),
+                _sum(text, 'krypton_api_writes_total{', 'kind="event"'))
+
+    rows, last = [], counts()
+    for _ in range(minutes):
+        time.sleep(60)
+        now = counts()
+        rows.append([round(b - a) for a, b in zip(last, now, strict=True)])
+        last = now
+    helm = [r[0] for r in rows]
+    return {"minutes": minutes, "helm_per_minute": helm,
+            "writes_per_minute": [r[1] for r in rows],
+            "events_per_minute": [r[2] for r in rows],
+            "helm_runs_per_release": round(sum(helm) / releases, 2)}
+
+
+def _sum(text: str, name: str, having: str = "") -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and having in line and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def _summary(values: list[float]) -> dict[str, Any]:
     return {"p50_ms": round(1000 * statistics.median(values), 1),
             "p95_ms": round(1000 * pct(values, 0.95), 1), "samples": len(values)}
@@ -680,6 +749,15 @@ def table(results: dict[str, Any]) -> str:
                     rows.append((f"(i) {w['tenants_per_cluster']} x 2, pods "
                                  f"{w['pod_ready_delay']:.0f} s, {phase} ({how})",
                                  f"{w[phase]['seconds']} s ({_cost(w[phase])})"))
+    if "failure_storm" in results:
+        j = results["failure_storm"]
+        for key in ("default", "stalling"):
+            run = j[key]
+            rows.append((f"(j) {j['releases']} failing upgrades, {run['settings']}",
+                         f"helm/min {run['helm_per_minute']}, writes/min "
+                         f"{run['writes_per_minute']}, Events/min {run['events_per_minute']}; "
+                         f"{run['helm_runs_per_release']} helm runs per release in "
+                         f"{run['minutes']} min"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
 
@@ -715,6 +793,8 @@ def main() -> int:
             results["waiting"] = real_waiting(bed, helm_wait=False)
         if "w" in PARTS:
             results["waiting_helm_wait"] = real_waiting(bed, helm_wait=True)
+        if "j" in PARTS:
+            results["failure_storm"] = failure_storm(bed)
     finally:
         bed.stop()
     OUT.parent.mkdir(parents=True, exist_ok=True)
