@@ -29,7 +29,7 @@ from krypton.decisions.planner import HELM_ACTIONS, Action, attempt_target
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
-from krypton.runtime.reconciler import ClusterView, tenant_view
+from krypton.runtime.reconcile import ClusterView, tenant_view
 
 
 def _chart_source(settings: Settings, tmp: Path) -> ChartSource:

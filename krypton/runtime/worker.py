@@ -45,7 +45,7 @@ from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
-from krypton.runtime.reconciler import ClusterRuntime, Reconciler, tenant_view
+from krypton.runtime.reconcile import ClusterRuntime, Reconciler, tenant_view
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
 

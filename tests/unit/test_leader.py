@@ -109,7 +109,7 @@ def _runtime(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _Cluste
     """A reconciler of cluster c1 acting with `helm` on the cluster fake."""
     from krypton.decisions.releases import ReleaseIndex
     from krypton.decisions.settings import Settings
-    from krypton.runtime.reconciler import ClusterRuntime, Reconciler
+    from krypton.runtime.reconcile import ClusterRuntime, Reconciler
     from krypton.runtime.slots import FairSlots
 
     cluster = _Cluster()
@@ -124,7 +124,7 @@ def _install_pass(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _C
     it (the pass before wrote that), and a coroutine reconciling it with `helm`, plus the
     cluster fake that records what was written."""
     rt, reconciler, cluster = _runtime(helm, fence)
-    decided = asyncio.run(reconciler._decide(TENANT)).plan
+    decided = asyncio.run(reconciler.decide(TENANT)).plan
     announced = {**TENANT, "status": {"conditions": [
         {"type": "ClusterProgress/c1", "status": "True", "reason": decided.reason,
          "message": decided.message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}

@@ -1,0 +1,228 @@
+"""Install or upgrade (R9), after recovering what an interrupted run left (uninstall then
+install, rollback then upgrade). Preconditions, all checked by the planner: the Tenant is
+admitted on this cluster, its namespace is its own, no shared object of the chart belongs
+to another release, the release is not locked, and the target's next attempt is due. The
+chart's crds/ go first (--chart-crds); Helm 4's field conflicts follow
+--helm-force-conflicts (H2); every start is fenced.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from krypton.adapters import metrics
+from krypton.adapters.charts import read_chart_crds
+from krypton.adapters.kube import now_rfc3339
+from krypton.decisions import chartcrds
+from krypton.decisions import conditions as cond
+from krypton.decisions import conflicts as fields
+from krypton.decisions.conditions import Change
+from krypton.decisions.errors import (
+    AlreadyExists,
+    FieldConflict,
+    HelmFailed,
+    KryptonError,
+    ReleaseLocked,
+)
+from krypton.decisions.model import (
+    ADOPTED_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OWNER_ANNOTATION,
+    OWNER_LABEL,
+    ChartTarget,
+    NamespaceState,
+    ReleaseStatus,
+    TenantKey,
+)
+from krypton.decisions.planner import INSTALLING, Action, announced
+from krypton.runtime.reconcile import look, reports, status
+from krypton.runtime.reconcile.model import NamespaceNotOwned, Outcome, Pass, Report, release_labels
+from krypton.runtime.reconcile.view import ClusterRuntime, fenced
+
+ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
+
+
+
+async def helm(rt: ClusterRuntime, p: Pass) -> Report:
+    """Install or upgrade (after uninstalling or rolling back what an interrupted run
+    left). Announced first: the pass that decides a helm run writes the progress
+    condition and its Event, and the pass that follows it (the status write is its
+    cause) runs helm, so that the Tenant says what is under way while helm waits."""
+    chart, key, c = p.chart, p.key, rt.name
+    installing = p.plan.action in INSTALLING
+    verb = "Install" if installing else "Upgrade"
+    fenced(rt)
+    if not announced(p.obs, p.plan):
+        await ensure_namespace(rt, key, p.obs.namespace)
+        p.obj, wrote = await status.commit(rt,
+            p.obj, [*p.changes, Change(rt.type(cond.PROGRESS), True, p.plan.reason,
+                                       p.plan.message)],
+            p.log, event=("Normal", f"Helm{verb}Start", p.plan.message))
+        p.changes = []
+        if wrote:
+            # The write's watch event brings the key back; the requeue only covers a
+            # watch that is down.
+            return Report(outcome=Outcome(requeue_after=ANNOUNCE_REQUEUE))
+    try:
+        await apply_chart_crds(rt, chart, p.log)
+    except KryptonError as exc:
+        message = f"applying the CRDs of chart {chart.version}'s crds/ failed: {exc}"
+        p.log.error("chart CRDs not applied", error=str(exc))
+        metrics.RECONCILE_ERRORS.labels(c, "ChartCRDsFailed").inc()
+        return Report([Change(rt.type(cond.ERROR), True, "ChartCRDsFailed", message),
+                       Change(rt.type(cond.PROGRESS), False, "ChartCRDsFailed", message)],
+                      event=("Warning", "ChartCRDsFailed", message),
+                      outcome=Outcome(retry=True, reason="ChartCRDsFailed"))
+    p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
+               action=p.plan.action.value)
+    namespace = p.namespace
+    try:
+        async with rt.slots.slot(c):
+            fenced(rt)  # waiting for the slot may have outlasted the Lease
+            if p.plan.action is Action.UNINSTALL_THEN_INSTALL and \
+                    p.obs.release.status is not ReleaseStatus.ABSENT:
+                await look.check_ownership(rt, p.release, namespace)
+                await rt.helm.uninstall(p.release, namespace)
+            elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
+                await rt.helm.rollback(p.release, namespace)
+            result, taken = await apply(rt, p, verb, namespace)
+    except ReleaseLocked as exc:
+        # Another helm operation holds the release (it took the lock after this pass
+        # looked): nothing failed, so no failedFingerprint, and a progressive rollout
+        # never counts it as a failed release. Retried with backoff, like a planned wait.
+        p.log.info("release busy, waiting", detail=str(exc))
+        return Report(outcome=Outcome(retry=True, reason=exc.reason))
+    except HelmFailed as exc:
+        return reports.failed(rt, p, verb, exc)
+    events = [] if taken is None else [("Normal", "FieldsTakenOver", taken)]
+    revision = int(result.get("version") or 0)
+    rt.releases.note(namespace, p.release, revision,
+                          ReleaseStatus.parse((result.get("info") or {}).get("status")),
+                          chart.fingerprint, p.obs.tenant.uid)
+    done = "Installed" if installing else "Upgraded"
+    message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
+    p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
+    applied = {"release": p.release, "chartVersion": chart.version,
+               "fingerprint": chart.fingerprint, "revision": revision,
+               "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
+               "failedTarget": "", "lastAppliedTime": now_rfc3339()}
+    try:
+        p.obj = await status.set_fingerprint(rt, p.obj, chart.fingerprint, p.log)
+    except KryptonError as exc:
+        # The release is right; the record of it is not. Keep what was applied so the next
+        # pass only retries the annotation (with backoff), never helm.
+        message = f"{message}; writing the fingerprint annotation failed: {exc}"
+        metrics.RECONCILE_ERRORS.labels(c, "FingerprintUpdateFailed").inc()
+        return Report([
+            Change(rt.type(cond.ERROR), True, "FingerprintUpdateFailed", message),
+            Change(rt.type(cond.PROGRESS), False, f"{verb}Complete", message),
+        ], applied=applied, last_chart=chart.ref,
+            outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
+    rt.publish(key, p.release, chart)
+    rt.gone.pop(key, None)
+    waiting = None if rt.settings.helm_wait else await look.not_ready(rt,
+        key, p.release, namespace, str(result.get("manifest") or ""))
+    if waiting is not None:
+        # helm did not wait: the workload is tracked by the passes that follow (F6)
+        wait = f"{message}; waiting for {waiting.summary()}"
+        return Report([Change(rt.type(cond.READY), False, "WaitingForReadiness", wait),
+                       Change(rt.type(cond.ERROR), False, done, "no error"),
+                       Change(rt.type(cond.PROGRESS), True, "WaitingForReadiness", wait)],
+                      applied=applied, last_chart=chart.ref,
+                      event=("Normal", f"Helm{done}", wait),
+                      outcome=Outcome(requeue_after=look.readiness_requeue(rt, key, 0.0),
+                                      reason="WaitingForReadiness"))
+    report = Report([Change(rt.type(cond.READY), True, done, message),
+                     Change(rt.type(cond.ERROR), False, done, "no error"),
+                     Change(rt.type(cond.PROGRESS), False, f"{verb}Complete", message)],
+                    applied=applied, last_chart=chart.ref,
+                    event=("Normal", f"Helm{done}", message))
+    if p.plan.drift:
+        p.log.info("drift repaired", detail=p.plan.message)
+        report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))
+    report.events += events
+    return report
+
+
+
+async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str
+                 ) -> tuple[dict[str, Any], str | None]:
+    """``helm upgrade --install`` of the pass's chart; with Helm 4, fields other field
+    managers own are taken over under --helm-force-conflicts (the default, as Flux and
+    Sveltos do on every upgrade) by a second run with --force-conflicts, and what was
+    taken over is returned for an Event; without it the run fails with FieldConflict,
+    naming them and the way out (SPEC H2)."""
+    chart = p.chart
+    run = functools.partial(rt.helm.install_or_upgrade, p.release, chart.path,
+                            namespace, chart.values, operation=verb.lower(), skip_crds=True,
+                            labels=release_labels(rt.name, p))
+    try:
+        return await run(), None
+    except FieldConflict as exc:
+        if not rt.settings.helm_force_conflicts:
+            raise FieldConflict(
+                f"{exc}; krypton does not take them over (--helm-force-conflicts=false): "
+                "give the fields back (e.g. kubectl apply --server-side of the release's "
+                "values for them, or remove them from the other manager) or let krypton "
+                "take them (--helm-force-conflicts=true), then krypton retry",
+                exc.conflicts) from exc
+        found = [fields.Conflict(*c) for c in exc.conflicts]
+        taken = (f"took over {len(found)} field(s) that other field managers owned: "
+                 f"{fields.describe(found)}")
+        p.log.warning("taking over fields of other managers", detail=str(exc))
+        fenced(rt)
+        return await run(force_conflicts=True), taken
+
+
+
+async def apply_chart_crds(rt: ClusterRuntime, chart: ChartTarget, log: Any) -> None:
+    """The chart's crds/ under --chart-crds, once per cluster and chart version, before
+    any release of that version (helm itself runs with --skip-crds)."""
+    policy = rt.settings.chart_crds
+    if policy == "skip" or chart.version in rt.crds_applied:
+        return
+    async with rt.crds_lock:
+        if chart.version in rt.crds_applied:
+            return
+        for crd in read_chart_crds(chart.path):
+            name = crd["metadata"]["name"]
+            live = await rt.kube.crd(name)
+            action = chartcrds.crd_action(policy, live, crd)
+            if action == "create":
+                try:
+                    await rt.kube.create_crd(crd)
+                except AlreadyExists:
+                    continue  # created meanwhile by someone else: theirs
+            elif action == "replace":
+                assert live is not None
+                await rt.kube.replace_crd(crd, live["metadata"]["resourceVersion"])
+            else:
+                continue
+            metrics.API_WRITES.labels(rt.name, "crd").inc()
+            log.info("chart CRD applied", crd=name, action=action,
+                     chart_version=chart.version)
+        rt.crds_applied.add(chart.version)
+
+
+
+async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceState) -> None:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: f"{key.namespace}.{key.name}"[:63]}
+    annotations = {OWNER_ANNOTATION: str(key)}
+    if state is NamespaceState.ABSENT:
+        try:
+            await rt.kube.create_namespace(key.name, labels, annotations)
+            metrics.API_WRITES.labels(rt.name, "namespace").inc()
+            rt.log.info("workspace namespace created", tenant=str(key), namespace=key.name)
+            return
+        except AlreadyExists:
+            state = NamespaceState.UNMANAGED
+    if state is NamespaceState.UNMANAGED:
+        if not rt.settings.adopt_namespaces:
+            raise NamespaceNotOwned(f"namespace {key.name!r} exists and was not created by "
+                                    "krypton (--adopt-namespaces allows taking it over)")
+        annotations[ADOPTED_ANNOTATION] = "true"  # adopted namespaces are never deleted
+        await rt.kube.patch_namespace(
+            key.name, {"metadata": {"labels": labels, "annotations": annotations}})
+        metrics.API_WRITES.labels(rt.name, "namespace").inc()

@@ -1,0 +1,223 @@
+"""The actions that start no helm process: each reports the conditions, Events and
+next step of its Tenant for the pass's one status write (:mod:`.status`). Also the two
+reports of a failure: a helm run that failed (:func:`failed`, counted against its target in
+the Tenant's status, SPEC R18) and an action that raised (:func:`raised`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from krypton.adapters import metrics
+from krypton.decisions import conditions as cond
+from krypton.decisions import retry
+from krypton.decisions.conditions import Change
+from krypton.decisions.errors import (
+    FieldConflict,
+    KryptonError,
+    OwnershipConflict,
+    PermanentError,
+)
+from krypton.decisions.model import (
+    rfc3339,
+)
+from krypton.decisions.planner import attempt_target, stalled_message
+from krypton.runtime.reconcile import look, status
+from krypton.runtime.reconcile.model import Outcome, Pass, Report, condition_true, has_condition
+from krypton.runtime.reconcile.view import ClusterRuntime
+
+CHART_SKIP_REQUEUE = 120.0
+CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
+                "VersionInvalid": "ChartVersionInvalid"}
+
+
+
+async def nothing(rt: ClusterRuntime, _p: Pass) -> Report:
+    return Report()
+
+
+
+async def wait(rt: ClusterRuntime, p: Pass) -> Report:
+    """Another helm operation holds the release: retry later, write nothing."""
+    p.log.info("release busy, waiting", detail=p.plan.message)
+    return Report(outcome=Outcome(retry=True, reason=p.plan.reason))
+
+
+
+async def pause(rt: ClusterRuntime, p: Pass) -> Report:
+    return Report([Change(cond.PAUSED, True, "Paused", p.plan.message)])
+
+
+
+async def not_targeted(rt: ClusterRuntime, p: Pass) -> Report:
+    """Another cluster's Tenant; a Warning when that cluster is not discovered at all."""
+    unknown = p.plan.reason == "UnknownCluster"
+    return Report([Change(rt.type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+                  event=("Warning" if unknown else "Normal", p.plan.reason, p.plan.message))
+
+
+
+async def backoff(rt: ClusterRuntime, p: Pass) -> Report:
+    """The target failed before and its next attempt is not due (R18): the status
+    already says so; nothing is written, the key comes back when the attempt is due."""
+    p.log.debug("helm run waits for its next attempt", detail=p.plan.message)
+    return Report(outcome=Outcome(requeue_after=p.obs.retry_wait + 0.5, reason=p.plan.reason))
+
+
+
+async def stalled(rt: ClusterRuntime, p: Pass) -> Report:
+    """More failures of the target than --max-retries: no helm run until it changes or a
+    retry is asked for. Said once (the status is only written when it differs)."""
+    reason, message = p.plan.reason, p.plan.message
+    return Report([Change(rt.type(cond.ERROR), True, reason, message),
+                   Change(rt.type(cond.READY), False, reason, message),
+                   Change(rt.type(cond.PROGRESS), False, reason, message)],
+                  event=("Warning", reason, message), outcome=Outcome(reason=reason))
+
+
+
+def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
+    """An action that raised instead of reporting (an API error, a namespace that turned
+    out not to be the Tenant's): the status says so, in the pass's one write, instead of
+    keeping what the pass announced. A permanent error waits for a change of the input;
+    a temporary one is retried with the work queue's backoff. No helm run failed, so the
+    retry record is not touched."""
+    reason, message = exc.reason, str(exc)
+    p.log.warning("pass failed", reason=reason, error=message)
+    metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
+    permanent = isinstance(exc, PermanentError)
+    return Report([Change(rt.type(cond.ERROR), True, reason, message),
+                   Change(rt.type(cond.PROGRESS), False, reason, message)],
+                  event=("Warning", reason, message),
+                  outcome=Outcome(retry=not permanent, reason=reason))
+
+
+
+def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
+    """A helm run of the pass's target failed: count it against the target in the
+    Tenant's status, with when the next attempt is due (R18); past --max-retries the
+    release is stalled (RetriesExhausted, a Warning Event)."""
+    t, chart, settings = p.obs.tenant, p.chart, rt.settings
+    target = attempt_target(chart.fingerprint, t)
+    failures = (t.failures if t.failed_target == target else 0) + 1
+    delay = retry.helm_failure(settings.retry_backoff_max).delay(failures)
+    now = time.time()
+    reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict)) \
+        else f"{verb}Failed"
+    message, event = str(exc), ("Warning", f"Helm{verb}Failed", str(exc))
+    outcome = Outcome(requeue_after=delay, reason=reason)
+    p.log.error(f"helm {verb.lower()} failed", error=message, failures=failures,
+                retry_in=round(delay, 1))
+    metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
+    if failures > settings.max_retries:
+        reason = "RetriesExhausted"
+        message = stalled_message(failures, chart.version, message, rt.name, t)
+        event, outcome = ("Warning", reason, message), Outcome(reason=reason)
+        p.log.error("release stalled", failures=failures)
+    report = Report([Change(rt.type(cond.ERROR), True, reason, message),
+                     Change(rt.type(cond.READY), False, reason, message),
+                     Change(rt.type(cond.PROGRESS), False, reason, message)],
+                    applied={"failedFingerprint": chart.fingerprint, "failures": failures,
+                             "failedTarget": target, "lastFailureTime": rfc3339(now),
+                             "nextAttemptTime": rfc3339(now + delay)},
+                    chart_version=chart.version, event=event, outcome=outcome)
+    if reason == "RetriesExhausted":  # the run's own failure is an Event too
+        report.events.append(("Warning", f"Helm{verb}Failed", str(exc)))
+    return report
+
+
+
+async def hold(rt: ClusterRuntime, p: Pass) -> Report:
+    """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""
+    return Report([Change(rt.type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+                  outcome=Outcome(reason=p.plan.reason))
+
+
+
+async def blocked(rt: ClusterRuntime, p: Pass) -> Report:
+    """Input that cannot be acted on (a chart problem, a name, a namespace)."""
+    reason, message = p.plan.reason, p.plan.message
+    metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
+    report = Report([Change(rt.type(cond.ERROR), True, reason, message),
+                     Change(rt.type(cond.PROGRESS), False, reason, message)],
+                    event=("Warning", CHART_EVENTS.get(reason, reason), message),
+                    outcome=Outcome(retry=True, reason=reason))
+    if p.plan.permanent:
+        p.log.warning("tenant blocked", reason=reason, detail=message)
+        report.outcome = Outcome(reason=reason)
+        return report
+    p.log.warning("chart not available", reason=reason, detail=message)
+    if reason in CHART_EVENTS and rt.settings.allow_chart_skip:
+        report.outcome = Outcome(requeue_after=CHART_SKIP_REQUEUE, reason=reason)
+    return report
+
+
+
+async def skip(rt: ClusterRuntime, p: Pass) -> Report:
+    """In sync: nothing to do but make sure the record says so (it also completes the
+    record of a pass whose last status write was lost, and marks a workload that became
+    ready after it was waited for, timed out or degraded)."""
+    rt.publish(p.key, p.release, p.chart)
+    event = "HelmSkip" if p.plan.reason == "NoChange" else p.plan.reason
+    return Report(success_changes(rt, p.obj, p.plan.reason, p.plan.message,
+                                        keep_ready=True),
+                  applied={"release": p.release, "chartVersion": p.chart.version,
+                           "fingerprint": p.chart.fingerprint,
+                           "revision": p.obs.release.revision},
+                  last_chart=p.chart.ref, event=("Normal", event, p.plan.message))
+
+
+
+async def await_ready(rt: ClusterRuntime, p: Pass) -> Report:
+    """Applied, its workload not ready yet, within --helm-timeout of the helm run: say
+    what is not ready and look again soon (no helm process is held meanwhile)."""
+    reason, message = p.plan.reason, p.plan.message
+    again = look.readiness_requeue(rt, p.key, p.obs.since_applied)
+    return Report([Change(rt.type(cond.READY), False, reason, message),
+                   Change(rt.type(cond.PROGRESS), True, reason, message)],
+                  outcome=Outcome(requeue_after=again, reason=reason))
+
+
+
+async def unhealthy(rt: ClusterRuntime, p: Pass) -> Report:
+    """The workload is not ready: past --helm-timeout after the helm run that applied it
+    (ReadinessTimeout), or no longer ready (Degraded). An error of this cluster, named
+    objects and all; looked at again with backoff, and Ready again once it is."""
+    reason, message = p.plan.reason, p.plan.message
+    metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
+    p.log.warning("workload not ready", reason=reason, detail=message)
+    return Report([Change(rt.type(cond.READY), False, reason, message),
+                   Change(rt.type(cond.ERROR), True, reason, message),
+                   Change(rt.type(cond.PROGRESS), False, reason, message)],
+                  event=("Warning", reason, message),
+                  outcome=Outcome(retry=True, reason=reason))
+
+
+
+async def annotate(rt: ClusterRuntime, p: Pass) -> Report:
+    """The release is deployed as recorded; only the fingerprint annotation is missing or
+    wrong (a failed write, or removed by hand). Write it; never run helm for it."""
+    p.obj = await status.set_fingerprint(rt, p.obj, p.chart.fingerprint, p.log)  # raises on failure
+    rt.publish(p.key, p.release, p.chart)
+    report = Report(success_changes(rt, p.obj, "NoChange", p.plan.message, keep_ready=True))
+    if p.plan.drift:
+        p.log.info("drift repaired", detail=p.plan.message)
+        report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}: restored"))
+    return report
+
+
+
+def success_changes(rt: ClusterRuntime, obj: dict[str, Any], reason: str, message: str,
+                     *, keep_ready: bool = False) -> list[Change]:
+    out = []
+    ready_type = rt.type(cond.READY)
+    if not (keep_ready and condition_true(obj, ready_type)):
+        out.append(Change(ready_type, True, reason, message))
+    error_type = rt.type(cond.ERROR)
+    if not keep_ready or condition_true(obj, error_type) or not has_condition(obj, error_type):
+        out.append(Change(error_type, False, reason, "no error"))
+    if condition_true(obj, rt.type(cond.PROGRESS)):
+        out.append(Change(rt.type(cond.PROGRESS), False, reason, message))
+    return out
+

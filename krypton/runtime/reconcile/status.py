@@ -1,0 +1,206 @@
+"""The only writer of a Tenant: its status (one patch per pass, retried on conflicts, and
+only when it changed: SPEC R13), its finalizer and fingerprint annotation, and the removal
+of a cluster's traces when the cluster leaves the fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from krypton.adapters import metrics
+from krypton.adapters.events import involved_tenant
+from krypton.adapters.kube import now_rfc3339
+from krypton.decisions import conditions as cond
+from krypton.decisions import redact, retry
+from krypton.decisions.conditions import Change
+from krypton.decisions.errors import (
+    Conflict,
+    KryptonError,
+    NotFound,
+    TemporaryError,
+)
+from krypton.decisions.model import (
+    FINALIZER,
+    TenantKey,
+    fingerprint_annotation,
+)
+from krypton.runtime.reconcile.model import (
+    Outcome,
+)
+from krypton.runtime.reconcile.view import ClusterRuntime
+
+CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
+
+
+
+async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change], log: Any, *,
+                  event: tuple[str, str, str] | None = None,
+                  applied: dict[str, Any] | None = None,
+                  last_chart: str | None = None,
+                  chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
+    Returns the Tenant as the server now has it and whether it was written."""
+    key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
+    settings = rt.settings
+    changes = [dataclasses.replace(c, message=redact.scrub(c.message)) for c in changes]
+    for attempt in range(CONFLICT_RETRIES):
+        status = dict(obj.get("status") or {})
+        generation = int(obj["metadata"].get("generation") or 1)
+        now = now_rfc3339()
+        conditions = cond.apply(status.get("conditions") or [], changes,
+                                generation=generation, now=now)
+        phase, conditions = cond.summarize(conditions, allow_chart_skip=settings.allow_chart_skip,
+                                           generation=generation, now=now)
+        phase = cond.servable(phase, rt.phases)
+        new = dict(status, phase=phase, conditions=conditions, observedGeneration=generation)
+        if applied is not None:
+            previous = (status.get("clusters") or {}).get(rt.name) or {}
+            new["clusters"] = dict(status.get("clusters") or {},
+                                   **{rt.name: dict(previous, **applied)})
+        if last_chart is not None:
+            new["lastAppliedChart"] = last_chart
+            new["chartVersion"] = last_chart.rsplit("|", 1)[-1]
+        elif chart_version is not None:
+            new["chartVersion"] = chart_version
+        if _same_status(status, new) or stored_as_before(rt, key, status, new):
+            return obj, False
+        patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                 "status": new}
+        try:
+            metrics.API_WRITES.labels(rt.name, "status").inc()
+            updated = await rt.kube.patch_tenant_status(key, patch)
+            rt.written[key] = (_comparable(new),
+                                    _comparable(updated.get("status") or {}))
+        except Conflict:
+            fresh = await rt.kube.get_tenant(key)
+            if fresh is None:
+                return obj, False
+            obj = fresh
+            await asyncio.sleep(0.02 * (attempt + 1))
+            continue
+        if status.get("phase") != phase:
+            log.info("phase set", phase=phase)
+            await rt.recorder.emit(involved_tenant(updated), "Normal", "PhaseSet",
+                                        f"phase {status.get('phase') or 'None'} -> {phase}")
+            if phase == "Ready":
+                log.info("tenant phase is Ready", cluster=rt.name)
+        if event is not None:
+            await rt.recorder.emit(involved_tenant(updated), *event)
+        return updated, True
+    raise Conflict(f"status of {key} kept conflicting")
+
+
+
+
+def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
+                      new: dict[str, Any]) -> bool:
+    """The same status was written before and the server stored what it holds now: the
+    difference is what the served CRD prunes (issue 16), and writing again would change
+    nothing but the resourceVersion, on every pass."""
+    return rt.written.get(key) == (_comparable(new), _comparable(live))
+
+
+
+async def patch_meta(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]) -> dict[str, Any]:
+    metrics.API_WRITES.labels(rt.name, "tenant").inc()
+    return await rt.kube.patch_tenant(key, patch)
+
+
+
+async def add_finalizer(rt: ClusterRuntime, obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    finalizers = list(meta.get("finalizers") or []) + [FINALIZER]
+    key = TenantKey(meta["namespace"], meta["name"])
+    return await patch_meta(rt, key, {"metadata": {
+        "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+
+
+
+async def remove_finalizer(rt: ClusterRuntime, obj: dict[str, Any]) -> Outcome:
+    meta = obj["metadata"]
+    finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+    try:
+        await patch_meta(rt, TenantKey(meta["namespace"], meta["name"]), {"metadata": {
+            "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+    except NotFound:
+        pass
+    except Conflict:
+        return Outcome(retry=True, reason="Conflict")
+    return Outcome()
+
+
+
+async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log: Any) -> dict[str, Any]:
+    meta = obj["metadata"]
+    key = TenantKey(meta["namespace"], meta["name"])
+    annotation = fingerprint_annotation(rt.name)
+    if (meta.get("annotations") or {}).get(annotation) == fp:
+        return obj
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(TemporaryError),
+            stop=stop_after_attempt(retry.FINGERPRINT_WRITE.attempts),
+            wait=retry.FINGERPRINT_WRITE.wait(), reraise=True,
+        ):
+            with attempt:
+                obj = await patch_meta(rt, key, {"metadata": {"annotations": {annotation: fp}}})
+    except KryptonError as exc:
+        log.error("fingerprint update failed", error=str(exc))
+        await rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
+                                    f"{annotation}: {exc}")
+        raise
+    await rt.recorder.emit(involved_tenant(obj), "Normal", "FingerprintUpdated",
+                                f"{annotation}={fp}")
+    return obj
+
+
+
+async def forget(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
+    """Remove this cluster's traces from a Tenant when the cluster leaves the fleet.
+
+    Its conditions, its ``status.clusters`` record, its fingerprint annotation and the
+    release-cleanup finalizer go (no worker is left to honour the finalizer); the phase
+    is recomputed from what remains. The release itself is kept.
+    """
+    c = rt.name
+    meta = obj["metadata"]
+    key = TenantKey(meta["namespace"], meta["name"])
+    status = dict(obj.get("status") or {})
+    mine = [cond.cluster_type(t, c) for t in (cond.READY, cond.ERROR, cond.PROGRESS)]
+    remaining = cond.remove(status.get("conditions") or [], mine)
+    generation = int(meta.get("generation") or 1)
+    phase, conditions = cond.summarize(remaining, allow_chart_skip=rt.settings.allow_chart_skip,
+                                       generation=generation, now=now_rfc3339())
+    phase = cond.servable(phase, rt.phases)
+    if c in (status.get("clusters") or {}) or len(remaining) != len(status.get("conditions") or []):
+        metrics.API_WRITES.labels(c, "status").inc()
+        obj = await rt.kube.patch_tenant_status(key, {
+            "metadata": {"resourceVersion": meta["resourceVersion"]},
+            "status": {"phase": phase, "conditions": conditions, "clusters": {c: None}}})
+    annotation = fingerprint_annotation(c)
+    finalizers = list(obj["metadata"].get("finalizers") or [])
+    if annotation in (obj["metadata"].get("annotations") or {}) or FINALIZER in finalizers:
+        await patch_meta(rt, key, {"metadata": {
+            "annotations": {annotation: None},
+            "finalizers": [f for f in finalizers if f != FINALIZER],
+            "resourceVersion": obj["metadata"]["resourceVersion"]}})
+    rt.unpublish(key)
+
+# -- metrics ---------------------------------------------------------------------------
+
+
+def _comparable(status: dict[str, Any]) -> dict[str, Any]:
+    """A status without its timestamps."""
+    out = {k: v for k, v in status.items() if k not in ("conditions", "clusters")}
+    out["conditions"] = cond.without_times(status.get("conditions") or [])
+    out["clusters"] = {k: {f: x for f, x in (v or {}).items() if f != "lastAppliedTime"}
+                       for k, v in (status.get("clusters") or {}).items()}
+    return out
+
+
+def _same_status(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return _comparable(old) == _comparable(new)

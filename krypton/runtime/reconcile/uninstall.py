@@ -1,0 +1,66 @@
+"""A Tenant being deleted (R14): its release uninstalled, then the finalizer removed.
+Preconditions: the release is this Tenant's (by its UID label, else its namespace), and no
+object of its manifest belongs to another release (R17). A release that is another
+Tenant's is left, and only the finalizer goes (:func:`drop_finalizer`).
+"""
+
+from __future__ import annotations
+
+from krypton.adapters.events import involved_tenant
+from krypton.decisions.errors import (
+    Fenced,
+    HelmFailed,
+    TemporaryError,
+)
+from krypton.decisions.model import (
+    SYSTEM_NAMESPACES,
+    ReleaseStatus,
+)
+from krypton.runtime.reconcile import look, status
+from krypton.runtime.reconcile.model import Outcome, Pass, created_by_krypton
+from krypton.runtime.reconcile.view import ClusterRuntime, fenced
+
+
+async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
+    obj, release, log, key = p.obj, p.release, p.log, p.key
+    involved = involved_tenant(obj)
+    namespace = rt.settings.release_namespace_for(key.name)
+    try:
+        async with rt.slots.slot(rt.name):
+            fenced(rt)
+            if p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+                await look.check_ownership(rt, release, namespace,
+                                            why="is not uninstalled (the finalizer stays)")
+            await rt.helm.uninstall(release, namespace)
+        if rt.readiness is not None:
+            rt.readiness.forget(key)
+        if rt.settings.delete_namespace_on_uninstall and \
+                rt.settings.shared_release_namespace is None:
+            ns = await rt.kube.get_namespace(key.name)
+            if created_by_krypton(ns, key) and \
+                    key.name not in rt.settings.reserved_namespaces | SYSTEM_NAMESPACES:
+                await rt.kube.delete_namespace(key.name)
+    except Fenced:
+        raise
+    except (HelmFailed, TemporaryError) as exc:
+        log.error("helm uninstall failed", error=str(exc))
+        await rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
+        return Outcome(retry=True, reason="UninstallFailed")
+    rt.releases.forget(namespace, release)
+    rt.unpublish(key)
+    log.info("helm uninstall success")
+    await rt.recorder.emit(involved, "Normal", "HelmUninstalled",
+                                f"release {release} uninstalled")
+    return await status.remove_finalizer(rt, obj)
+
+
+
+async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Outcome:
+    """A Tenant being deleted whose release is another Tenant's (issue 25.2): the
+    release stays as it is, the finalizer goes, and an Event says why."""
+    p.log.warning("release not uninstalled: not this Tenant's", detail=p.plan.message)
+    rt.unpublish(p.key)
+    await rt.recorder.emit(involved_tenant(p.obj), "Warning", p.plan.reason,
+                                p.plan.message)
+    return await status.remove_finalizer(rt, p.obj)
+

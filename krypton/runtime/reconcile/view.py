@@ -1,0 +1,251 @@
+"""What a reconcile sees of one cluster and decides there. :class:`ClusterView` observes a
+Tenant and plans, satisfying the planner's needs in one loop (:meth:`ClusterView.decide`):
+shared by the operator and ``krypton plan``. :class:`ClusterRuntime` adds what a reconcile
+acts with (events, helm slots, the fence, the caches of what it wrote and followed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from krypton.adapters import metrics
+from krypton.adapters.charts import ChartSource
+from krypton.adapters.events import EventRecorder
+from krypton.adapters.helm import Helm
+from krypton.adapters.kube import Kube
+from krypton.decisions import conditions as cond
+from krypton.decisions import ownership
+from krypton.decisions.errors import ChartNotLoaded, Fenced, HelmFailed, VersionInvalid, VersionNotFound
+from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.model import (
+    ChartProblem,
+    ChartTarget,
+    NamespaceState,
+    Observation,
+    RolloutGate,
+    TenantKey,
+    release_name,
+)
+from krypton.decisions.ownership import ObjectRef
+from krypton.decisions.planner import Action, Plan, plan
+from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.settings import Settings
+from krypton.runtime.readiness import Readiness
+from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view
+from krypton.runtime.slots import FairSlots
+
+LOCK_MARGIN = 10.0  # a pending record older than --helm-timeout plus this is a leftover
+SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two namespaces
+LOOKUPS = 8  # the needs a plan can have, each satisfied at most once per pass
+
+
+@dataclass(kw_only=True)
+class ClusterView:
+    """What is needed to observe a Tenant on a cluster and decide about it, with nothing
+    that writes: shared by the operator and ``krypton plan``."""
+
+    name: str
+    kube: Kube
+    helm: Helm  # renders the chart (and, in a ClusterRuntime, installs it)
+    chart: ChartSource
+    settings: Settings
+    releases: ReleaseIndex
+    tenants: dict[tuple[str, str], dict[str, Any]]
+    values: dict[str, Any] = field(default_factory=dict)
+    # every discovered cluster's name; None until known
+    known_clusters: Callable[[], set[str] | None] = lambda: None
+
+    async def desired_chart(self) -> ChartTarget | ChartProblem:
+        try:
+            chart = await self.chart.get()
+        except (VersionInvalid, VersionNotFound, ChartNotLoaded) as exc:
+            return ChartProblem(exc.reason, str(exc))
+        fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
+        return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
+
+    async def shared_conflicts(self, chart: ChartTarget, release: str,
+                               namespace: str) -> tuple[str, ...]:
+        """The objects `chart` renders alike for every release (issue 12) that exist on the
+        cluster and are not `release`'s: each as "<object> (owned by <owner>)". A kind the
+        cluster does not serve, or a namespaced kind (looked for in the release's own
+        namespace), finds nothing to conflict with."""
+        found = []
+        for ref in await self.chart.shared_objects(chart.fingerprint,
+                                                   lambda: self._candidates(chart)):
+            annotations = await self.kube.object_annotations(
+                ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
+            owner = None if annotations is None else \
+                ownership.foreign_owner(annotations, release, namespace)
+            if owner is not None:
+                found.append(f"{ref} (owned by {owner})")
+        return tuple(found)
+
+    async def _candidates(self, chart: ChartTarget) -> tuple[ObjectRef, ...]:
+        try:
+            first, second = [await self._render(chart, probe) for probe in SHARED_PROBES]
+        except HelmFailed as exc:
+            # helm's install reports the same problem, with the Tenant's own failure reason
+            structlog.get_logger("krypton.reconciler").info(
+                "chart not rendered for the shared-objects check", error=str(exc))
+            return ()
+        return ownership.shared_candidates(first, second)
+
+    async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
+        return await self.helm.template(chart.path, release, release, chart.values)
+
+    async def decide(self, obj: dict[str, Any], rollout: RolloutGate | None = None, *,
+                     add_finalizer: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+                     | None = None,
+                     look: Callable[[Observation], Awaitable[Observation | None]] | None = None,
+                     ) -> tuple[dict[str, Any], Observation, Plan]:
+        """Observe and plan, for the operator and ``krypton plan`` alike. A plan that asks
+        for a look at the cluster (the chart, the finalizer, the namespace, the shared
+        objects, an in-sync release's workload) is a need, not an action: this one loop
+        satisfies it and plans again, until the plan is an action. The operator passes the
+        writes and reads only it makes (`add_finalizer`, `look`); without `add_finalizer`
+        the finalizer is taken as added (a dry run plans what the pass after it would do)."""
+        obs = self.observe(obj, rollout)
+        key = obs.tenant.key
+        release = release_name(key.name, self.name)
+        namespace = self.settings.release_namespace_for(key.name)
+        looked = False
+        decided = plan(obs)
+        for _ in range(LOOKUPS):
+            if decided.action is Action.RESOLVE_CHART:
+                obs = dataclasses.replace(obs, chart=await self.desired_chart())
+            elif decided.action is Action.ADD_FINALIZER:
+                if add_finalizer is not None:
+                    obj = await add_finalizer(obj)
+                    obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.name))
+                else:
+                    obs = dataclasses.replace(obs, tenant=dataclasses.replace(
+                        obs.tenant, has_finalizer=True))
+            elif decided.action is Action.OBSERVE_NAMESPACE:
+                state, owner = namespace_state(await self.kube.get_namespace(key.name), key)
+                obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
+            elif decided.action is Action.OBSERVE_SHARED:
+                assert isinstance(obs.chart, ChartTarget)
+                obs = dataclasses.replace(obs, shared=await self.shared_conflicts(
+                    obs.chart, release, namespace))
+            elif decided.action is Action.SKIP and look is not None and not looked:
+                looked = True
+                seen = await look(obs)
+                if seen is None:
+                    break
+                obs = seen
+            else:
+                break
+            decided = plan(obs)
+        return obj, obs, decided
+
+    def tenant_with_uid(self, uid: str | None) -> str:
+        """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
+        for (namespace, name), obj in self.tenants.items():
+            if obj["metadata"].get("uid") == uid:
+                return f"{namespace}/{name}"
+        return ""
+
+    def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
+        view = tenant_view(obj, self.name)
+        applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
+        release = release_name(view.key.name, self.name)
+        namespace = self.settings.release_namespace_for(view.key.name)
+        own = self.settings.shared_release_namespace is None
+        observed = self.releases.observe(namespace, release, now=time.time(),
+                                         lock_timeout=self.settings.helm_timeout + LOCK_MARGIN)
+        foreign = observed.owner_uid not in (None, view.uid)
+        ours = None if foreign else self.releases.ours(namespace, release)
+        if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
+            # Our status write may not have reached the watch cache yet: a revision our own
+            # helm run made, with the fingerprint it applied, is what is recorded, not drift.
+            view = dataclasses.replace(view, applied_revision=ours[0],
+                                       recorded_fingerprint=ours[1])
+        return Observation(
+            cluster=self.name,
+            tenant=view,
+            chart=None,
+            release=observed,
+            release_owner=self.tenant_with_uid(observed.owner_uid) if foreign else None,
+            known_clusters=None if (known := self.known_clusters()) is None
+            else frozenset(known),
+            reserved_namespaces=self.settings.reserved_namespaces,
+            adopt_namespaces=self.settings.adopt_namespaces,
+            # with one shared release namespace there is no Tenant namespace to look after
+            own_namespace=own,
+            namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
+            rollout=rollout or RolloutGate(),
+            since_applied=_since(applied.get("lastAppliedTime")),
+            readiness_timeout=self.settings.helm_timeout,
+            retry_wait=_until(applied.get("nextAttemptTime")),
+            max_retries=self.settings.max_retries,
+        )
+
+
+@dataclass(kw_only=True)
+class ClusterRuntime(ClusterView):
+    """A cluster view plus what a reconcile acts with."""
+
+    recorder: EventRecorder
+    slots: FairSlots
+    published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
+    # per Tenant: (the status last written, the status the server stored), both without
+    # timestamps; they differ when the served CRD prunes fields (an older CRD)
+    written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
+    gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
+    readiness: Readiness | None = None  # follows workloads helm did not wait for
+    fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
+    looked_at: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
+    gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
+    crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
+    crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
+
+    @functools.cached_property
+    def log(self) -> Any:
+        return structlog.get_logger("krypton.reconciler").bind(cluster=self.name)
+
+    def type(self, kind: str) -> str:
+        """This cluster's condition type of `kind` (``ClusterReady/<cluster>``, ...)."""
+        return cond.cluster_type(kind, self.name)
+
+    def publish(self, key: TenantKey, release: str, chart: ChartTarget) -> None:
+        """The per Tenant x cluster info metric: release, chart version, fingerprint."""
+        labels = (self.name, key.namespace, key.name, release, chart.version, chart.fingerprint)
+        old = self.published.get(key)
+        if old == labels:
+            return
+        if old is not None:
+            metrics.TENANT_RELEASE.remove(*old)
+        metrics.TENANT_RELEASE.labels(*labels).set(1)
+        self.published[key] = labels
+
+    def unpublish(self, key: TenantKey) -> None:
+        if self.readiness is not None:
+            self.readiness.forget(key)
+        self.written.pop(key, None)
+        self.looked_at.pop(key, None)
+        self.gone.pop(key, None)
+        old = self.published.pop(key, None)
+        if old is not None:
+            metrics.TENANT_RELEASE.remove(*old)
+
+    async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
+        async with self.slots.slot(self.name):  # a helm process like any other (--max-concurrent-helm)
+            return await super()._render(chart, release)
+
+
+def fenced(rt: ClusterRuntime) -> None:
+    """Raise Fenced unless this worker may still act: checked right before every helm
+    start (and before the status that announces one), so that a leader that lost its Lease,
+    or was paused past it, and a worker being drained start nothing (issue 11, items 2, 4)."""
+    if not rt.fence():
+        raise Fenced("no helm operation may start: the cluster's worker is draining or this "
+                     "replica is not the leader")
