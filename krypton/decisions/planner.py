@@ -199,7 +199,10 @@ def stalled_message(failures: int, version: str, error: str, cluster: str,
             f"{t.key} --cluster {cluster}")
 
 
-def _plan(obs: Observation) -> Plan:
+def admission(obs: Observation) -> Plan | None:
+    """Rules 1-4 and the release's owner: whether this cluster serves the Tenant at all, or
+    the plan that says why not (None: it does). The progressive rollout counts only the
+    Tenants a cluster serves, by this same function."""
     t = obs.tenant
     if t.deleting:
         return _deleting(obs)
@@ -236,6 +239,14 @@ def _plan(obs: Observation) -> Plan:
                     f"{obs.release_owner}: a Tenant of the same name in another namespace "
                     "maps to the same namespace and release on every cluster; rename this "
                     "Tenant", permanent=True)
+    return None
+
+
+def _plan(obs: Observation) -> Plan:
+    t = obs.tenant
+    refused = admission(obs)
+    if refused is not None:
+        return refused
     if obs.chart is None:
         return Plan(Action.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
     if isinstance(obs.chart, ChartProblem):

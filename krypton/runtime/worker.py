@@ -40,12 +40,13 @@ from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
-from krypton.decisions.model import RolloutGate, TenantKey, is_valid_namespace_name
+from krypton.decisions.model import RolloutGate, TenantKey
+from krypton.decisions.planner import admission
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
-from krypton.runtime.reconcile import ClusterRuntime, Reconciler, tenant_view
+from krypton.runtime.reconcile import ClusterRuntime, Reconciler
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import WorkQueue
 
@@ -385,16 +386,12 @@ class Worker:
         return fingerprint(resolved.repo, resolved.name, resolved.version, self.values)
 
     def _served(self) -> list[dict[str, Any]]:
+        """The Tenants this cluster serves, by the planner's own admission rules: a paused,
+        deleted, elsewhere-targeted or permanently refused Tenant is not waited for by a
+        rollout wave."""
         assert self.runtime is not None
-        out = []
-        for t in list(self.runtime.tenants.values()):
-            view = tenant_view(t, self.name)
-            if view.paused or view.deleting or not is_valid_namespace_name(view.key.name):
-                continue
-            if view.target_cluster and view.target_cluster != self.name:
-                continue
-            out.append(t)
-        return out
+        rt = self.runtime
+        return [t for t in list(rt.tenants.values()) if admission(rt.observe(t)) is None]
 
     def rollout_observation(self) -> ClusterObservation:
         if not self.engaged or self.runtime is None:

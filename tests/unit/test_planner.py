@@ -415,3 +415,21 @@ def test_objects_gone_from_an_in_sync_release_are_drift() -> None:
     held = replace(obs(SYNCED, release=DEPLOYED), missing=gone,
                    rollout=RolloutGate(open=False, reason="RolloutPending"))
     assert plan(held).action is Action.UPGRADE
+
+
+@pytest.mark.parametrize(("observation", "served"), [
+    (obs(), True),
+    (obs(replace(TENANT, paused=True)), False),
+    (obs(replace(TENANT, deleting=True)), False),
+    (obs(replace(TENANT, target_cluster="c2")), False),
+    (obs(replace(TENANT, target_cluster="c1")), True),
+    (obs(replace(TENANT, key=TenantKey("ns", "kube-system"))), False),  # refused for good
+    (obs(replace(TENANT, key=TenantKey("ns", "a.b"))), False),
+    (obs(OWNED, release=THEIRS, release_owner="default/acme"), False),
+    (obs(chart=ChartProblem("ChartNotLoaded", "down")), True),  # served, waiting for the chart
+])
+def test_a_cluster_serves_what_the_admission_rules_admit(observation: Observation,
+                                                         served: bool) -> None:
+    from krypton.decisions.planner import admission
+
+    assert (admission(observation) is None) is served
