@@ -15,6 +15,7 @@ from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
 from krypton.cli.view import Row
+from krypton.decisions import conflicts as fields
 from krypton.decisions import manifests, safeyaml
 from krypton.decisions.errors import KryptonError, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
@@ -167,8 +168,30 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                 text = manifests.manifest_diff(old_docs, new_docs, before=before,
                                                after=f"{c.name}/{name} next (chart "
                                                      f"{target.version})")
+                text += await _owned_elsewhere(c.kube, new_docs, namespace)
                 out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
     return out
+
+
+async def _owned_elsewhere(kube: Kube, docs: list[Any], namespace: str) -> str:
+    """The fields of the next apply that other field managers own on the live objects (H2):
+    what Helm 4 meets as conflicts (taken over under --helm-force-conflicts)."""
+    found: list[fields.Conflict] = []
+    for doc in docs:
+        if not isinstance(doc, dict) or not doc.get("kind") or not doc.get("apiVersion"):
+            continue
+        meta = doc.get("metadata") or {}
+        try:
+            live = await kube.get_object(str(doc["apiVersion"]), str(doc["kind"]),
+                                         str(meta.get("name")), meta.get("namespace") or namespace)
+        except TemporaryError:
+            continue
+        found += fields.owned_elsewhere(doc, live)
+    if not found:
+        return ""
+    lines = "".join(f"#   {c.object} {c.field} ({c.manager})\n" for c in found)
+    return ("# fields of the next apply that other field managers own (Helm 4 takes them over "
+            f"with --helm-force-conflicts, else FieldConflict):\n{lines}")
 
 
 async def _rollout_gate(home: Kube, settings: Settings, chart: ChartSource

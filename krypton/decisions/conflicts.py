@@ -14,8 +14,10 @@ an Event can name what was taken over and a condition what blocks the upgrade.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _OBJECT = re.compile(r"conflict occurred while applying object (?P<name>\S+) "
                      r"(?P<gv>\S*), Kind=(?P<kind>\w+)")
@@ -77,3 +79,89 @@ def reduce_log_lines(lines: list[str]) -> list[str]:
         if not any(text in other for other in lines if other is not line):
             out.append(text)
     return out
+
+
+# -- a preview from the live object, for `krypton diff` ------------------------------------
+
+Path = tuple[str, ...]  # fieldsV1 keys: "f:spec", "k:{\"name\":\"web\"}", ...
+
+
+def _leaves(value: Any, path: Path = ()) -> list[tuple[Path, Any]]:
+    """The fields a manifest sets, as fieldsV1 paths with their values: maps by key, lists
+    of named items by their name (containers, env, volumes), other lists whole."""
+    if isinstance(value, dict) and value:
+        out = []
+        for key, inner in value.items():
+            out += _leaves(inner, (*path, f"f:{key}"))
+        return out
+    if isinstance(value, list) and value and all(
+            isinstance(v, dict) and "name" in v for v in value):
+        out = []
+        for item in value:
+            key = "k:" + json.dumps({"name": item["name"]}, separators=(",", ":"))
+            out += _leaves({k: v for k, v in item.items() if k != "name"}, (*path, key))
+        return out
+    return [(path, value)]
+
+
+def _owned(fields: Any, path: Path = ()) -> set[Path]:
+    """The leaf paths of a managedFields entry's fieldsV1."""
+    if not isinstance(fields, dict):
+        return set()
+    found = set()
+    for key, inner in fields.items():
+        if key == ".":
+            continue
+        here = (*path, key)
+        below = _owned(inner, here)
+        found |= below or {here}
+    return found
+
+
+def _value(obj: Any, path: Path) -> Any:
+    for key in path:
+        kind, _, name = key.partition(":")
+        if kind == "f" and isinstance(obj, dict):
+            obj = obj.get(name)
+        elif kind == "k" and isinstance(obj, list):
+            want = json.loads(name)
+            obj = next((i for i in obj if isinstance(i, dict)
+                        and all(i.get(k) == v for k, v in want.items())), None)
+        else:
+            return None
+    return obj
+
+
+def _shown(path: Path) -> str:
+    out = ""
+    for key in path:
+        kind, _, name = key.partition(":")
+        if kind == "f":
+            out += f".{name}"
+        else:
+            out += "[" + ",".join(f'{k}="{v}"' for k, v in json.loads(name).items()) + "]"
+    return out
+
+
+def owned_elsewhere(desired: dict[str, Any], live: dict[str, Any] | None,
+                    own: str = "helm") -> list[Conflict]:
+    """The fields `desired` (a rendered object) sets to a value the live object does not
+    have, and that a field manager other than `own` (helm's) owns there: what Helm 4's next
+    server-side apply would meet as conflicts."""
+    if not live:
+        return []
+    meta = live.get("metadata") or {}
+    namespace = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    what = f"{live.get('kind')} {namespace}{meta.get('name')}"
+    others: list[tuple[str, set[Path]]] = [
+        (str(m.get("manager")), _owned(m.get("fieldsV1")))
+        for m in meta.get("managedFields") or [] if m.get("manager") != own]
+    found = []
+    for path, value in _leaves({k: v for k, v in desired.items()
+                                if k not in ("apiVersion", "kind", "metadata", "status")}):
+        if _value(live, path) == value:
+            continue
+        for manager, owned in others:
+            if any(path[:len(p)] == p for p in owned):
+                found.append(Conflict(what, manager, _shown(path)))
+    return found

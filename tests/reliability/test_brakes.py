@@ -147,6 +147,13 @@ def test_field_conflicts_are_taken_over_and_named(fleet: Fleet) -> None:
     _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
              '{"data":{"chartVersion":"by hand"}}')
     op.stop()
+    # krypton diff says so before the upgrade (Helm 4's own dry run does not)
+    diff = subprocess.run([sys.executable, "-m", "krypton", "diff", *fleet.args(version="0.3.0")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
+                               "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    assert diff.returncode == 2, diff.stderr
+    assert f"#   ConfigMap {name}/{release} .data.chartVersion (kubectl-patch)" in diff.stdout
     bumped = fleet.start(version="0.3.0")
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterReady/remote", "True", "Upgraded")
     event = fleet.remote.wait_event(fleet.tenant_ns, name, "FieldsTakenOver")

@@ -51,3 +51,33 @@ def test_helm_4_log_lines_are_reduced_to_their_error() -> None:
     alone = ['level=ERROR msg="install failed" name=x error="the server said \\"no\\""']
     assert reduce_log_lines(alone) == ['the server said "no"']
     assert reduce_log_lines(['level=INFO msg="waiting" name=x']) == []
+
+
+def _live(**managed: dict[str, object]) -> dict[str, object]:
+    return {"kind": "Deployment", "metadata": {"name": "web", "namespace": "t1", "managedFields": [
+        {"manager": m, "operation": "Update", "fieldsV1": f} for m, f in managed.items()]},
+            "spec": {"replicas": 5, "template": {"spec": {"containers": [
+                {"name": "web", "image": "web:hand", "ports": [{"containerPort": 80}]}]}}}}
+
+
+def test_the_preview_names_what_other_managers_own_and_the_apply_changes() -> None:
+    from krypton.decisions.conflicts import owned_elsewhere
+
+    live = _live(**{
+        "helm": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            'k:{"name":"web"}': {".": {}, "f:ports": {}}}}}}},
+        "kubectl-scale": {"f:spec": {"f:replicas": {}}},
+        "kubectl-set": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            'k:{"name":"web"}': {"f:image": {}}}}}}}})
+    desired = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                   {"name": "web", "image": "web:1.1", "ports": [{"containerPort": 80}]}]}}}}
+    assert owned_elsewhere(desired, live) == [
+        Conflict("Deployment t1/web", "kubectl-scale", ".spec.replicas"),
+        Conflict("Deployment t1/web", "kubectl-set", '.spec.template.spec.containers[name="web"]'
+                                                    ".image")]
+    # the same values as the other managers set: shared ownership, no conflict
+    desired["spec"]["replicas"] = 5  # type: ignore[index]
+    desired["spec"]["template"]["spec"]["containers"][0]["image"] = "web:hand"  # type: ignore[index]
+    assert owned_elsewhere(desired, live) == []
+    assert owned_elsewhere(desired, None) == []
