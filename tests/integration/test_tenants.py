@@ -50,6 +50,7 @@ def test_namespace_owned_by_another_tenant(fleet: Fleet) -> None:
 
 def test_cluster_ref_to_another_cluster_is_skipped(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
+    fleet.register("elsewhere", fleet.home)  # another cluster of the fleet
     op = fleet.start()
     name = fleet.tenant(fleet.remote, unique("ref"), spec={"clusterRef": {"secretName": "elsewhere"}})
     c = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterProgress/remote", "False",
@@ -58,6 +59,8 @@ def test_cluster_ref_to_another_cluster_is_skipped(fleet: Fleet) -> None:
     assert fleet.remote.release_records(name, f"tenant-{name}-remote") == []
     assert op.metric("krypton_helm_processes_total", operation="install") == 0
     fleet.remote.wait_event(fleet.tenant_ns, name, "NotTargeted")
+    assert all(e.type == "Normal" for e in fleet.remote.events(fleet.tenant_ns, name)
+               if e.reason == "NotTargeted")
     skipped = [e for e in fleet.remote.events(fleet.tenant_ns, name) if e.reason == "NotTargeted"]
     assert len(skipped) == 1 and skipped[0].count == 1
 
