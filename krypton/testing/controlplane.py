@@ -429,6 +429,11 @@ class ControlPlane:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
             "--cidr", "10.244.0.0/16", "--node-ip", "127.0.0.1",
+            # the node Leases in kube-node-lease, renewed as a kubelet renews them: the
+            # heartbeat stage updates a node's status only every 10-20 minutes and counts on
+            # them, and without them the node lifecycle controller marks every node NotReady
+            # (and every pod Ready=False) after its 50 s grace period (issue 32.6)
+            "--node-lease-duration-seconds", str(NODE_LEASE_SECONDS),
             "--server-address", f"127.0.0.1:{port}"],
             w / "kwok.log")
         nodes = [self.node_manifest(f"{self.name}-node-{i}") for i in range(self.nodes)]
@@ -436,11 +441,15 @@ class ControlPlane:
 
     @staticmethod
     def node_manifest(name: str) -> dict[str, object]:
-        """A fake node that kwok manages: 32 CPUs, 256 GiB, 110 pods."""
+        """A fake node that kwok manages: 32 CPUs, 256 GiB, 110 pods, with the well-known
+        labels a kubelet sets (charts select on ``kubernetes.io/os: linux``)."""
         capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
         return {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"},
-                             "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+                             "labels": {"kubernetes.io/hostname": name, "type": "kwok",
+                                        "kubernetes.io/os": "linux",
+                                        "kubernetes.io/arch": "amd64",
+                                        "node.kubernetes.io/instance-type": "kwok"}},
                 "status": {"capacity": capacity, "allocatable": capacity}}
 
     def _kubectl_apply(self, objects: list[dict[str, object]]) -> None:
@@ -476,6 +485,7 @@ rules:
   - level: Metadata
 """
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_LEASE_SECONDS = 40  # a kubelet's default
 CONTROLLERS = ("namespace", "garbagecollector", "serviceaccount", "serviceaccount-token")
 WORKLOAD_CONTROLLERS = ("nodelifecycle", "deployment", "replicaset", "statefulset", "daemonset", "job",
                         "endpoint", "endpointslice", "podgc", "ttl-after-finished")

@@ -77,3 +77,51 @@ def test_apiserver_restart_keeps_data(testbin: Path) -> None:
         cp.restart_apiserver()
         core = client.CoreV1Api(api_for(cp))
         assert core.read_namespace("kept").metadata.name == "kept"
+
+
+NODE_MONITOR_GRACE = 50.0  # kube-controller-manager's default in Kubernetes 1.34 (not set here)
+
+
+def test_simulated_nodes_and_pods_stay_ready_past_the_grace_periods(simulated: ControlPlane
+                                                                    ) -> None:
+    """T7 / issue 32.6: across three node-monitor grace periods every simulated node stays
+    Ready (kwok renews its Lease as a kubelet does) and a running pod stays Ready; the pod
+    is scheduled by ``kubernetes.io/os: linux``, as real charts select nodes."""
+    import time
+    import uuid
+
+    api = api_for(simulated)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ns = f"long-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    labels = {"app": "long"}
+    apps.create_namespaced_deployment(ns, {
+        "metadata": {"name": "long"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "nodeSelector": {"kubernetes.io/os": "linux"},
+                     "containers": [{"name": "c", "image": "busybox"}]}}}})
+
+    def pod_ready() -> list[str]:
+        pods = core.list_namespaced_pod(ns, label_selector="app=long").items
+        return [p.metadata.name for p in pods if any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+    deadline = time.monotonic() + 60
+    while not pod_ready():
+        assert time.monotonic() < deadline, "the pod never became Ready"
+        time.sleep(0.5)
+    started, bad = time.monotonic(), []
+    while time.monotonic() - started < 3 * NODE_MONITOR_GRACE + 10:
+        for node in core.list_node(label_selector="type=kwok").items:
+            ready = [c.status for c in node.status.conditions or [] if c.type == "Ready"]
+            if ready != ["True"]:
+                bad.append(f"{time.monotonic() - started:.0f}s node {node.metadata.name} {ready}")
+        if not pod_ready():
+            bad.append(f"{time.monotonic() - started:.0f}s pod not Ready")
+        time.sleep(5)  # a sample every 5 s: a flap lasts 40 s or more
+    assert not bad, bad
+    leases = client.CoordinationV1Api(api).list_namespaced_lease("kube-node-lease").items
+    held = {lease.spec.holder_identity for lease in leases}
+    assert {n.metadata.name for n in core.list_node(label_selector="type=kwok").items} <= held
+    core.delete_namespace(ns)
