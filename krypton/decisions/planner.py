@@ -374,8 +374,10 @@ def _in_sync(obs: Observation, version: str) -> Plan:
     if ready_before or was == "Degraded":
         return Plan(Action.UNHEALTHY, "Degraded",
                     f"chart {version} was ready and is not any more: {health.summary()}")
-    if was != "ReadinessTimeout" and obs.since_applied is not None and \
-            obs.since_applied < obs.readiness_timeout:
+    # a missing time never counts as elapsed (issue 32.5; the observation counts from when
+    # it first saw the release without one)
+    if was != "ReadinessTimeout" and (obs.since_applied is None
+                                      or obs.since_applied < obs.readiness_timeout):
         return Plan(Action.AWAIT_READY, "WaitingForReadiness",
                     f"chart {version} applied; waiting for {health.summary()}")
     return Plan(Action.UNHEALTHY, "ReadinessTimeout",

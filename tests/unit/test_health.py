@@ -161,8 +161,9 @@ DECISIONS = [
      Action.UNHEALTHY, "ReadinessTimeout"),
     ("timed out stays timed out", in_sync((False, "ReadinessTimeout"), NOT_READY, since=1.0),
      Action.UNHEALTHY, "ReadinessTimeout"),
-    ("no record of when it was applied", in_sync(None, NOT_READY, since=None), Action.UNHEALTHY,
-     "ReadinessTimeout"),
+    # issue 32.5: a missing time never counts as elapsed
+    ("no record of when it was applied", in_sync(None, NOT_READY, since=None),
+     Action.AWAIT_READY, "WaitingForReadiness"),
 ]
 
 

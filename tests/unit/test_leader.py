@@ -208,3 +208,24 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
               for s in cluster.written]
     want = fingerprint("r", "c", "1.0.0", {})
     assert failed == ([] if error == "ReleaseLocked" else [want])  # one write per pass
+
+
+def test_a_missing_applied_time_counts_from_when_it_was_first_seen() -> None:
+    """Issue 32.5: a Tenant whose lastAppliedTime has not reached the cache yet is judged
+    as just applied, not as applied at the epoch."""
+
+    rt, _reconciler, _cluster = _runtime(object())
+    first = rt.observe(TENANT).since_applied
+    assert first is not None and first < 1.0
+    rt.unapplied_since[TenantKey("ns", "t")] -= 100.0  # as if first seen 100 s ago
+    assert 100.0 <= rt.observe(TENANT).since_applied < 101.0  # type: ignore[operator]
+    stamped = {**TENANT, "status": {"clusters": {"c1": {"lastAppliedTime": time_ago(30)}}}}
+    assert 29.0 <= rt.observe(stamped).since_applied < 32.0  # type: ignore[operator]
+    assert TenantKey("ns", "t") not in rt.unapplied_since  # the status has it now
+
+
+def time_ago(seconds: float) -> str:
+    import datetime as dt
+
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")

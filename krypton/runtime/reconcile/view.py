@@ -60,6 +60,8 @@ class ClusterView:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+    # per Tenant without a lastAppliedTime: when it was first seen so (monotonic)
+    unapplied_since: dict[TenantKey, float] = field(default_factory=dict)
     # every discovered cluster's name; None until known
     known_clusters: Callable[[], set[str] | None] = lambda: None
 
@@ -146,6 +148,17 @@ class ClusterView:
             decided = plan(obs)
         return obj, obs, decided
 
+    def _since_applied(self, key: TenantKey, text: Any) -> float | None:
+        """Seconds since the helm run that applied the release, from the status; where the
+        status has no time (a cached Tenant the run's own status write has not reached, a
+        release krypton took over), from when this view first saw it so: a missing time
+        never counts as elapsed (issue 32.5)."""
+        since = _since(text)
+        if since is not None:
+            self.unapplied_since.pop(key, None)
+            return since
+        return time.monotonic() - self.unapplied_since.setdefault(key, time.monotonic())
+
     def tenant_with_uid(self, uid: str | None) -> str:
         """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
         for (namespace, name), obj in self.tenants.items():
@@ -182,7 +195,7 @@ class ClusterView:
             own_namespace=own,
             namespace=NamespaceState.UNKNOWN if own else NamespaceState.OWNED,
             rollout=rollout or RolloutGate(),
-            since_applied=_since(applied.get("lastAppliedTime")),
+            since_applied=self._since_applied(view.key, applied.get("lastAppliedTime")),
             readiness_timeout=self.settings.helm_timeout,
             retry_wait=_until(applied.get("nextAttemptTime")),
             max_retries=self.settings.max_retries,
@@ -233,6 +246,7 @@ class ClusterRuntime(ClusterView):
         self.written.pop(key, None)
         self.looked_at.pop(key, None)
         self.gone.pop(key, None)
+        self.unapplied_since.pop(key, None)
         old = self.published.pop(key, None)
         if old is not None:
             metrics.TENANT_RELEASE.remove(*old)
