@@ -126,6 +126,19 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; a reader that stops reading early (``krypton diff | head``) ends
+    the command quietly, as a closed pipe ends any other command line tool."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail
+        return 141  # 128 + SIGPIPE, as a shell reports a command a pipe closed on
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not args_list:

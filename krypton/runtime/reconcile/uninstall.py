@@ -7,11 +7,9 @@ Tenant's is left, and only the finalizer goes (:func:`drop_finalizer`).
 from __future__ import annotations
 
 from krypton.adapters.events import involved_tenant
-from krypton.decisions.errors import (
-    Fenced,
-    HelmFailed,
-    TemporaryError,
-)
+from krypton.decisions import conditions as cond
+from krypton.decisions.conditions import Change
+from krypton.decisions.errors import Fenced, HelmFailed, OwnershipConflict, TemporaryError
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ReleaseStatus,
@@ -25,13 +23,14 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
     obj, release, log, key = p.obj, p.release, p.log, p.key
     involved = involved_tenant(obj)
     namespace = rt.settings.release_namespace_for(key.name)
+    present = p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED)
     try:
-        async with rt.slots.slot(rt.name):
-            fenced(rt)
-            if p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+        if present:  # nothing to uninstall is not a helm run (a second pass, issue 32.5)
+            async with rt.slots.slot(rt.name):
+                fenced(rt)
                 await look.check_ownership(rt, release, namespace,
-                                            why="is not uninstalled (the finalizer stays)")
-            await rt.helm.uninstall(release, namespace)
+                                           why="is not uninstalled (the finalizer stays)")
+                await rt.helm.uninstall(release, namespace)
         if rt.readiness is not None:
             rt.readiness.forget(key)
         if rt.settings.delete_namespace_on_uninstall and \
@@ -45,6 +44,14 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
     except (HelmFailed, TemporaryError) as exc:
         log.error("helm uninstall failed", error=str(exc))
         await rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
+        # what blocks the deletion, in the status (issue 32.4): not the progress the Tenant
+        # last reported
+        reason = exc.reason if isinstance(exc, OwnershipConflict) else "UninstallFailed"
+        message = f"deletion blocked: {exc}"
+        await status.commit(rt, obj, [Change(rt.type(cond.ERROR), True, reason, message),
+                                      Change(rt.type(cond.READY), False, reason, message),
+                                      Change(rt.type(cond.PROGRESS), False, reason, message)],
+                            log)
         return Outcome(retry=True, reason="UninstallFailed")
     rt.releases.forget(namespace, release)
     rt.unpublish(key)
@@ -52,7 +59,6 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
     await rt.recorder.emit(involved, "Normal", "HelmUninstalled",
                                 f"release {release} uninstalled")
     return await status.remove_finalizer(rt, obj)
-
 
 
 async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Outcome:
