@@ -485,6 +485,11 @@ class Kube:
             parts = [*parts, "namespaces", namespace]
         return _path(*parts, str(resource["name"]), name)
 
+    async def cluster_scoped(self, api_version: str, kind: str) -> bool | None:
+        """Whether `kind` is cluster-scoped on this cluster (None: the kind is not served)."""
+        found = await self._resource(api_version, kind)
+        return None if found is None else not found[1].get("namespaced")
+
     async def collection_path(self, api_version: str, kind: str) -> str | None:
         """The path of every object of `kind`, in all namespaces (for a watch)."""
         found = await self._resource(api_version, kind)

@@ -16,7 +16,7 @@ from krypton.adapters.kube import Kube
 from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
 from krypton.cli.view import Row
 from krypton.decisions import conflicts as fields
-from krypton.decisions import manifests, safeyaml
+from krypton.decisions import manifests, ownership, safeyaml
 from krypton.decisions.errors import KryptonError, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
@@ -169,8 +169,33 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                                                after=f"{c.name}/{name} next (chart "
                                                      f"{target.version})")
                 text += await _owned_elsewhere(c.kube, new_docs, namespace)
+                text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
                 out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
     return out
+
+
+async def _deleted_cluster_objects(kube: Kube, old_docs: list[Any], new_docs: list[Any]) -> str:
+    """The cluster-scoped objects the deployed release has and the next one does not: the
+    upgrade deletes them, for every release on the cluster that uses them (an IngressClass,
+    a CRD and its objects; issue 32.5)."""
+    kept = {(str(d.get("kind")), str((d.get("metadata") or {}).get("name")))
+            for d in new_docs if isinstance(d, dict)}
+    gone = []
+    for doc in old_docs:
+        if not isinstance(doc, dict) or not doc.get("kind") or not doc.get("apiVersion"):
+            continue
+        kind, name = str(doc["kind"]), str((doc.get("metadata") or {}).get("name"))
+        if (kind, name) in kept or ownership.kept(doc):
+            continue
+        try:
+            if await kube.cluster_scoped(str(doc["apiVersion"]), kind):
+                gone.append(f"#   {kind} {name}\n")
+        except TemporaryError:
+            continue
+    if not gone:
+        return ""
+    return ("# cluster-scoped objects this upgrade deletes (whoever else uses them loses them "
+            f"too):\n{''.join(gone)}")
 
 
 async def _owned_elsewhere(kube: Kube, docs: list[Any], namespace: str) -> str:

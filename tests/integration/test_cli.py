@@ -270,3 +270,22 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
         for name in ("krypton", "krypton-2"):
             subprocess.run([*kubectl, "-n", fleet.discovery_ns, "delete", "deployment", name,
                             "--ignore-not-found"], check=True, capture_output=True)
+
+
+def test_diff_names_the_cluster_scoped_objects_an_upgrade_deletes(fleet: Fleet,
+                                                                  tmp_path: Path) -> None:
+    """Issue 32.5: values that stop rendering a fixed-name cluster-scoped object (the
+    sample chart's shared CRD) delete it on upgrade; diff says so before it happens."""
+    with_crd = tmp_path / "with.yaml"
+    with_crd.write_text("sharedCRD: true\n")
+    fleet.register("remote", fleet.remote)
+    op = fleet.start("--chart-values-file", str(with_crd))
+    name = fleet.tenant(fleet.remote, unique("crd"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    op.stop()
+    same = krypton(fleet, "diff", *fleet.args("--chart-values-file", str(with_crd)))
+    assert "cluster-scoped objects this upgrade deletes" not in same.stdout
+    dropped = krypton(fleet, "diff", *fleet.args())  # the central values without it
+    assert dropped.returncode == 2, dropped.stderr
+    assert "# cluster-scoped objects this upgrade deletes (whoever else uses them loses " \
+           "them too):\n#   CustomResourceDefinition widgets.shared.krypton.test" in dropped.stdout
