@@ -90,6 +90,7 @@ def chart_repo(helm_bin: str) -> Iterator[object]:
     for version in SAMPLE_VERSIONS:
         repo.publish(CHARTS / "sample", version)
     repo.publish(CHARTS / "workload")
+    repo.publish(CHARTS / "shared")
     repo.start()
     try:
         yield repo

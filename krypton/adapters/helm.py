@@ -193,7 +193,8 @@ class Helm:
                                  values: dict[str, Any], *, operation: str,
                                  skip_crds: bool = False,
                                  labels: Mapping[str, str] | None = None,
-                                 force_conflicts: bool = False) -> dict[str, Any]:
+                                 force_conflicts: bool = False,
+                                 take_ownership: bool = False) -> dict[str, Any]:
         """``helm upgrade --install`` of a local chart directory; returns the release JSON.
 
         ``--reset-values`` always: helm would otherwise keep the previous release's values
@@ -207,6 +208,8 @@ class Helm:
             if labels else ()
         if force_conflicts:
             extra += ("--force-conflicts",)
+        if take_ownership:  # objects another (gone) release owned become this release's
+            extra += ("--take-ownership",)
         token = _EXTRA_ARGS.set(extra)
         try:
             return await self._run(operation, self._command.install_or_upgrade(  # type: ignore[no-any-return]

@@ -229,6 +229,9 @@ class Observation:
     # objects the chart claims that another release (or nobody) owns on the cluster, as
     # "<object> (owned by <owner>)"; None: not looked at yet
     shared: tuple[str, ...] | None = None
+    # shared objects of a release that no longer exists, which this release takes over
+    # (--adopt-orphaned-objects, the cluster's first Tenant only)
+    adopt: tuple[str, ...] = ()
     # objects of the deployed release's manifest that are gone from the cluster (F2)
     missing: tuple[str, ...] = ()
     # the release's workload as read live (F6); None: not looked at in this pass

@@ -88,6 +88,13 @@ def foreign_owner(annotations: Mapping[str, str] | None, release: str, namespace
     return f"release {ns}/{name}"
 
 
+def owner_release(annotations: Mapping[str, str] | None) -> tuple[str, str] | None:
+    """The (namespace, name) of the release an object's annotations name, if both are."""
+    annotations = annotations or {}
+    name, ns = annotations.get(RELEASE_NAME), annotations.get(RELEASE_NAMESPACE)
+    return (ns, name) if name and ns else None
+
+
 def conflicts(live: Mapping[ObjectRef, Mapping[str, str] | None], release: str,
               namespace: str) -> list[str]:
     """"<object> is owned by <owner>" for every live object this release must not delete.

@@ -80,6 +80,10 @@ class ReleaseIndex:
             cluster = self._labels.get((namespace, release), (None, None))[1]
             self._labels[(namespace, release)] = (owner, cluster)
 
+    def names(self) -> list[Key]:
+        """Every release with a record: (namespace, name)."""
+        return list(self._records)
+
     def clusters(self) -> dict[Key, str | None]:
         """Every release's cluster label: (namespace, release) -> name (None: unlabelled)."""
         return {key: self._labels.get(key, (None, None))[1] for key in self._records}

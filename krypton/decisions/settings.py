@@ -177,6 +177,9 @@ OPTIONS: tuple[Opt, ...] = (
         "(only a namespace krypton created)", False, boolean),
     Opt("adopt_namespaces", "Install into a Tenant namespace that exists but was not created "
         "by krypton (it is then never deleted)", False, boolean),
+    Opt("adopt_orphaned_objects", "Let the first Tenant of a cluster take over the chart's "
+        "shared objects (a CRD, an IngressClass) whose owning release no longer exists "
+        "(helm --take-ownership), named in an Event", False, boolean),
     # progressive rollout (F1)
     Opt("rollout_canary_clusters", "Clusters that take a fleet-wide change first (comma list)",
         "", env=("KRYPTON_ROLLOUT_CANARY_CLUSTERS",)),
@@ -264,6 +267,7 @@ class Settings:
     chart_fetch_timeout: float = _default("chart_fetch_timeout")
     delete_namespace_on_uninstall: bool = _default("delete_namespace_on_uninstall")
     adopt_namespaces: bool = _default("adopt_namespaces")
+    adopt_orphaned_objects: bool = _default("adopt_orphaned_objects")
     rollout_canary_clusters: str = _default("rollout_canary_clusters")
     rollout_max_parallel_clusters: int = _default("rollout_max_parallel_clusters")
     rollout_max_failures: int = _default("rollout_max_failures")
@@ -323,7 +327,8 @@ TOPICS = (
     ("watch cluster", ("watch_kubeconfig", "watch_kubeconfig_", "watch_context",
                        "ensure_watch_crds")),
     ("Tenants and namespaces", ("watch_namespace", "release_namespace", "crd_policy",
-                                "delete_namespace_on_uninstall", "adopt_namespaces")),
+                                "delete_namespace_on_uninstall", "adopt_namespaces",
+                                "adopt_orphaned_objects")),
     ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout",
                    "max_retries", "retry_backoff_max")),
     ("helm", ("helm_",)),

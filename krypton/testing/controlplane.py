@@ -502,7 +502,24 @@ def kwok_stages(directory: Path, pod_ready_delay: float) -> str:
         if name == "pod-ready":
             stage["spec"]["delay"] = {"durationMilliseconds": int(pod_ready_delay * 1000)}
         docs.append(stage)
+    docs.append(LOAD_BALANCER_STAGE)
     return str(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+# The test bed's load-balancer controller: a Service of type LoadBalancer gets an ingress
+# address (loopback), as a cloud's controller would give it one, so that charts with one
+# (ingress-nginx's shape) become ready on simulated nodes.
+LOAD_BALANCER_STAGE: dict[str, object] = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
+    "metadata": {"name": "service-load-balancer"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Service"},
+        "selector": {"matchExpressions": [
+            {"key": ".spec.type", "operator": "In", "values": ["LoadBalancer"]},
+            {"key": ".status.loadBalancer.ingress", "operator": "DoesNotExist"}]},
+        "next": {"statusTemplate": "loadBalancer:\n  ingress:\n  - ip: 127.0.0.1\n"},
+    },
+}
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -97,6 +97,9 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     except HelmFailed as exc:
         return reports.failed(rt, p, verb, exc)
     events = [] if taken is None else [("Normal", "FieldsTakenOver", taken)]
+    if p.obs.adopt:  # issue 32.3: said once, by the run that took them
+        events.append(("Normal", "SharedObjectsAdopted",
+                       f"release {p.release} took over {'; '.join(p.obs.adopt)}"))
     revision = int(result.get("version") or 0)
     rt.releases.note(namespace, p.release, revision,
                           ReleaseStatus.parse((result.get("info") or {}).get("status")),
@@ -131,7 +134,7 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
                        Change(rt.type(cond.ERROR), False, done, "no error"),
                        Change(rt.type(cond.PROGRESS), True, "WaitingForReadiness", wait)],
                       applied=applied, last_chart=chart.ref,
-                      event=("Normal", f"Helm{done}", wait),
+                      event=("Normal", f"Helm{done}", wait), events=events,
                       outcome=Outcome(requeue_after=look.readiness_requeue(rt, key, 0.0),
                                       reason="WaitingForReadiness"))
     report = Report([Change(rt.type(cond.READY), True, done, message),
@@ -157,7 +160,8 @@ async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str
     chart = p.chart
     run = functools.partial(rt.helm.install_or_upgrade, p.release, chart.path,
                             namespace, chart.values, operation=verb.lower(), skip_crds=True,
-                            labels=release_labels(rt.name, p))
+                            labels=release_labels(rt.name, p),
+                            take_ownership=bool(p.obs.adopt))
     try:
         return await run(), None
     except FieldConflict as exc:

@@ -17,10 +17,12 @@ from krypton.decisions.errors import (
 from krypton.decisions.health import Health
 from krypton.decisions.model import (
     Observation,
+    ReleaseStatus,
     TenantKey,
     TenantView,
     release_name,
 )
+from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.releases import decode_release
 from krypton.runtime.reconcile.model import Workload
 from krypton.runtime.reconcile.view import ClusterRuntime
@@ -176,8 +178,42 @@ async def check_ownership(rt: ClusterRuntime, release: str, namespace: str, *,
         if annotations is not None:
             live[ref] = annotations
     found = ownership.conflicts(live, release, namespace)
+    found += await _rendered_elsewhere(rt, [ref for ref in live if ref not in found],
+                                       release, namespace)
     if found:
         raise OwnershipConflict(
             f"release {release} {why} without deleting objects it does not own: "
             f"{'; '.join(found[:5])}"
             + (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
+
+
+async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release: str,
+                              namespace: str) -> list[str]:
+    """Of this release's cluster-scoped objects `refs`, those the deployed manifest of
+    another live release on the cluster also lists (two releases that raced for it before
+    the claim of the first Tenant): helm would delete it under that release (issue 32.2)."""
+    shared = [ref for ref in refs
+              if ref.namespace is None and await rt.kube.cluster_scoped(ref.api_version, ref.kind)]
+    if not shared:
+        return []
+    found = []
+    driver = rt.settings.helm_driver
+    for other_ns, other in rt.releases.names():
+        if (other_ns, other) == (namespace, release):
+            continue
+        observed = rt.releases.observe(other_ns, other)
+        if observed.status not in (ReleaseStatus.DEPLOYED, ReleaseStatus.FAILED):
+            continue
+        record = await rt.kube.release_record(
+            driver, other_ns, f"sh.helm.release.v1.{other}.v{observed.revision}")
+        try:
+            docs = safeyaml.load_all(str(decode_release(record or {}, driver).get("manifest")
+                                         or ""), safeyaml.CHART_CRDS, what=f"manifest of {other}")
+        except (ValueError, safeyaml.YamlRejected):
+            continue
+        theirs = set(ownership.manifest_objects(docs))
+        found += [f"{ref} is also in the manifest of release {other_ns}/{other}, which would "
+                  "lose it (uninstall that release first, or upgrade this one with values "
+                  "that do not render it)" for ref in shared if ref in theirs]
+    return found
+

@@ -30,12 +30,13 @@ from krypton.decisions.model import (
     ChartTarget,
     NamespaceState,
     Observation,
+    ReleaseStatus,
     RolloutGate,
     TenantKey,
     release_name,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.planner import Action, Plan, plan
+from krypton.decisions.planner import Action, Plan, admission, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
@@ -73,22 +74,71 @@ class ClusterView:
         fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
         return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
 
-    async def shared_conflicts(self, chart: ChartTarget, release: str,
-                               namespace: str) -> tuple[str, ...]:
-        """The objects `chart` renders alike for every release (issue 12) that exist on the
-        cluster and are not `release`'s: each as "<object> (owned by <owner>)". A kind the
-        cluster does not serve, or a namespaced kind (looked for in the release's own
-        namespace), finds nothing to conflict with."""
-        found = []
+    async def shared_conflicts(self, chart: ChartTarget, release: str, namespace: str,
+                               key: TenantKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The objects `chart` renders alike for every release (issue 12) that Tenant `key`'s
+        `release` may not take, each as "<object> (<why>)", and those it may adopt.
+
+        - An object owned by another release that exists: not this release's (helm would
+          refuse it, every retry again).
+        - An object owned by a release that no longer exists (kept by
+          ``helm.sh/resource-policy: keep``): adopted by the first Tenant of the cluster
+          under --adopt-orphaned-objects, else refused with the way out (issue 32.3).
+        - An object nobody has created yet: claimed for the first Tenant of the cluster
+          only (:meth:`first_tenant`), so that the first installs of a new cluster or chart,
+          which run in parallel and each find nothing, cannot all create it (issue 32.1).
+        A kind the cluster does not serve, or a namespaced kind (looked for in the release's
+        own namespace), finds nothing to conflict with."""
+        found, orphaned, absent = [], [], []
         for ref in await self.chart.shared_objects(chart.fingerprint,
                                                    lambda: self._candidates(chart)):
             annotations = await self.kube.object_annotations(
                 ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
-            owner = None if annotations is None else \
-                ownership.foreign_owner(annotations, release, namespace)
-            if owner is not None:
-                found.append(f"{ref} (owned by {owner})")
-        return tuple(found)
+            if annotations is None:
+                if ref.namespace or await self.kube.cluster_scoped(ref.api_version, ref.kind):
+                    absent.append(ref)
+                continue
+            owner = ownership.foreign_owner(annotations, release, namespace)
+            if owner is None:
+                continue
+            gone = ownership.owner_release(annotations)
+            if gone is not None and self.releases.observe(*gone).status in (
+                    ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED) and \
+                    self.settings.shared_release_namespace is None:
+                orphaned.append((ref, owner))
+                continue
+            found.append(f"{ref} (owned by {owner})")
+        first = self.first_tenant() if absent or orphaned else None
+        owned = bool(found)  # already refused for objects another release holds
+        for ref in absent:
+            if first is not None and first != key and not owned:
+                found.append(f"{ref} (claimed for the release of Tenant {first}, the first "
+                             "Tenant of this cluster: it alone creates the shared objects)")
+        adopt = []
+        for ref, owner in orphaned:
+            if not self.settings.adopt_orphaned_objects:
+                found.append(f"{ref} (owned by {owner}, which no longer exists: "
+                             "--adopt-orphaned-objects lets the first Tenant of the cluster "
+                             "take it over, or remove it)")
+            elif first != key:
+                found.append(f"{ref} (owned by {owner}, which no longer exists; claimed for "
+                             f"adoption by the release of Tenant {first}, the first Tenant)")
+            else:
+                adopt.append(f"{ref} (from {owner}, which no longer exists)")
+        return tuple(found), tuple(adopt)
+
+    def first_tenant(self) -> TenantKey | None:
+        """The Tenant of this cluster whose release alone may create (or adopt) the chart's
+        shared objects: of the Tenants this cluster serves (the planner's admission rules),
+        the one created first, then by namespace and name. Every replica and every restart
+        finds the same one from the same Tenant objects, so the claim holds without a
+        record of its own; when that Tenant goes, the next one takes over."""
+        served = []
+        for (ns, name), obj in list(self.tenants.items()):
+            if admission(self.observe(obj)) is None:
+                created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+                served.append((created, ns, name))
+        return TenantKey(*min(served)[1:]) if served else None
 
     async def _candidates(self, chart: ChartTarget) -> tuple[ObjectRef, ...]:
         try:
@@ -135,8 +185,8 @@ class ClusterView:
                 obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
             elif decided.action is Action.OBSERVE_SHARED:
                 assert isinstance(obs.chart, ChartTarget)
-                obs = dataclasses.replace(obs, shared=await self.shared_conflicts(
-                    obs.chart, release, namespace))
+                shared, adopt = await self.shared_conflicts(obs.chart, release, namespace, key)
+                obs = dataclasses.replace(obs, shared=shared, adopt=adopt)
             elif decided.action is Action.SKIP and look is not None and not looked:
                 looked = True
                 seen = await look(obs)
