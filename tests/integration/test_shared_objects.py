@@ -17,6 +17,8 @@ from krypton.testing import ControlPlane
 from krypton.testing.operator import kubeconfig_secret, wait_for
 from tests.integration.conftest import Cluster, Fleet
 
+pytestmark = pytest.mark.helm3lane  # also run on Helm 3 (make test-helm3)
+
 CRD = ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "gadgets.shared.krypton.test")
 INGRESS_CLASS = ("networking.k8s.io", "v1", "ingressclasses", "krypton-shared")
 WEBHOOK = ("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
