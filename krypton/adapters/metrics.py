@@ -63,6 +63,9 @@ RELEASES_STALLED = Gauge("krypton_releases_stalled",
 ORPHANED_RELEASES = Gauge("krypton_orphaned_releases",
                           "Releases on the cluster made for a cluster name no longer discovered "
                           "(a renamed or removed cluster Secret)", ["cluster"])
+LEASE_HOLDER = Gauge("krypton_lease_holder",
+                     "1 for the holder of the leader Lease while this replica stands by "
+                     "(the series of an earlier holder is removed)", ["lease", "holder"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
                        "How late the event loop's heartbeat ran last (0 when on time)")
 

@@ -83,6 +83,9 @@ class LeaderElector:
         if said == self._reported:
             return
         self._reported = said
+        if self.holder and self.holder != holder:
+            metrics.LEASE_HOLDER.remove(self.lease, self.holder)
+        metrics.LEASE_HOLDER.labels(self.lease, holder).set(1)
         self.holder, self.doubts = holder, doubts
         metrics.LEASE_NOT_BELIEVED.labels(self.lease).set(1 if doubts else 0)
         if not doubts:

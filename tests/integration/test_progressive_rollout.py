@@ -4,6 +4,9 @@ failing version, resume after an operator restart."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -98,6 +101,17 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     assert mine["revision"] == now["home"][1][-1][0] and mine["chartVersion"] == "0.2.0"
     assert mine["revertedFingerprint"] == mine["failedFingerprint"] != mine["fingerprint"]
     fleet.home.wait_event(fleet.tenant_ns, h, "RolloutReverted")
+    # krypton plan takes the rollout's gate as the operator does (issue 26): the clusters it
+    # holds say held, not "upgrade"
+    args = fleet.args(*ROLLOUT, "--rollout-auto-revert", version="0.9.0")
+    args[args.index(fleet.chart_repo.url)] = repo.url
+    planned = subprocess.run([sys.executable, "-m", "krypton", "plan", *args, "-o", "json"],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
+                                  "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    rows = {r["cluster"]: r for r in json.loads(planned.stdout) if r["tenant"]}
+    assert {c: (rows[c]["action"], rows[c]["reason"]) for c in ("remote", "remote2")} == \
+        {"remote": ("held", "RolloutHalted"), "remote2": ("held", "RolloutHalted")}, planned.stderr
     # ... and the rollout reports what the releases did, once all of them are through
     state = wait_for(lambda: (s := rollout_state(fleet)) and s["revert_reported"] and s, 30,
                      what="the revert's outcome in the rollout state")

@@ -321,6 +321,8 @@ def test_a_hand_written_leader_lease_does_not_stop_the_fleet(fleet: Fleet) -> No
     event = fleet.home.wait_event(fleet.tenant_ns, lease, "LeaseNotBelieved")
     assert "renewTime 2099-01-01T00:00:00.000000Z is in the future" in event.message
     assert op.metric("krypton_lease_not_believed", lease=f"{fleet.tenant_ns}/{lease}") == 1
+    assert op.metric("krypton_lease_holder", lease=f"{fleet.tenant_ns}/{lease}",
+                     holder="ghost") == 1
     wait_for(lambda: "became leader" in op.log_text(), 30, what="leadership after 10 s")
     name = fleet.tenant(fleet.remote, unique("led"))
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
