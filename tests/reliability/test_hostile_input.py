@@ -621,6 +621,12 @@ def test_a_tenants_uninstall_never_deletes_what_another_release_owns_now(
         refused = fleet.remote.wait_event(fleet.tenant_ns, a, "HelmUninstallFailed")
         assert f"CustomResourceDefinition {CRD} is owned by release other/tenant-other-remote" \
             in refused.message, refused.message
+        # issue 32.4: what blocks the deletion is in the status (the MESSAGE column of
+        # kubectl get tenants), not the progress the Tenant last reported
+        fleet.remote.wait_condition(fleet.tenant_ns, a, "ClusterError/remote", "True",
+                                    "OwnershipConflict")
+        summary = fleet.remote.condition(fleet.tenant_ns, a, "Ready") or {}
+        assert summary.get("message", "").startswith("remote: deletion blocked: release "), summary
         assert _crd_annotations(fleet.remote) is not None
         assert fleet.remote.release_records(a, f"tenant-{a}-remote") == [(1, "deployed")]
         assert "mesh.openkcm.io/release-cleanup" in \
