@@ -4,9 +4,6 @@ failing version, resume after an operator restart."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -14,6 +11,7 @@ import pytest
 from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.conftest import CHARTS
+from tests.integration.test_cli import krypton
 
 from .conftest import Cluster, Fleet, unique
 
@@ -105,10 +103,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     # holds say held, not "upgrade"
     args = fleet.args(*ROLLOUT, "--rollout-auto-revert", version="0.9.0")
     args[args.index(fleet.chart_repo.url)] = repo.url
-    planned = subprocess.run([sys.executable, "-m", "krypton", "plan", *args, "-o", "json"],
-                             capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
-                                  "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    planned = krypton(fleet, "plan", *args, "-o", "json")
     rows = {r["cluster"]: r for r in json.loads(planned.stdout) if r["tenant"]}
     assert {c: (rows[c]["action"], rows[c]["reason"]) for c in ("remote", "remote2")} == \
         {"remote": ("held", "RolloutHalted"), "remote2": ("held", "RolloutHalted")}, planned.stderr
@@ -146,7 +141,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     assert {k: v[0] for k, v in final.items()} == {"home": "0.3.0", "remote": "0.3.0",
                                                   "remote2": "0.3.0"}
     assert final["home"][1] == canary_records  # the canary was not upgraded again
-    from .test_cli import krypton, run_flags
+    from .test_cli import run_flags
 
     status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
     assert "rollout to 0.3.0: Complete" in status.stdout

@@ -5,9 +5,7 @@ processes the operator started (its own metric) and reads the retry record it wr
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import yaml
 from krypton.decisions.model import epoch_seconds
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Fleet, unique
+from tests.integration.test_cli import krypton
 
 FAIL = "failRender: this chart refuses to render\n"  # the sample chart's template `fail`
 
@@ -62,11 +61,7 @@ def test_a_failing_install_slows_down_and_stalls(fleet: Fleet, tmp_path: Path) -
              what="a pass after the poke")
     assert runs(op, "install") == 3
     # krypton retry: a fresh budget (three more attempts), then stalled again
-    again = subprocess.run(
-        [sys.executable, "-m", "krypton", "retry", f"{fleet.tenant_ns}/{name}",
-         *fleet.args()[:4]], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
-             "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    again = krypton(fleet, "retry", f"{fleet.tenant_ns}/{name}", *fleet.args()[:4])
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"remote: retry of {fleet.tenant_ns}/{name} asked for")
     wait_for(lambda: runs(op, "install") == 6, 60, what="three more attempts")
@@ -139,19 +134,9 @@ def test_a_failing_first_install_cycle_is_braked_too(fleet: Fleet) -> None:
 def test_field_conflicts_are_taken_over_and_named(fleet: Fleet) -> None:
     """Helm 4: a field a `kubectl patch` took (manager kubectl-patch), then a chart bump.
     Taken over by default, with an Event naming it."""
-    fleet.register("remote", fleet.remote)
-    op = fleet.start()
-    name = fleet.tenant(fleet.remote, unique("fld"))
-    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
-    release = f"tenant-{name}-remote"
-    _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
-             '{"data":{"chartVersion":"by hand"}}')
-    op.stop()
+    name, release = _patched_by_hand(fleet, "fld")
     # krypton diff says so before the upgrade (Helm 4's own dry run does not)
-    diff = subprocess.run([sys.executable, "-m", "krypton", "diff", *fleet.args(version="0.3.0")],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KRYPTON_FROM_DEPLOYMENT": "none",
-                               "PATH": f"{fleet.testbin}:{os.environ['PATH']}"})
+    diff = krypton(fleet, "diff", *fleet.args(version="0.3.0"))
     assert diff.returncode == 2, diff.stderr
     assert f"#   ConfigMap {name}/{release} .data.chartVersion (kubectl-patch)" in diff.stdout
     bumped = fleet.start(version="0.3.0")
@@ -166,14 +151,7 @@ def test_field_conflicts_are_taken_over_and_named(fleet: Fleet) -> None:
 
 
 def test_field_conflicts_refused_say_what_and_slow_down(fleet: Fleet) -> None:
-    fleet.register("remote", fleet.remote)
-    op = fleet.start()
-    name = fleet.tenant(fleet.remote, unique("nof"))
-    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
-    release = f"tenant-{name}-remote"
-    _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
-             '{"data":{"chartVersion":"by hand"}}')
-    op.stop()
+    name, release = _patched_by_hand(fleet, "nof")
     held = fleet.start("--helm-force-conflicts=false", version="0.3.0")
     refused = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
                                           "FieldConflict")
@@ -183,6 +161,20 @@ def test_field_conflicts_refused_say_what_and_slow_down(fleet: Fleet) -> None:
     since = time.time()
     wait_for(lambda: time.time() - since > 25, 35, interval=1.0, what="25 s")
     assert 2 <= runs(held, "upgrade") <= 3  # at 0, ~10 and ~30 s: not one a second
+
+
+def _patched_by_hand(fleet: Fleet, prefix: str) -> tuple[str, str]:
+    """A Tenant installed at 0.2.0 whose ConfigMap's chartVersion a `kubectl patch` then set
+    (field manager kubectl-patch); the operator that installed it stopped."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique(prefix))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    _kubectl(fleet, "-n", name, "patch", "configmap", release, "-p",
+             '{"data":{"chartVersion":"by hand"}}')
+    op.stop()
+    return name, release
 
 
 def _kubectl(fleet: Fleet, *args: str) -> str:

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from krypton.testing import ControlPlane
 from krypton.testing.operator import OperatorProcess, kubeconfig_secret, wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
-from tests.reliability.test_hostile_input import Responder
+from tests.reliability.test_hostile_input import Responder, _gone
 
 LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 OSC = "\x1b]8;;https://evil.example/\x07click\x1b]8;;\x07"
@@ -158,14 +157,6 @@ def _all_namespaces(fleet: Fleet, *extra: str) -> OperatorProcess:
     op.start()
     op.wait_ready()
     return op
-
-
-def _gone(cluster: Cluster, namespace: str, name: str) -> bool:
-    try:
-        cluster.tenant(namespace, name)
-    except ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 def test_a_tenant_of_the_same_name_never_takes_over_the_release(fleet: Fleet,
