@@ -191,7 +191,8 @@ async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release
                               namespace: str) -> list[str]:
     """Of this release's cluster-scoped objects `refs`, those the deployed manifest of
     another live release on the cluster also lists (two releases that raced for it before
-    the claim of the first Tenant): helm would delete it under that release (issue 32.2)."""
+    the claim of the first Tenant): helm would delete it under that release (issue 32.2).
+    A release left behind by a Tenant that no longer exists does not count."""
     shared = [ref for ref in refs
               if ref.namespace is None and await rt.kube.cluster_scoped(ref.api_version, ref.kind)]
     if not shared:
@@ -202,7 +203,11 @@ async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release
         if (other_ns, other) == (namespace, release):
             continue
         observed = rt.releases.observe(other_ns, other)
-        if observed.status not in (ReleaseStatus.DEPLOYED, ReleaseStatus.FAILED):
+        # live: deployed, and its Tenant still served here (by the UID it is labelled
+        # with); a deployed release without a label (made before them, or by hand) counts
+        # as live too, to be safe
+        if observed.status is not ReleaseStatus.DEPLOYED or (
+                observed.owner_uid and not rt.tenant_with_uid(observed.owner_uid)):
             continue
         record = await rt.kube.release_record(
             driver, other_ns, f"sh.helm.release.v1.{other}.v{observed.revision}")
