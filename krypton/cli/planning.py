@@ -96,6 +96,10 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                 (t.get("status") or {}).get("lastAppliedChart"), obs.chart.repo, obs.chart.name,
                 obs.chart.version, None if deployed is None else deployed.get("config") or {},
                 obs.chart.values)
+            if deployed is not None and decided.action in HELM_ACTIONS:
+                gone = await _fixed_objects_dropped(view, kube, obs.chart, deployed, release)
+                if gone:
+                    change = "; ".join(filter(None, (change, f"deletes {', '.join(gone)}")))
         rows.append(Row(
             c.name, meta["namespace"], meta["name"], release=release,
             chart_version=f"{old_version} -> {new_version}",
@@ -172,6 +176,31 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                 text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
                 out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
     return out
+
+
+async def _fixed_objects_dropped(view: ClusterView, kube: Kube, chart: ChartTarget,
+                                 deployed: dict[str, Any], release: str) -> list[str]:
+    """The cluster-scoped objects of a fixed name (not named after the release) that the
+    deployed release has and the next chart version and values no longer render: an upgrade
+    deletes them for every release that uses them (issue 32.5). Read from the chart's
+    shared objects, rendered once per fingerprint, so a plan starts no helm per Tenant."""
+    try:
+        docs = safeyaml.load_all(str(deployed.get("manifest") or ""), safeyaml.CHART_CRDS,
+                                 what=f"manifest of {release}")
+    except safeyaml.YamlRejected:
+        return []
+    rendered = set(await view.chart.shared_objects(chart.fingerprint,
+                                                   lambda: view.candidates(chart)))
+    gone = []
+    for ref in ownership.manifest_objects(d for d in docs if not ownership.kept(d)):
+        if ref.namespace or release in ref.name or ref in rendered:
+            continue
+        try:
+            if await kube.cluster_scoped(ref.api_version, ref.kind):
+                gone.append(f"{ref.kind} {ref.name}")
+        except TemporaryError:
+            continue
+    return gone
 
 
 async def _deleted_cluster_objects(kube: Kube, old_docs: list[Any], new_docs: list[Any]) -> str:

@@ -56,5 +56,7 @@ def helm_failure(cap: float) -> Policy:
     return Policy(first=min(HELM_FIRST_RETRY, cap), cap=cap, jitter=0.1)
 
 
+# a status write that met a conflict (409): read again and written again at once, briefly
+STATUS_CONFLICT = Policy(first=0.02, cap=0.2)
 # the fingerprint annotation write after a helm run: never retried by running helm again
 FINGERPRINT_WRITE = Policy(first=0.2, cap=5.0, attempts=5)

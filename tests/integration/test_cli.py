@@ -272,7 +272,7 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
                             "--ignore-not-found"], check=True, capture_output=True)
 
 
-def test_diff_names_the_cluster_scoped_objects_an_upgrade_deletes(fleet: Fleet,
+def test_diff_and_plan_name_the_cluster_scoped_objects_an_upgrade_deletes(fleet: Fleet,
                                                                   tmp_path: Path) -> None:
     """Issue 32.5: values that stop rendering a fixed-name cluster-scoped object (the
     sample chart's shared CRD) delete it on upgrade; diff says so before it happens."""
@@ -289,3 +289,7 @@ def test_diff_names_the_cluster_scoped_objects_an_upgrade_deletes(fleet: Fleet,
     assert dropped.returncode == 2, dropped.stderr
     assert "# cluster-scoped objects this upgrade deletes (whoever else uses them loses " \
            "them too):\n#   CustomResourceDefinition widgets.shared.krypton.test" in dropped.stdout
+    planned = krypton(fleet, "plan", *fleet.args(), "-o", "json")
+    [row] = [r for r in json.loads(planned.stdout) if r["tenant"] == name]
+    assert row["action"] == "upgrade"
+    assert row["change"].endswith("deletes CustomResourceDefinition widgets.shared.krypton.test")

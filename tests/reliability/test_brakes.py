@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from krypton.decisions.model import epoch_seconds
@@ -33,6 +34,7 @@ def failures(fleet: Fleet, name: str) -> int:
     return int(record(fleet, name).get("failures") or 0)
 
 
+@pytest.mark.helm3lane  # Helm 3 fails the same way: the same brakes
 def test_a_failing_install_slows_down_and_stalls(fleet: Fleet, tmp_path: Path) -> None:
     """A template `fail` in per-cluster values: attempts at 0, 5, 10 s (the cap 5 s), then
     RetriesExhausted after --max-retries 2; nothing runs while stalled; `krypton retry`
@@ -75,6 +77,7 @@ def test_a_failing_install_slows_down_and_stalls(fleet: Fleet, tmp_path: Path) -
     assert runs(op, "install") == 7  # one more run, for the new target
 
 
+@pytest.mark.helm3lane  # Helm 3 fails the same way: the same brakes
 def test_the_backoff_survives_a_restart(fleet: Fleet) -> None:
     """Stopped between two attempts, a new operator waits for the next attempt the status
     names (no helm run before it), and counts on from there."""
@@ -100,6 +103,7 @@ def test_the_backoff_survives_a_restart(fleet: Fleet) -> None:
     wait_for(lambda: failures(fleet, name) == 3, 30, what="the third failure counted")
 
 
+@pytest.mark.helm3lane  # Helm 3 fails the same way: the same brakes
 def test_a_new_chart_version_resets_the_count(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote, values=FAIL)
     op = fleet.start("--retry-backoff-max", "60s")
@@ -114,6 +118,7 @@ def test_a_new_chart_version_resets_the_count(fleet: Fleet) -> None:
     assert failures(fleet, name) == 1
 
 
+@pytest.mark.helm3lane  # Helm 3 fails the same way: the same brakes
 def test_a_failing_first_install_cycle_is_braked_too(fleet: Fleet) -> None:
     """An object the API server refuses: helm leaves a failed release, and the recovery
     (uninstall, then install) is counted against the same budget: in 40 s at most four

@@ -229,3 +229,32 @@ def time_ago(seconds: float) -> str:
 
     return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime(
         "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
+    """Issue 32.5 (45 uninstall processes for 40 Tenants): a pass over a deleting Tenant
+    whose release is already gone removes the finalizer without a helm uninstall."""
+    calls: list[str] = []
+
+    class Helm:
+        async def uninstall(self, release: str, _namespace: str) -> None:
+            calls.append(release)
+
+    rt, reconciler, _cluster = _runtime(Helm())
+    deleting = {**TENANT, "metadata": {**TENANT["metadata"],
+                                       "deletionTimestamp": "2026-11-23T12:00:00Z"}}
+    rt.tenants[("ns", "t")] = deleting
+    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert calls == []
+    # with a release record, it is uninstalled (once)
+    rt.releases.on_event("ADDED", {"metadata": {"namespace": "t", "labels": {
+        "owner": "helm", "name": "tenant-t-c1", "version": "1", "status": "deployed",
+        "mesh.openkcm.io/tenant-uid": "u"}}})
+
+    class Manifest:
+        async def manifest(self, *_a: object) -> list[Any]:
+            return []
+
+    rt.helm.manifest = Manifest().manifest  # type: ignore[attr-defined]
+    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert calls == ["tenant-t-c1"]

@@ -80,7 +80,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
             if fresh is None:
                 return obj, False
             obj = fresh
-            await asyncio.sleep(0.02 * (attempt + 1))
+            await asyncio.sleep(retry.STATUS_CONFLICT.delay(attempt + 1))
             continue
         if status.get("phase") != phase:
             log.info("phase set", phase=phase)

@@ -91,7 +91,7 @@ class ClusterView:
         own namespace), finds nothing to conflict with."""
         found, orphaned, absent = [], [], []
         for ref in await self.chart.shared_objects(chart.fingerprint,
-                                                   lambda: self._candidates(chart)):
+                                                   lambda: self.candidates(chart)):
             annotations = await self.kube.object_annotations(
                 ref.api_version, ref.kind, ref.name, ref.namespace or namespace)
             if annotations is None:
@@ -140,7 +140,7 @@ class ClusterView:
                 served.append((created, ns, name))
         return TenantKey(*min(served)[1:]) if served else None
 
-    async def _candidates(self, chart: ChartTarget) -> tuple[ObjectRef, ...]:
+    async def candidates(self, chart: ChartTarget) -> tuple[ObjectRef, ...]:
         try:
             first, second = [await self._render(chart, probe) for probe in SHARED_PROBES]
         except HelmFailed as exc:
