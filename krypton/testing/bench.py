@@ -621,12 +621,14 @@ def failure_storm(bed: Bed) -> dict[str, Any]:
     result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total}
     log(f"(j) {total} releases whose upgrade fails, default schedule, {STORM_MINUTES} min")
     op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad))
+    op.wait_ready()
     result["default"] = {"settings": "--max-retries 8 --retry-backoff-max 600s",
                          **_per_minute(op, STORM_MINUTES, total)}
     op.stop()
     log(f"(j) the same with --max-retries 3 --retry-backoff-max 20s, {STALL_MINUTES} min")
     op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad),
                       "--max-retries", "3", "--retry-backoff-max", "20s")
+    op.wait_ready()
     result["stalling"] = {"settings": "--max-retries 3 --retry-backoff-max 20s",
                           **_per_minute(op, STALL_MINUTES, total)}
     result["stalling"]["stalled"] = sum(op.metric("krypton_releases_stalled", cluster=c)
