@@ -34,6 +34,7 @@ Figures only: nothing here passes or fails on timing.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -46,6 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -599,6 +601,15 @@ STORM_MINUTES = int(os.environ.get("KRYPTON_BENCH_STORM_MINUTES", "12"))
 STALL_MINUTES = int(os.environ.get("KRYPTON_BENCH_STALL_MINUTES", "4"))
 
 
+@contextlib.contextmanager
+def stopped_after(op: OperatorProcess) -> Iterator[OperatorProcess]:
+    """A started operator, stopped however the block ends."""
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
 def failure_storm(bed: Bed) -> dict[str, Any]:
     """(j) SPEC P3: N Tenants x 2 clusters whose upgrade always fails (a template `fail` in
     the central values): helm processes, API writes and Events per minute with the default
@@ -612,28 +623,26 @@ def failure_storm(bed: Bed) -> dict[str, Any]:
             bed.create_tenant(c, ns, f"s-{i:03d}")
         bed.register(discovery, c, c)
     total = 2 * n
-    op = bed.operator(discovery, ns, "0.2.0")
-    wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
-             what=f"{total} Ready")
-    op.stop()
     bad = Path(tempfile.mkdtemp(prefix="krypton-bench-")) / "fail.yaml"
     bad.write_text("failRender: the upgrade of this chart always fails\n")
     result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total}
+    with stopped_after(bed.operator(discovery, ns, "0.2.0")):
+        wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
+                 what=f"{total} Ready")
     log(f"(j) {total} releases whose upgrade fails, default schedule, {STORM_MINUTES} min")
-    op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad))
-    op.wait_ready()
-    result["default"] = {"settings": "--max-retries 8 --retry-backoff-max 600s",
-                         **_per_minute(op, STORM_MINUTES, total)}
-    op.stop()
+    with stopped_after(bed.operator(discovery, ns, "0.3.0", "--chart-values-file",
+                                    str(bad))) as op:
+        op.wait_ready()
+        result["default"] = {"settings": "--max-retries 8 --retry-backoff-max 600s",
+                             **_per_minute(op, STORM_MINUTES, total)}
     log(f"(j) the same with --max-retries 3 --retry-backoff-max 20s, {STALL_MINUTES} min")
-    op = bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad),
-                      "--max-retries", "3", "--retry-backoff-max", "20s")
-    op.wait_ready()
-    result["stalling"] = {"settings": "--max-retries 3 --retry-backoff-max 20s",
-                          **_per_minute(op, STALL_MINUTES, total)}
-    result["stalling"]["stalled"] = sum(op.metric("krypton_releases_stalled", cluster=c)
-                                        for c in bed.clusters)
-    op.stop()
+    with stopped_after(bed.operator(discovery, ns, "0.3.0", "--chart-values-file", str(bad),
+                                    "--max-retries", "3", "--retry-backoff-max", "20s")) as op:
+        op.wait_ready()
+        result["stalling"] = {"settings": "--max-retries 3 --retry-backoff-max 20s",
+                              **_per_minute(op, STALL_MINUTES, total)}
+        result["stalling"]["stalled"] = sum(op.metric("krypton_releases_stalled", cluster=c)
+                                            for c in bed.clusters)
     return result
 
 
