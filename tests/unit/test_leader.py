@@ -258,3 +258,25 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     rt.helm.manifest = Manifest().manifest  # type: ignore[attr-defined]
     asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
     assert calls == ["tenant-t-c1"]
+
+
+def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
+    """R18 on a cluster whose Tenant CRD prunes the record: the copy the process kept brakes
+    the next pass all the same (no attempt before the one scheduled)."""
+    from krypton.decisions import errors
+    from krypton.decisions.planner import Action
+
+    class Helm:
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            raise errors.HelmFailed("boom")
+
+    rt, reconciler, cluster = _runtime(Helm())
+    decided = asyncio.run(reconciler.decide(TENANT)).plan
+    rt.tenants[("ns", "t")] = {**TENANT, "status": {"conditions": [
+        {"type": "ClusterProgress/c1", "status": "True", "reason": decided.reason,
+         "message": decided.message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert cluster.written[-1]["clusters"]["c1"]["failures"] == 1
+    pruned = {**TENANT, "status": {"clusters": {"c1": {"failedFingerprint": "x"}}}}
+    assert rt.observe(pruned).tenant.failures == 1  # from the copy, not the status
+    assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF

@@ -111,6 +111,7 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
                "fingerprint": chart.fingerprint, "revision": revision,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339()}
+    rt.retries.pop(key, None)
     try:
         p.obj = await status.set_fingerprint(rt, p.obj, chart.fingerprint, p.log)
     except KryptonError as exc:

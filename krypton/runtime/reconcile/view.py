@@ -61,6 +61,8 @@ class ClusterView:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+    # per Tenant: the retry record of its last failed helm run, as written (R18)
+    retries: dict[TenantKey, dict[str, Any]] = field(default_factory=dict)
     # per Tenant without a lastAppliedTime: when it was first seen so (monotonic)
     unapplied_since: dict[TenantKey, float] = field(default_factory=dict)
     # every discovered cluster's name; None until known
@@ -219,6 +221,13 @@ class ClusterView:
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
         applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
+        remembered = self.retries.get(view.key)
+        if remembered is not None and "failedTarget" not in applied:
+            # an older CRD dropped the retry record this process wrote: the brakes hold on
+            # the copy kept here (until a restart)
+            applied = {**applied, **remembered}
+            view = dataclasses.replace(view, failures=int(remembered["failures"]),
+                                       failed_target=str(remembered["failedTarget"]))
         release = release_name(view.key.name, self.name)
         namespace = self.settings.release_namespace_for(view.key.name)
         own = self.settings.shared_release_namespace is None
@@ -297,6 +306,7 @@ class ClusterRuntime(ClusterView):
         self.looked_at.pop(key, None)
         self.gone.pop(key, None)
         self.unapplied_since.pop(key, None)
+        self.retries.pop(key, None)
         old = self.published.pop(key, None)
         if old is not None:
             metrics.TENANT_RELEASE.remove(*old)
