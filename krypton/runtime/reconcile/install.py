@@ -56,10 +56,10 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     fenced(rt)
     if not announced(p.obs, p.plan):
         await ensure_namespace(rt, key, p.obs.namespace)
-        p.obj, wrote = await status.commit(rt,
-            p.obj, [*p.changes, Change(rt.type(cond.PROGRESS), True, p.plan.reason,
-                                       p.plan.message)],
-            p.log, event=("Normal", f"Helm{verb}Start", p.plan.message))
+        announcement = Change(rt.type(cond.PROGRESS), True, p.plan.reason, p.plan.message)
+        p.obj, wrote = await status.commit(
+            rt, p.obj, [*p.changes, announcement], p.log,
+            event=("Normal", f"Helm{verb}Start", p.plan.message))
         p.changes = []
         if wrote:
             # The write's watch event brings the key back; the requeue only covers a
@@ -102,8 +102,8 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
                        f"release {p.release} took over {'; '.join(p.obs.adopt)}"))
     revision = int(result.get("version") or 0)
     rt.releases.note(namespace, p.release, revision,
-                          ReleaseStatus.parse((result.get("info") or {}).get("status")),
-                          chart.fingerprint, p.obs.tenant.uid)
+                     ReleaseStatus.parse((result.get("info") or {}).get("status")),
+                     chart.fingerprint, p.obs.tenant.uid)
     done = "Installed" if installing else "Upgraded"
     message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
     p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
@@ -126,8 +126,8 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
             outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
     rt.publish(key, p.release, chart)
     rt.gone.pop(key, None)
-    waiting = None if rt.settings.helm_wait else await look.not_ready(rt,
-        key, p.release, namespace, str(result.get("manifest") or ""))
+    waiting = None if rt.settings.helm_wait else await look.not_ready(
+        rt, key, p.release, namespace, str(result.get("manifest") or ""))
     if waiting is not None:
         # helm did not wait: the workload is tracked by the passes that follow (F6)
         wait = f"{message}; waiting for {waiting.summary()}"

@@ -42,8 +42,8 @@ async def look_in_sync(rt: ClusterRuntime, obs: Observation) -> Observation | No
             follow(rt, key, None, found)
         else:
             missing, found = await look(rt,
-                key, release_name(key.name, rt.name),
-                rt.settings.release_namespace_for(key.name), obs.release.revision)
+                                        key, release_name(key.name, rt.name),
+                                        rt.settings.release_namespace_for(key.name), obs.release.revision)
     if missing:
         # remembered until a helm run restores them: the pass that announces the
         # upgrade and the one that makes it both see them
@@ -71,21 +71,21 @@ def look_due(rt: ClusterRuntime, key: TenantKey, t: TenantView) -> bool:
 
 
 async def look(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
-                revision: int) -> tuple[tuple[str, ...], Health | None]:
+               revision: int) -> tuple[tuple[str, ...], Health | None]:
     """The deployed revision's manifest (read from its release record, without helm),
     looked at on the cluster: the objects that are gone (with --drift-detection=repair)
     and the health of its workload. One read per object; a workload that is not ready is
     followed by the watches from then on."""
     driver = rt.settings.helm_driver
     record = await rt.kube.release_record(driver, namespace,
-                                               f"sh.helm.release.v1.{release}.v{revision}")
+                                          f"sh.helm.release.v1.{release}.v{revision}")
     if record is None:
         return (), None  # the release changed meanwhile: its watch brings the key back
     try:
         manifest = str(decode_release(record, driver).get("manifest") or "")
     except ValueError as exc:
         rt.log.warning("release manifest not readable; objects not checked",
-                         release=release, error=str(exc))
+                       release=release, error=str(exc))
         return (), None
     gone, workload = await look_at_manifest(rt, release, namespace, manifest)
     return gone, judge(rt, key, workload)
@@ -93,13 +93,13 @@ async def look(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
 
 
 async def look_at_manifest(rt: ClusterRuntime, release: str, namespace: str, manifest: str, *,
-                            workload_only: bool = False
+                           workload_only: bool = False
                             ) -> tuple[tuple[str, ...], Workload | None]:
     try:
         docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
     except safeyaml.YamlRejected as exc:
         rt.log.warning("release manifest not readable; objects not checked",
-                         release=release, error=str(exc))
+                       release=release, error=str(exc))
         return (), None
     refs = ownership.manifest_objects(docs)
     if workload_only:
@@ -107,7 +107,7 @@ async def look_at_manifest(rt: ClusterRuntime, release: str, namespace: str, man
     gone, workload = [], []
     for ref in refs:
         obj = await rt.kube.get_object(ref.api_version, ref.kind, ref.name,
-                                            ref.namespace or namespace)
+                                       ref.namespace or namespace)
         if obj is None:
             gone.append(str(ref))
         if ref.kind in health.WORKLOAD_KINDS:  # namespaced kinds, named where they are
@@ -142,12 +142,12 @@ def follow(rt: ClusterRuntime, key: TenantKey, workload: Workload | None, found:
 
 
 async def not_ready(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
-                     manifest: str) -> Health | None:
+                    manifest: str) -> Health | None:
     """The health of a release helm applied without waiting, from the manifest it
     returned; None when every workload object is ready (or there is none)."""
     try:
         _gone, workload = await look_at_manifest(rt, release, namespace, manifest,
-                                                       workload_only=True)
+                                                 workload_only=True)
     except TemporaryError as exc:  # the next pass looks again
         return Health((f"workload not looked at yet ({exc})",))
     found = judge(rt, key, workload)
@@ -165,7 +165,7 @@ def readiness_requeue(rt: ClusterRuntime, key: TenantKey, since_applied: float |
 
 
 async def check_ownership(rt: ClusterRuntime, release: str, namespace: str, *,
-                           why: str = "failed and cannot be recovered by uninstalling it"
+                          why: str = "failed and cannot be recovered by uninstalling it"
                            ) -> None:
     """Refuse to uninstall a release whose manifest lists objects that another release
     (or nobody) owns now: helm would delete them (SPEC R17). Objects the manifest marks

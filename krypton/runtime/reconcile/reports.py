@@ -162,7 +162,7 @@ async def skip(rt: ClusterRuntime, p: Pass) -> Report:
     rt.publish(p.key, p.release, p.chart)
     event = "HelmSkip" if p.plan.reason == "NoChange" else p.plan.reason
     return Report(success_changes(rt, p.obj, p.plan.reason, p.plan.message,
-                                        keep_ready=True),
+                                  keep_ready=True),
                   applied={"release": p.release, "chartVersion": p.chart.version,
                            "fingerprint": p.chart.fingerprint,
                            "revision": p.obs.release.revision},
@@ -210,7 +210,7 @@ async def annotate(rt: ClusterRuntime, p: Pass) -> Report:
 
 
 def success_changes(rt: ClusterRuntime, obj: dict[str, Any], reason: str, message: str,
-                     *, keep_ready: bool = False) -> list[Change]:
+                    *, keep_ready: bool = False) -> list[Change]:
     out = []
     ready_type = rt.type(cond.READY)
     if not (keep_ready and condition_true(obj, ready_type)):

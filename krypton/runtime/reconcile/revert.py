@@ -61,7 +61,7 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
                       event=("Warning", "RolloutRevertFailed", message),
                       outcome=Outcome(retry=True, reason="RevertFailed"))
     rt.releases.note(namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp,
-                          p.obs.tenant.uid)
+                     p.obs.tenant.uid)
     p.obj = await status.set_fingerprint(rt, p.obj, fp, p.log)
     message = (f"chart {chart.version} failed and the rollout halted: {how} "
                f"(revision {revision}, chart {t.recorded_version})")

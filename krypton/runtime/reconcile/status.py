@@ -38,10 +38,10 @@ CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before back
 
 
 async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change], log: Any, *,
-                  event: tuple[str, str, str] | None = None,
-                  applied: dict[str, Any] | None = None,
-                  last_chart: str | None = None,
-                  chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
+                 event: tuple[str, str, str] | None = None,
+                 applied: dict[str, Any] | None = None,
+                 last_chart: str | None = None,
+                 chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
     """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
     Returns the Tenant as the server now has it and whether it was written."""
     key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -74,7 +74,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
             metrics.API_WRITES.labels(rt.name, "status").inc()
             updated = await rt.kube.patch_tenant_status(key, patch)
             rt.written[key] = (_comparable(new),
-                                    _comparable(updated.get("status") or {}))
+                               _comparable(updated.get("status") or {}))
         except Conflict:
             fresh = await rt.kube.get_tenant(key)
             if fresh is None:
@@ -85,7 +85,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
         if status.get("phase") != phase:
             log.info("phase set", phase=phase)
             await rt.recorder.emit(involved_tenant(updated), "Normal", "PhaseSet",
-                                        f"phase {status.get('phase') or 'None'} -> {phase}")
+                                   f"phase {status.get('phase') or 'None'} -> {phase}")
             if phase == "Ready":
                 log.info("tenant phase is Ready", cluster=rt.name)
         if event is not None:
@@ -97,7 +97,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
 
 
 def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
-                      new: dict[str, Any]) -> bool:
+                     new: dict[str, Any]) -> bool:
     """The same status was written before and the server stored what it holds now: the
     difference is what the served CRD prunes (issue 16), and writing again would change
     nothing but the resourceVersion, on every pass."""
@@ -151,10 +151,10 @@ async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log:
     except KryptonError as exc:
         log.error("fingerprint update failed", error=str(exc))
         await rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
-                                    f"{annotation}: {exc}")
+                               f"{annotation}: {exc}")
         raise
     await rt.recorder.emit(involved_tenant(obj), "Normal", "FingerprintUpdated",
-                                f"{annotation}={fp}")
+                           f"{annotation}={fp}")
     return obj
 
 

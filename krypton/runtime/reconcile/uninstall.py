@@ -57,7 +57,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
     rt.unpublish(key)
     log.info("helm uninstall success")
     await rt.recorder.emit(involved, "Normal", "HelmUninstalled",
-                                f"release {release} uninstalled")
+                           f"release {release} uninstalled")
     return await status.remove_finalizer(rt, obj)
 
 
@@ -67,6 +67,6 @@ async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Outcome:
     p.log.warning("release not uninstalled: not this Tenant's", detail=p.plan.message)
     rt.unpublish(p.key)
     await rt.recorder.emit(involved_tenant(p.obj), "Warning", p.plan.reason,
-                                p.plan.message)
+                           p.plan.message)
     return await status.remove_finalizer(rt, p.obj)
 
