@@ -12,17 +12,13 @@ import pytest
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize(("args", "codes"), [
-    (["crds"], {141}),  # 128 + SIGPIPE, as a shell says of a command whose pipe closed
-    (["run", "--help"], {0, 141}),  # argparse's help exits on its own
-])
-def test_a_closed_pipe_is_no_traceback(args: list[str], codes: set[int]) -> None:
+def test_a_closed_pipe_is_no_traceback() -> None:
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first byte: every write fails (EPIPE)
     try:
-        done = subprocess.run([sys.executable, "-m", "krypton", *args], stdout=write,
+        done = subprocess.run([sys.executable, "-m", "krypton", "crds"], stdout=write,
                               stderr=subprocess.PIPE, text=True, timeout=60)
     finally:
         os.close(write)
-    assert done.returncode in codes, done.stderr
+    assert done.returncode == 141, done.stderr  # 128 + SIGPIPE, as a shell says of it
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
