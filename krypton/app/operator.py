@@ -72,6 +72,7 @@ class Operator:
         self.fleet: Fleet | None = None
         self.discovery: Informer | None = None
         self._ignored: dict[str, str] = {}  # Secret UID -> label value reported as not "true"
+        self._names: frozenset[str] | None = None  # the discovered clusters' names
         self.loop_watch = LoopWatch()
         self.health = HealthServer(settings.health_probe_bind_address,
                                    settings.metrics_bind_address, self.ready, self.loop_watch)
@@ -253,7 +254,11 @@ class Operator:
                 log.warning("rollout leadership lost; standing by for the leader Lease")
 
     def _discovered(self) -> set[str] | None:
-        """Every discovered cluster's name; None until discovery listed the Secrets."""
+        """Every discovered cluster's name, as the discovery loop last sorted the Secrets;
+        None until discovery listed them (asked on reconcile passes: no work of its own
+        once the loop has run)."""
+        if self._names is not None:
+            return set(self._names)
         d = self.discovery
         if d is None or not d.synced.is_set():
             return None
@@ -279,6 +284,7 @@ class Operator:
                                               meta.get("uid")),
                               "Warning", "KubeconfigLabelIgnored", message)
         self._ignored = now
+        self._names = frozenset(str(sec["metadata"]["name"]) for sec in accepted)
         return accepted
 
     async def _share(self, shards: Shards, secrets: list[dict[str, Any]]

@@ -33,6 +33,7 @@ from krypton.decisions.model import (
     ReleaseStatus,
     RolloutGate,
     TenantKey,
+    TenantView,
     release_name,
 )
 from krypton.decisions.ownership import ObjectRef
@@ -211,6 +212,14 @@ class ClusterView:
             return since
         return time.monotonic() - self.unapplied_since.setdefault(key, time.monotonic())
 
+    def _known_for(self, view: TenantView) -> frozenset[str] | None:
+        """Every discovered cluster's name, for a Tenant that targets another cluster (the
+        planner names them when it targets none of them); None for any other Tenant."""
+        if not view.target_cluster or view.target_cluster == self.name:
+            return None
+        known = self.known_clusters()
+        return None if known is None else frozenset(known)
+
     def tenant_with_uid(self, uid: str | None) -> str:
         """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
         for (namespace, name), obj in self.tenants.items():
@@ -246,8 +255,7 @@ class ClusterView:
             chart=None,
             release=observed,
             release_owner=self.tenant_with_uid(observed.owner_uid) if foreign else None,
-            known_clusters=None if (known := self.known_clusters()) is None
-            else frozenset(known),
+            known_clusters=self._known_for(view),
             reserved_namespaces=self.settings.reserved_namespaces,
             adopt_namespaces=self.settings.adopt_namespaces,
             # with one shared release namespace there is no Tenant namespace to look after
