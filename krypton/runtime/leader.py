@@ -53,6 +53,20 @@ async def keep_renewed(stopping: asyncio.Event, *, every: float, deadline: Calla
     return True
 
 
+async def not_believed(kube: Kube, lease: dict[str, Any], what: str, holder: str,
+                       doubts: list[str]) -> None:
+    """Say that a Lease is not believed as written (issue 25.4): a Warning log line naming
+    its holder, krypton_lease_not_believed, and a Warning Event LeaseNotBelieved on it."""
+    meta = lease.get("metadata") or {}
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    log.warning(f"{what} Lease not believed as written", lease=name, holder=holder,
+                doubts=doubts)
+    metrics.LEASE_NOT_BELIEVED.labels(name).set(1)
+    await EventRecorder(kube).emit(involved_lease(lease), "Warning", "LeaseNotBelieved",
+                                   f"{what} Lease {name} {leases.describe(holder, doubts)}; "
+                                   "judged with ours")
+
+
 class LeaderElector:
     def __init__(self, kube: Kube, namespace: str, name: str, *, lease_duration: float,
                  renew_deadline: float, retry_period: float, identity: str | None = None) -> None:
@@ -87,15 +101,11 @@ class LeaderElector:
             metrics.LEASE_HOLDER.remove(self.lease, self.holder)
         metrics.LEASE_HOLDER.labels(self.lease, holder).set(1)
         self.holder, self.doubts = holder, doubts
-        metrics.LEASE_NOT_BELIEVED.labels(self.lease).set(1 if doubts else 0)
         if not doubts:
+            metrics.LEASE_NOT_BELIEVED.labels(self.lease).set(0)
             log.info("leader Lease held by another replica", lease=self.lease, holder=holder)
             return
-        message = f"Lease {self.lease} {leases.describe(holder, doubts)}; judged with ours"
-        log.warning("leader Lease not believed as written", lease=self.lease, holder=holder,
-                    doubts=doubts)
-        await EventRecorder(self.kube).emit(involved_lease(lease), "Warning",
-                                            "LeaseNotBelieved", message)
+        await not_believed(self.kube, lease, "leader", holder, doubts)
 
     def holds(self) -> bool:
         """Leadership held and renewed within the renew deadline: a fence that needs no

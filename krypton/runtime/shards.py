@@ -37,12 +37,11 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.events import EventRecorder, involved_lease
 from krypton.adapters.kube import Informer, Kube, now_micro
 from krypton.decisions import leases, sharding
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
 from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
-from krypton.runtime.leader import keep_renewed
+from krypton.runtime.leader import keep_renewed, not_believed
 
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
@@ -150,13 +149,7 @@ class Shards:
             lease = self.members.store.get((self.namespace, name)) or {"metadata": {
                 "name": name, "namespace": self.namespace}}
             holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-            message = (f"membership Lease {self.namespace}/{name} "
-                       f"{leases.describe(holder, doubts)}; judged with ours")
-            log.warning("membership Lease not believed as written", lease=name, holder=holder,
-                        doubts=doubts)
-            metrics.LEASE_NOT_BELIEVED.labels(f"{self.namespace}/{name}").set(1)
-            await EventRecorder(self.kube).emit(involved_lease(lease), "Warning",
-                                                "LeaseNotBelieved", message)
+            await not_believed(self.kube, lease, "membership", holder, doubts)
 
     def _member_event(self, type_: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
