@@ -26,7 +26,8 @@ from krypton.decisions.model import (
     fingerprint_annotation,
     release_name,
 )
-from krypton.decisions.planner import HELM_ACTIONS, Action, attempt_target
+from krypton.decisions.ownership import ObjectRef
+from krypton.decisions.planner import HELM_ACTIONS, Action, Plan, attempt_target
 from krypton.decisions.releases import ReleaseIndex, decode_release
 from krypton.decisions.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
@@ -105,7 +106,7 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
             chart_version=f"{old_version} -> {new_version}",
             fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
             action=_action_word(decided.action), reason=decided.reason, change=change,
-            detail=_with_attempts(decided.message, obs)))
+            detail=_with_attempts(decided, obs)))
     return rows
 
 
@@ -178,22 +179,15 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
-async def _fixed_objects_dropped(view: ClusterView, kube: Kube, chart: ChartTarget,
-                                 deployed: dict[str, Any], release: str) -> list[str]:
-    """The cluster-scoped objects of a fixed name (not named after the release) that the
-    deployed release has and the next chart version and values no longer render: an upgrade
-    deletes them for every release that uses them (issue 32.5). Read from the chart's
-    shared objects, rendered once per fingerprint, so a plan starts no helm per Tenant."""
-    try:
-        docs = safeyaml.load_all(str(deployed.get("manifest") or ""), safeyaml.CHART_CRDS,
-                                 what=f"manifest of {release}")
-    except safeyaml.YamlRejected:
-        return []
-    rendered = set(await view.chart.shared_objects(chart.fingerprint,
-                                                   lambda: view.candidates(chart)))
+async def _cluster_objects_dropped(kube: Kube, deployed: list[Any],
+                                   still: Callable[[ObjectRef], bool]) -> list[str]:
+    """The cluster-scoped objects of the deployed manifest that the next one no longer has
+    (`still` says which it has): an upgrade deletes them for every release on the cluster
+    that uses them (an IngressClass, a CRD and its objects; issue 32.5). Objects marked
+    ``helm.sh/resource-policy: keep`` stay."""
     gone = []
-    for ref in ownership.manifest_objects(d for d in docs if not ownership.kept(d)):
-        if ref.namespace or release in ref.name or ref in rendered:
+    for ref in ownership.manifest_objects(d for d in deployed if not ownership.kept(d)):
+        if ref.namespace or still(ref):
             continue
         try:
             if await kube.cluster_scoped(ref.api_version, ref.kind):
@@ -203,28 +197,32 @@ async def _fixed_objects_dropped(view: ClusterView, kube: Kube, chart: ChartTarg
     return gone
 
 
+async def _fixed_objects_dropped(view: ClusterView, kube: Kube, chart: ChartTarget,
+                                 deployed: dict[str, Any], release: str) -> list[str]:
+    """For `plan`: the fixed-name (not named after the release) cluster-scoped objects the
+    next chart version and values no longer render, read from the chart's shared objects,
+    rendered once per fingerprint: a plan starts no helm per Tenant."""
+    try:
+        docs = safeyaml.load_all(str(deployed.get("manifest") or ""), safeyaml.CHART_CRDS,
+                                 what=f"manifest of {release}")
+    except safeyaml.YamlRejected:
+        return []
+    rendered = set(await view.chart.shared_objects(chart.fingerprint,
+                                                   lambda: view.candidates(chart)))
+    return await _cluster_objects_dropped(kube, docs,
+                                          lambda ref: release in ref.name or ref in rendered)
+
+
 async def _deleted_cluster_objects(kube: Kube, old_docs: list[Any], new_docs: list[Any]) -> str:
-    """The cluster-scoped objects the deployed release has and the next one does not: the
-    upgrade deletes them, for every release on the cluster that uses them (an IngressClass,
-    a CRD and its objects; issue 32.5)."""
-    kept = {(str(d.get("kind")), str((d.get("metadata") or {}).get("name")))
-            for d in new_docs if isinstance(d, dict)}
-    gone = []
-    for doc in old_docs:
-        if not isinstance(doc, dict) or not doc.get("kind") or not doc.get("apiVersion"):
-            continue
-        kind, name = str(doc["kind"]), str((doc.get("metadata") or {}).get("name"))
-        if (kind, name) in kept or ownership.kept(doc):
-            continue
-        try:
-            if await kube.cluster_scoped(str(doc["apiVersion"]), kind):
-                gone.append(f"#   {kind} {name}\n")
-        except TemporaryError:
-            continue
+    """For `diff`: the same, against the manifest it rendered, as comment lines."""
+    kept = {(ref.kind, ref.name) for ref in ownership.manifest_objects(new_docs)}
+    gone = await _cluster_objects_dropped(kube, old_docs,
+                                          lambda ref: (ref.kind, ref.name) in kept)
     if not gone:
         return ""
+    lines = "".join(f"#   {g}\n" for g in gone)
     return ("# cluster-scoped objects this upgrade deletes (whoever else uses them loses them "
-            f"too):\n{''.join(gone)}")
+            f"too):\n{lines}")
 
 
 async def _owned_elsewhere(kube: Kube, docs: list[Any], namespace: str) -> str:
@@ -265,15 +263,16 @@ async def _rollout_gate(home: Kube, settings: Settings, chart: ChartSource
     return lambda cluster: gate_for(state, target, cluster, policy)
 
 
-def _with_attempts(message: str, obs: Observation) -> str:
-    """A release that failed before says how often, and when it is tried again (R18)."""
+def _with_attempts(decided: Plan, obs: Observation) -> str:
+    """A release that failed before says how often, and when it is tried again (R18); a
+    stalled one says it in its own message."""
     t = obs.tenant
-    if t.failures <= 0 or not isinstance(obs.chart, ChartTarget) or \
+    if decided.action is Action.STALLED or t.failures <= 0 or \
+            not isinstance(obs.chart, ChartTarget) or \
             t.failed_target != attempt_target(obs.chart.fingerprint, t):
-        return message
+        return decided.message
     when = f"; next attempt in {obs.retry_wait:.0f}s" if obs.retry_wait > 0 else ""
-    return f"{message} (failed {t.failures} time(s){when})" \
-        if "attempts of chart" not in message else message
+    return f"{decided.message} (failed {t.failures} time(s){when})"
 
 
 def _action_word(action: Action) -> str:
