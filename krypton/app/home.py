@@ -28,8 +28,6 @@ def context_namespace(settings: Settings) -> str | None:
     """The namespace of the kube context the CLI uses to reach the watch cluster
     (--watch-kubeconfig and --watch-context, else $KUBECONFIG / ~/.kube/config and its
     current context), or the pod's own namespace in a pod; None when it names none."""
-    from krypton.decisions import safeyaml
-
     path = settings.watch_kubeconfig or None
     if path is None and configuration_in_cluster() is not None:
         try:
@@ -37,16 +35,13 @@ def context_namespace(settings: Settings) -> str | None:
         except OSError:
             return None
     try:
-        doc = safeyaml.load_values(Path(path or user_kubeconfig_path()).read_bytes(),
-                                   what="kubeconfig")
-    except (OSError, safeyaml.YamlRejected):
+        # the user's own file: read (trusted), never used to reach anything here
+        kc = kubeconfigs.parse(Path(path or user_kubeconfig_path()).read_bytes(),
+                               context=settings.watch_context or None, trust=True)
+    except (OSError, KubeconfigRejected):
         return None
-    chosen = settings.watch_context or doc.get("current-context")
-    for entry in doc.get("contexts") or []:
-        if isinstance(entry, dict) and entry.get("name") == chosen:
-            namespace = (entry.get("context") or {}).get("namespace")
-            return str(namespace) if namespace else None
-    return None
+    namespace = kc.config["contexts"][0]["context"].get("namespace")
+    return str(namespace) if namespace else None
 
 
 async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool = True) -> Kube:

@@ -123,3 +123,26 @@ def test_the_label_is_the_one_the_chart_puts_on_its_deployment() -> None:
     helpers = (root / "templates" / "_helpers.tpl").read_text()
     assert "app.kubernetes.io/name: {{ .Chart.Name }}" in helpers
     assert f"app.kubernetes.io/name={name}" == deployed.NAME_LABEL
+
+
+def test_the_cli_looks_for_the_operator_where_the_kube_context_points(tmp_path: Path) -> None:
+    """Issue 25.1: without --namespace, the namespace of the user's own context decides
+    where the operator Deployment is looked for; a context without one says nowhere."""
+    import dataclasses
+
+    from krypton.app.home import context_namespace
+    from krypton.decisions.settings import Settings
+
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ops",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "abcdefgh"}}],
+        "contexts": [{"name": "ops", "context": {"cluster": "c", "user": "u",
+                                                 "namespace": "krypton-system"}},
+                     {"name": "plain", "context": {"cluster": "c", "user": "u"}}]}))
+    mine = dataclasses.replace(Settings(), watch_kubeconfig=str(kubeconfig))
+    assert context_namespace(mine) == "krypton-system"
+    assert context_namespace(dataclasses.replace(mine, watch_context="plain")) is None
+    assert context_namespace(dataclasses.replace(mine, watch_kubeconfig=str(tmp_path / "x"))) \
+        is None
