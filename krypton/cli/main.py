@@ -217,7 +217,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
         user = settings_mod.load(args, check_helm=False)
         look_in = None
         if not ref:
-            namespace = settings_mod.given(_option("namespace"), args, os.environ)
+            namespace = settings_mod.given(settings_mod.option("namespace"), args, os.environ)
             look_in = str(namespace[0]) if namespace else context_namespace(user)
             where = (f" in namespace {look_in} (your --namespace or kube context)"
                      if look_in else " (no --namespace and no namespace in your kube context: "
@@ -236,18 +236,14 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
         local.write_bytes(data)
         files[path] = str(local)
     taken = deployed.overlay(args, found, os.environ, files)
-    flags = ", ".join(_option(name).flag for name in taken) or "nothing"
+    flags = ", ".join(settings_mod.option(name).flag for name in taken) or "nothing"
     print(f"krypton {args.command}: settings of the operator Deployment {found.ref}: took "
           f"{flags} (flags and environment win; --from-deployment none: take nothing)",
           file=sys.stderr)
     if found.refused:
         print(f"krypton {args.command}: not taken from {found.ref}, which widens trust: "
-              f"{', '.join(_option(name).flag for name in found.refused)} (only your own "
+              f"{', '.join(settings_mod.option(name).flag for name in found.refused)} (only your own "
               "flag sets it)", file=sys.stderr)
-
-
-def _option(name: str) -> settings_mod.Opt:
-    return next(o for o in settings_mod.OPTIONS if o.name == name)
 
 
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:

@@ -222,9 +222,14 @@ OPTIONS: tuple[Opt, ...] = (
 _ZERO_OK = {"health_probe_bind_address", "metrics_bind_address"}
 
 
+def option(name: str) -> Opt:
+    """The setting named `name` (a field of Settings)."""
+    return next(o for o in OPTIONS if o.name == name)
+
+
 def _default(name: str) -> Any:
     """A setting's default, from OPTIONS: the one place defaults are written."""
-    return next(o.default for o in OPTIONS if o.name == name)
+    return option(name).default
 
 
 @dataclass(frozen=True)
