@@ -30,10 +30,13 @@ def _record(ns: str, name: str, status: str, uid: str | None) -> dict[str, Any]:
 
 
 class _Kube:
+    reads = 0
+
     async def cluster_scoped(self, _api_version: str, kind: str) -> bool:
         return kind == "IngressClass"
 
     async def release_record(self, _driver: str, _ns: str, _name: str) -> dict[str, Any]:
+        self.reads += 1
         release = base64.b64encode(json.dumps({"manifest": MANIFEST}).encode()).decode()
         return {"data": {"release": base64.b64encode(release.encode()).decode()}}
 
@@ -42,7 +45,7 @@ def _runtime(*others: tuple[str, str, str, str | None], live: set[str]) -> Any:
     index = ReleaseIndex()
     for ns, name, status, uid in others:
         index.on_event("ADDED", _record(ns, name, status, uid))
-    return SimpleNamespace(kube=_Kube(), releases=index,
+    return SimpleNamespace(kube=_Kube(), releases=index, manifest_objects={},
                            settings=SimpleNamespace(helm_driver="secret"),
                            tenant_with_uid=lambda uid: "t/x" if uid in live else "")
 
@@ -68,3 +71,18 @@ def test_namespaced_objects_are_not_looked_for_elsewhere() -> None:
     rt = _runtime(("b", "tenant-b-c", "deployed", "u-b"), live={"u-b"})
     mine = ObjectRef("v1", "ConfigMap", "nginx", None)
     assert asyncio.run(_rendered_elsewhere(rt, [mine], "tenant-a-c", "a")) == []
+
+
+def test_a_release_revision_is_read_once_for_every_uninstall() -> None:
+    """The manifests of the other releases are read once per revision, not once per
+    uninstall: deleting many Tenants at once is not N x N reads."""
+    rt = _runtime(("b", "tenant-b-c", "deployed", "u-b"), live={"u-b"})
+    for _ in range(3):
+        assert asyncio.run(_rendered_elsewhere(rt, [CLASS], "tenant-a-c", "a"))
+    assert rt.kube.reads == 1
+    rt.releases.on_event("ADDED", {**_record("b", "tenant-b-c", "deployed", "u-b"), "metadata": {
+        "namespace": "b", "labels": {"owner": "helm", "name": "tenant-b-c", "version": "2",
+                                     "status": "deployed",
+                                     "mesh.openkcm.io/tenant-uid": "u-b"}}})
+    assert asyncio.run(_rendered_elsewhere(rt, [CLASS], "tenant-a-c", "a"))
+    assert rt.kube.reads == 2  # a new revision is read again

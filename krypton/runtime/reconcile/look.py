@@ -187,6 +187,26 @@ async def check_ownership(rt: ClusterRuntime, release: str, namespace: str, *,
             + (f" (and {len(found) - 5} more)" if len(found) > 5 else ""))
 
 
+async def _cluster_objects_of(rt: ClusterRuntime, namespace: str, release: str,
+                              revision: int) -> frozenset[ObjectRef]:
+    """The objects without a namespace in a release revision's manifest, read from its record
+    once per revision (kept in `rt.manifest_objects`: a release's records do not change)."""
+    known = rt.manifest_objects.get((namespace, release))
+    if known is not None and known[0] == revision:
+        return known[1]
+    driver = rt.settings.helm_driver
+    record = await rt.kube.release_record(driver, namespace,
+                                          f"sh.helm.release.v1.{release}.v{revision}")
+    try:
+        docs = safeyaml.load_all(str(decode_release(record or {}, driver).get("manifest") or ""),
+                                 safeyaml.CHART_CRDS, what=f"manifest of {release}")
+    except (ValueError, safeyaml.YamlRejected):
+        return frozenset()
+    refs = frozenset(ref for ref in ownership.manifest_objects(docs) if ref.namespace is None)
+    rt.manifest_objects[(namespace, release)] = (revision, refs)
+    return refs
+
+
 async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release: str,
                               namespace: str) -> list[str]:
     """Of this release's cluster-scoped objects `refs`, those the deployed manifest of
@@ -198,7 +218,6 @@ async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release
     if not shared:
         return []
     found = []
-    driver = rt.settings.helm_driver
     for other_ns, other in rt.releases.names():
         if (other_ns, other) == (namespace, release):
             continue
@@ -209,14 +228,7 @@ async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release
         if observed.status is not ReleaseStatus.DEPLOYED or (
                 observed.owner_uid and not rt.tenant_with_uid(observed.owner_uid)):
             continue
-        record = await rt.kube.release_record(
-            driver, other_ns, f"sh.helm.release.v1.{other}.v{observed.revision}")
-        try:
-            docs = safeyaml.load_all(str(decode_release(record or {}, driver).get("manifest")
-                                         or ""), safeyaml.CHART_CRDS, what=f"manifest of {other}")
-        except (ValueError, safeyaml.YamlRejected):
-            continue
-        theirs = set(ownership.manifest_objects(docs))
+        theirs = await _cluster_objects_of(rt, other_ns, other, observed.revision)
         found += [f"{ref} is also in the manifest of release {other_ns}/{other}, which would "
                   "lose it (uninstall that release first, or upgrade this one with values "
                   "that do not render it)" for ref in shared if ref in theirs]

@@ -54,6 +54,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
                             log)
         return Outcome(retry=True, reason="UninstallFailed")
     rt.releases.forget(namespace, release)
+    rt.manifest_objects.pop((namespace, release), None)
     rt.unpublish(key)
     log.info("helm uninstall success")
     await rt.recorder.emit(involved, "Normal", "HelmUninstalled",

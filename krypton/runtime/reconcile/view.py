@@ -285,6 +285,9 @@ class ClusterRuntime(ClusterView):
     looked_at: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
     gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
+    # per release: a revision's objects without a namespace, read once (issue 32.2)
+    manifest_objects: dict[tuple[str, str], tuple[int, frozenset[ObjectRef]]] = \
+        field(default_factory=dict)
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
 
