@@ -24,6 +24,11 @@ class Policy:
     jitter: float = 0.0  # fraction of the delay added at random, 0 = none
     attempts: int = 0  # how many tries in all; 0 = until it succeeds or is cancelled
 
+    @property
+    def longest(self) -> float:
+        """The longest delay this policy ever gives: the cap, jittered."""
+        return self.cap * (1 + self.jitter)
+
     def delay(self, failures: int) -> float:
         """Seconds to wait after `failures` consecutive failures (1 = the first)."""
         base = min(self.first * 2 ** max(failures - 1, 0), self.cap)

@@ -280,3 +280,15 @@ def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
     pruned = {**TENANT, "status": {"clusters": {"c1": {"failedFingerprint": "x"}}}}
     assert rt.observe(pruned).tenant.failures == 1  # from the copy, not the status
     assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF
+
+
+def test_a_next_attempt_far_away_is_not_believed() -> None:
+    """Whoever may write a Tenant's status can set nextAttemptTime in 2099: the wait is held
+    to the longest the schedule gives (--retry-backoff-max, jittered by a tenth)."""
+    rt, _reconciler, _cluster = _runtime(object())
+    far = {**TENANT, "status": {"clusters": {"c1": {
+        "failures": 2, "failedTarget": "x", "nextAttemptTime": "2099-01-01T00:00:00Z"}}}}
+    assert rt.observe(far).retry_wait == pytest.approx(600.0 * 1.1)
+    soon = {**TENANT, "status": {"clusters": {"c1": {
+        "failures": 2, "failedTarget": "x", "nextAttemptTime": time_ago(-30)}}}}
+    assert 28.0 <= rt.observe(soon).retry_wait <= 31.0

@@ -22,7 +22,7 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.decisions import conditions as cond
-from krypton.decisions import ownership
+from krypton.decisions import ownership, retry
 from krypton.decisions.errors import ChartNotLoaded, Fenced, HelmFailed, VersionInvalid, VersionNotFound
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
@@ -264,7 +264,10 @@ class ClusterView:
             rollout=rollout or RolloutGate(),
             since_applied=self._since_applied(view.key, applied.get("lastAppliedTime")),
             readiness_timeout=self.settings.helm_timeout,
-            retry_wait=_until(applied.get("nextAttemptTime")),
+            # whoever may write the status could put the next attempt in 2099: no wait is
+            # believed beyond the longest the schedule gives
+            retry_wait=min(_until(applied.get("nextAttemptTime")),
+                           retry.helm_failure(self.settings.retry_backoff_max).longest),
             max_retries=self.settings.max_retries,
         )
 
