@@ -315,6 +315,10 @@ def test_a_hand_written_leader_lease_does_not_stop_the_fleet(fleet: Fleet) -> No
     assert op.metric("krypton_lease_holder", lease=f"{fleet.tenant_ns}/{lease}",
                      holder="ghost") == 1
     wait_for(lambda: "became leader" in op.log_text(), 30, what="leadership after 10 s")
+    # said once, not on each of the ten attempts a second that looked at the Lease meanwhile
+    said = [e for e in fleet.home.events(fleet.tenant_ns, lease) if e.reason == "LeaseNotBelieved"]
+    assert [e.count for e in said] == [1]
+    assert len(op.log_events("leader Lease not believed as written")) == 1
     name = fleet.tenant(fleet.remote, unique("led"))
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
 
