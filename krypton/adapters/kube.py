@@ -22,6 +22,7 @@ import json
 import os
 import random
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -222,12 +223,22 @@ def retry_after(header: str | None) -> float:
     return min(max(seconds, 0.2), 5.0)
 
 
+def proxy_in_environment() -> bool:
+    """Whether the operator's own environment names a proxy (HTTPS_PROXY, HTTP_PROXY, ...;
+    NO_PROXY alone is none). A kubeconfig's proxy-url is refused (D4); the environment is
+    the operator's own, so a proxy it names is used."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies_environment())
+
+
 class Kube:
     """Async façade over one cluster's API, with krypton's error types."""
 
     def __init__(self, cfg: k8s.Configuration, *, name: str, timeout: float = 30.0) -> None:
         cfg.connection_pool_maxsize = 16
         cfg.retries = None  # retries are krypton's decision (work queue backoff), not the client's
+        # aiohttp's trust_env looks up the proxy variables and parses ~/.netrc on every
+        # request, in a thread: taken only when a proxy is configured in the environment
+        cfg.client_session_kwargs = {"trust_env": proxy_in_environment()}
         self.name = name
         self.timeout = timeout
         self.config = cfg
@@ -680,6 +691,10 @@ class Informer:
     `on_error(exc)` hears every failure (krypton errors); `on_healthy()` hears every list
     that succeeded and the first watch accepted after a failure.
 
+    With `on_list` nothing is stored either: every list (the first and each relist) hands all
+    its items to `on_list(items)`, whose caller keeps what it needs of them in a form of its
+    own and works out what changed; watch events go to the handler as usual.
+
     With `from_now` nothing is listed and nothing stored: the watch starts at the
     collection's current resourceVersion and the handler hears changes only, from then on;
     `on_healthy()` then hears every watch accepted after a start, a 410 or a failure (the
@@ -693,9 +708,11 @@ class Informer:
                  on_error: Callable[[Exception], None] | None = None,
                  on_healthy: Callable[[], None] | None = None,
                  transform: Callable[[Obj], Obj] = without_managed_fields,
-                 from_now: bool = False) -> None:
+                 from_now: bool = False,
+                 on_list: Callable[[list[Obj]], None] | None = None) -> None:
         self.kube, self.what, self.path, self.handler = kube, what, path, handler
         self.from_now = from_now
+        self.on_list = on_list
         self._resumed = False  # from_now: a watch starts where changes may have been missed
         # what is kept of each object (the store of every engaged cluster lives in memory)
         self.transform = transform
@@ -768,6 +785,9 @@ class Informer:
             f"list {self.what}", self.path, label_selector=self.label_selector,
             field_selector=self.field_selector,
             accept=METADATA_ONLY if self.metadata_only else "application/json")
+        if self.on_list is not None:
+            self.on_list([self.transform(item) for item in body["items"]])
+            return self._listed(body)
         seen: dict[tuple[str, str], Obj] = {}
         for item in map(self.transform, body["items"]):
             meta = item["metadata"]
@@ -781,6 +801,9 @@ class Informer:
             if old is None or old["metadata"].get("resourceVersion") != \
                     item["metadata"].get("resourceVersion"):
                 self.handler("ADDED" if old is None else "MODIFIED", item)
+        return self._listed(body)
+
+    def _listed(self, body: Obj) -> str:
         self.lists += 1
         self.synced.set()
         if self.on_healthy:
@@ -827,7 +850,7 @@ class Informer:
         rv = str(meta.get("resourceVersion") or rv)
         if kind == "BOOKMARK":
             return rv
-        if not self.from_now:
+        if not self.from_now and self.on_list is None:
             key = (meta.get("namespace", ""), meta["name"])
             if kind == "DELETED":
                 self.store.pop(key, None)

@@ -13,8 +13,9 @@ import base64
 import gzip
 import io
 import json
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from krypton.decisions.model import (
     RELEASE_CLUSTER_LABEL,
@@ -30,6 +31,12 @@ BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
 Key = tuple[str, str]
 
 
+STATUSES = tuple(ReleaseStatus)
+_CODE = {status: code for code, status in enumerate(STATUSES)}
+_BITS = 4  # a revision is packed with its status as revision << 4 | status code
+assert len(STATUSES) <= 1 << _BITS
+
+
 def _modified(meta: dict[str, Any]) -> float:
     """When the record was last written: helm's modifiedAt label, else its creation time."""
     label = (meta.get("labels") or {}).get("modifiedAt")
@@ -38,55 +45,108 @@ def _modified(meta: dict[str, Any]) -> float:
     return epoch_seconds(meta.get("creationTimestamp")) or 0.0
 
 
+class Entry(NamedTuple):
+    """What the index keeps of one release: its revisions, each packed with its status
+    (sorted), when its latest record was written (only while that one is busy: the lock
+    timeout is all it is read for) and the latest record's owner and cluster labels."""
+
+    revisions: tuple[int, ...]
+    modified: float | None
+    owner: str | None
+    cluster: str | None
+
+    def statuses(self) -> dict[int, ReleaseStatus]:
+        mask = (1 << _BITS) - 1
+        return {p >> _BITS: STATUSES[p & mask] for p in self.revisions}
+
+
+def _record(type_: str, meta: dict[str, Any], entry: Entry | None) -> Entry | None:
+    """The release's entry after one record event (None: no record of it is left)."""
+    labels = meta.get("labels") or {}
+    revision = int(str(labels.get("version")))
+    kept = tuple(p for p in (entry.revisions if entry else ()) if p >> _BITS != revision)
+    if type_ == "DELETED":
+        if not kept:
+            return None
+        assert entry is not None
+        return entry._replace(revisions=kept)
+    status = ReleaseStatus.parse(labels.get("status"))
+    revisions = tuple(sorted((*kept, revision << _BITS | _CODE[status])))
+    if entry is not None and revisions[-1] >> _BITS != revision:
+        return entry._replace(revisions=revisions)  # an older revision changed
+    return Entry(revisions, _modified(meta) if status in BUSY else None,
+                 sys.intern(str(labels[RELEASE_OWNER_LABEL])) if labels.get(RELEASE_OWNER_LABEL)
+                 else None,
+                 sys.intern(str(labels[RELEASE_CLUSTER_LABEL]))
+                 if labels.get(RELEASE_CLUSTER_LABEL) else None)
+
+
+def _key(meta: dict[str, Any]) -> Key | None:
+    labels = meta.get("labels") or {}
+    name, version = labels.get("name"), str(labels.get("version"))
+    if not name or not version.isdigit() or int(version) >= 1 << 40:
+        return None
+    return (sys.intern(str(meta.get("namespace", ""))), str(name))
+
+
 class ReleaseIndex:
+    """Every release's state on one cluster, from its release records' labels, in a compact
+    form (one small tuple per release, not the records: a cluster may hold thousands)."""
+
     def __init__(self) -> None:
-        self._records: dict[Key, dict[int, ReleaseStatus]] = {}
-        self._modified: dict[Key, float] = {}
-        self._noted: dict[Key, tuple[int, ReleaseStatus]] = {}
-        # the latest record's owner (Tenant UID) and cluster labels, as krypton's runs set them
-        self._labels: dict[Key, tuple[str | None, str | None]] = {}
+        self._entries: dict[Key, Entry] = {}
+        self._noted: dict[Key, tuple[int, ReleaseStatus, str | None]] = {}
         # the last revision our own helm runs produced, and the fingerprint it applied
         self._ours: dict[Key, tuple[int, str]] = {}
 
     def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
         """Apply one watch event; returns the (namespace, release) it concerns."""
         meta = obj.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        name, version = labels.get("name"), str(labels.get("version"))
-        if not name or not version.isdigit():
+        key = _key(meta)
+        if key is None:
             return None
-        key = (str(meta.get("namespace", "")), str(name))
-        revisions = self._records.setdefault(key, {})
-        if type_ == "DELETED":
-            revisions.pop(int(version), None)
-            if not revisions:
-                del self._records[key]
-                self._labels.pop(key, None)
+        entry = _record(type_, meta, self._entries.get(key))
+        if entry is None:
+            self._entries.pop(key, None)
         else:
-            revisions[int(version)] = ReleaseStatus.parse(labels.get("status"))
-            if int(version) == max(revisions):
-                self._modified[key] = _modified(meta)
-                self._labels[key] = (labels.get(RELEASE_OWNER_LABEL) or None,
-                                     labels.get(RELEASE_CLUSTER_LABEL) or None)
+            self._entries[key] = entry
         return key
+
+    def replace(self, records: list[dict[str, Any]]) -> set[Key]:
+        """Take a new list of every record (a list or relist of the watch): the index is
+        rebuilt from it, and the releases whose entry changed or went are returned."""
+        entries: dict[Key, Entry] = {}
+        for obj in records:
+            meta = obj.get("metadata") or {}
+            key = _key(meta)
+            if key is not None:
+                entry = _record("ADDED", meta, entries.get(key))
+                if entry is not None:
+                    entries[key] = entry
+        old, self._entries = self._entries, entries
+        return {k for k in old.keys() | entries.keys() if old.get(k) != entries.get(k)}
 
     def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus,
              fingerprint: str, owner: str | None = None) -> None:
         """Record the outcome of our own helm run until the watch catches up; `owner` is
         the UID of the Tenant it labelled the release with."""
-        self._noted[(namespace, release)] = (revision, status)
+        self._noted[(namespace, release)] = (revision, status, owner)
         self._ours[(namespace, release)] = (revision, fingerprint)
-        if owner:
-            cluster = self._labels.get((namespace, release), (None, None))[1]
-            self._labels[(namespace, release)] = (owner, cluster)
+        entry = self._entries.get((namespace, release))
+        if owner and entry is not None:
+            self._entries[(namespace, release)] = entry._replace(owner=sys.intern(owner))
 
     def names(self) -> list[Key]:
         """Every release with a record: (namespace, name)."""
-        return list(self._records)
+        return list(self._entries)
+
+    def has(self, namespace: str, release: str) -> bool:
+        """Whether any record of the release is left."""
+        return (namespace, release) in self._entries
 
     def clusters(self) -> dict[Key, str | None]:
         """Every release's cluster label: (namespace, release) -> name (None: unlabelled)."""
-        return {key: self._labels.get(key, (None, None))[1] for key in self._records}
+        return {key: entry.cluster for key, entry in self._entries.items()}
 
     def forget(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
@@ -103,21 +163,23 @@ class ReleaseIndex:
         `lock_timeout` seconds (at time `now`) is reported as locked: some helm run, perhaps
         not ours, may still be working on it; an older one is a leftover to recover."""
         key = (namespace, release)
-        revisions = self._records.get(key, {})
+        entry = self._entries.get(key)
+        revisions = entry.statuses() if entry else {}
         latest = max(revisions, default=0)
         noted = self._noted.get(key)
-        owner = self._labels.get(key, (None, None))[0]
+        owner = entry.owner if entry else None
         if noted is not None:
             if latest >= noted[0]:
                 del self._noted[key]  # the watch has caught up
             else:
                 good = noted[0] > 1 or any(s in GOOD for s in revisions.values())
-                return ReleaseObservation(noted[1], noted[0], good, owner_uid=owner)
-        if not revisions:
+                return ReleaseObservation(noted[1], noted[0], good,
+                                          owner_uid=noted[2] or owner)
+        if entry is None:
             return ReleaseObservation()
         good = any(s in GOOD for r, s in revisions.items() if r < latest)
         status = revisions[latest]
-        locked = status in BUSY and now - self._modified.get(key, 0.0) < lock_timeout
+        locked = status in BUSY and now - (entry.modified or 0.0) < lock_timeout
         return ReleaseObservation(status, latest, good, locked, owner_uid=owner)
 
 

@@ -84,6 +84,9 @@ class Worker:
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
+        # Tenant name -> the namespaces a Tenant of that name is in (a release's namespace is
+        # its Tenant's name): who to look at when a release changes, without a scan
+        self._namespaces_with: dict[str, set[str]] = {}
         self._dir = shared.workdir / name
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
@@ -212,6 +215,10 @@ class Worker:
                          tuple(meta.get("finalizers") or ()))
             urgent = type_ == "DELETED" or self._signatures.get(key) != signature
             self._signatures[key] = signature
+            if type_ == "DELETED":
+                self._namespaces_with.get(key.name, set()).discard(key.namespace)
+            else:
+                self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
             self.queue.add(key, urgent=urgent)
 
         tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
@@ -223,7 +230,7 @@ class Worker:
                                                  settings.shared_release_namespace),
                             self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
                             metadata_only=True, transform=release_record_metadata,
-                            on_error=self._watch_failed,
+                            on_list=self._releases_listed, on_error=self._watch_failed,
                             on_healthy=self._watch_restored)
         async with asyncio.TaskGroup() as group:
             group.create_task(releases.run(), name=f"{self.name}-releases")
@@ -420,15 +427,31 @@ class Worker:
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None
         key = self.runtime.releases.on_event(type_, obj)
-        if key is None:
-            return
+        if key is not None:
+            self._release_moved(key[0], gone=type_ == "DELETED")
+
+    def _releases_listed(self, records: list[dict[str, Any]]) -> None:
+        """A list or relist of the release records: the index is rebuilt from it, and the
+        Tenants of the releases that changed meanwhile are looked at."""
+        assert self.runtime is not None
+        releases = self.runtime.releases
+        for namespace, release in sorted(releases.replace(records)):
+            self._release_moved(namespace, gone=not releases.has(namespace, release))
+
+    def _release_moved(self, namespace: str, *, gone: bool) -> None:
+        """A release in `namespace` changed (or went): its Tenant is looked at, and when one
+        went, the Tenants refused for SharedObjects (it may have owned what they need)."""
+        assert self.runtime is not None
         self._release_changes += 1
-        namespace = key[0]
         refused = f"ClusterError/{self.name}"
+        if not gone:
+            for ns in self._namespaces_with.get(namespace, ()):
+                self.queue.add(TenantKey(ns, namespace), urgent=False)
+            return
         for (ns, name), tenant in list(self.runtime.tenants.items()):
             if name == namespace:
                 self.queue.add(TenantKey(ns, name), urgent=False)
-            elif type_ == "DELETED" and any(
+            elif any(
                     c.get("type") == refused and c.get("reason") == "SharedObjects"
                     and c.get("status") == "True"
                     for c in (tenant.get("status") or {}).get("conditions") or []):

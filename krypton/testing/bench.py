@@ -74,6 +74,8 @@ FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas 
 POD_READY_DELAY = 20.0  # (i): seconds from a pod's scheduling to its readiness
 WAITING_TENANTS = int(os.environ.get("KRYPTON_BENCH_WAITING_N", "100"))  # (i) per cluster
 TICK = os.sysconf("SC_CLK_TCK")
+# a directory: (a) and (c) record the operator with py-spy (sampling, 100 Hz) into it
+PROFILE_DIR = os.environ.get("KRYPTON_BENCH_PROFILE", "")  # only samples holding the GIL: CPU spent in Python
 
 
 def log(text: str) -> None:
@@ -142,6 +144,26 @@ class TreeMemory:
         self._thread.join()
         return {"peak_tree_pss_mib": round(self.pss, 1), "peak_tree_rss_mib": round(self.rss, 1),
                 "helm_processes_at_peak": self.helm_at_peak}
+
+
+@contextlib.contextmanager
+def profiled(pid: int, name: str) -> Iterator[None]:
+    """With KRYPTON_BENCH_PROFILE set, a py-spy recording of the operator while the block
+    runs (collapsed stacks in ``<dir>/<name>.txt``); otherwise nothing."""
+    if not PROFILE_DIR:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    out = Path(PROFILE_DIR) / f"{name}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "100", "--gil",
+                             "--format", "raw", "--nonblocking", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(2)
+        proc.wait(60)
 
 
 def cpu_per_release(own: float, helm: float, releases: int) -> dict[str, float]:
@@ -263,8 +285,9 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
     op = bed.operator(discovery, ns, "0.2.0", "--resync-period", "45s")
     memory = TreeMemory(op.pid)
     total = 2 * n
-    wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
-             what=f"{total} Ready")
+    with profiled(op.pid, f"install-{n}"):
+        wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
+                 what=f"{total} Ready")
     seconds = time.monotonic() - start
     own, helm = cpu_seconds(op.pid)
     result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total,
@@ -283,8 +306,9 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
         start = time.monotonic()
         op = bed.operator(discovery, ns, "0.3.0")
         memory = TreeMemory(op.pid)
-        wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
-                 what="bump rolled out")
+        with profiled(op.pid, f"bump-{n}"):
+            wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
+                     what="bump rolled out")
         bump = time.monotonic() - start
         own, helm = cpu_seconds(op.pid)
         result["version_bump"] = {"seconds": round(bump, 1),
@@ -295,12 +319,24 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
     return result
 
 
+def requests_by_kind(op: OperatorProcess) -> dict[str, float]:
+    """The operator's API requests so far, summed per kind (its `kind` label)."""
+    found: dict[str, float] = {}
+    for line in op.metrics_text().splitlines():
+        if line.startswith("krypton_api_requests_total{"):
+            head, _, value = line.rpartition(" ")
+            kind = head.split('kind="', 1)[-1].split('"', 1)[0]
+            found[kind] = found.get(kind, 0.0) + float(value)
+    return found
+
+
 def noop_resync(op: OperatorProcess, total: int) -> dict[str, Any]:
     log("(b) waiting for the fleet to settle, then measuring one full resync")
     time.sleep(5)
     passes = op.metric("krypton_reconciles_total")
     helm = op.metric("krypton_helm_processes_total")
     requests = op.metric("krypton_api_requests_total")
+    by_kind = requests_by_kind(op)
     writes = op.metric("krypton_api_writes_total")
     cpu, _ = cpu_seconds(op.pid)
     wait_for(lambda: op.metric("krypton_reconciles_total") >= passes + total, 120, interval=0.5,
@@ -312,6 +348,9 @@ def noop_resync(op: OperatorProcess, total: int) -> dict[str, Any]:
         "helm_processes": int(op.metric("krypton_helm_processes_total") - helm),
         "api_requests": int(op.metric("krypton_api_requests_total") - requests),
         "api_writes": int(op.metric("krypton_api_writes_total") - writes),
+        "api_requests_by_kind": {k: int(v - by_kind.get(k, 0))
+                                 for k, v in requests_by_kind(op).items()
+                                 if v > by_kind.get(k, 0)},
         "operator_cpu_seconds": round(after_cpu - cpu, 2),
     }
     log(f"(b) no-op resync: {result}")

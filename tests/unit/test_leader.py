@@ -77,20 +77,23 @@ TENANT: dict[str, Any] = {"metadata": {"namespace": "ns", "name": "t", "uid": "u
 
 
 class _Cluster:
-    """The reconcile's ports to its cluster: status writes are recorded, Events dropped, the
-    Tenant's namespace is its own."""
+    """The reconcile's ports to its cluster: status writes and Events (type, reason) are
+    recorded, the Tenant's namespace is its own."""
 
     def __init__(self) -> None:
         self.written: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+        self.wrote = asyncio.Event()  # set by every status write
 
-    async def emit(self, *_a: object) -> None:
-        pass
+    async def emit(self, _involved: object, type_: str, reason: str, _message: str) -> None:
+        self.events.append((type_, reason))
 
     async def get_namespace(self, name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "annotations": {OWNER_ANNOTATION: "ns/t"}}}
 
     async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
         self.written.append(patch.get("status") or {})
+        self.wrote.set()
         return {**TENANT, "status": patch.get("status") or {}}
 
     async def patch_tenant(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
@@ -141,26 +144,50 @@ class _RecordingHelm:
         return {"version": 1, "info": {"status": "deployed"}}
 
 
-def test_a_helm_run_is_announced_by_one_pass_and_made_by_the_next() -> None:
-    """Each pass writes the status once, at its end (issue 11, item 6): the pass that
-    decides an install writes ClusterProgress True (R10 `Installing`) and starts no helm;
-    the pass its write causes runs helm and writes the result."""
+def test_a_quick_helm_run_costs_one_pass_and_one_status_write() -> None:
+    """Issue 31: the pass that decides an install runs helm itself and writes the status
+    once, with the outcome (R10 `Installed`) and its Event (R9 HelmInstalled). A run this
+    quick is not announced (no HelmInstallStart), so no second pass is needed to run it."""
     helm = _RecordingHelm()
     rt, reconciler, cluster = _runtime(helm)
     key = TenantKey("ns", "t")
     rt.tenants[("ns", "t")] = TENANT
-    asyncio.run(reconciler.reconcile(key))
-    assert helm.calls == [] and len(cluster.written) == 1
-    progress = {c["type"]: c for c in cluster.written[0]["conditions"]}["ClusterProgress/c1"]
-    assert (progress["status"], progress["reason"]) == ("True", "Installing")
-
-    rt.tenants[("ns", "t")] = {**TENANT, "status": cluster.written[0]}  # as the watch delivers it
     outcome = asyncio.run(reconciler.reconcile(key))
-    assert helm.calls == ["install"] and len(cluster.written) == 2 and not outcome.retry
+    assert helm.calls == ["install"] and len(cluster.written) == 1 and not outcome.retry
+    done = {c["type"]: c for c in cluster.written[0]["conditions"]}
+    assert (done["ClusterReady/c1"]["status"], done["ClusterReady/c1"]["reason"]) == \
+        ("True", "Installed")
+    assert cluster.written[0]["clusters"]["c1"]["fingerprint"] == fingerprint("r", "c", "1.0.0", {})
+    reasons = [reason for _, reason in cluster.events]
+    assert "HelmInstalled" in reasons and "HelmInstallStart" not in reasons
+
+
+def test_a_helm_run_that_lasts_is_announced_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run still going after ANNOUNCE_AFTER (a slot to wait for, --helm-wait) is said
+    while helm runs: ClusterProgress True `Installing` and the Event HelmInstallStart, then
+    the outcome. helm here ends only once the announcement was written."""
+    from krypton.runtime.reconcile import install
+
+    monkeypatch.setattr(install, "ANNOUNCE_AFTER", 0.01)
+
+    class SlowHelm(_RecordingHelm):
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            await asyncio.wait_for(cluster.wrote.wait(), 10)  # the status says it runs
+            return await super().install_or_upgrade()
+
+    helm = SlowHelm()
+    rt, reconciler, cluster = _runtime(helm)
+    rt.tenants[("ns", "t")] = TENANT
+    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert helm.calls == ["install"] and len(cluster.written) == 2
+    said = {c["type"]: c for c in cluster.written[0]["conditions"]}["ClusterProgress/c1"]
+    assert (said["status"], said["reason"]) == ("True", "Installing")
     done = {c["type"]: c for c in cluster.written[1]["conditions"]}
     assert (done["ClusterReady/c1"]["status"], done["ClusterReady/c1"]["reason"]) == \
         ("True", "Installed")
-    assert cluster.written[1]["clusters"]["c1"]["fingerprint"] == fingerprint("r", "c", "1.0.0", {})
+    assert done["ClusterProgress/c1"]["status"] == "False"
+    reasons = [reason for _, reason in cluster.events]
+    assert reasons.index("HelmInstallStart") < reasons.index("HelmInstalled")
 
 
 @pytest.mark.parametrize("stage", ["start", "slot"])

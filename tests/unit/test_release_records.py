@@ -102,3 +102,58 @@ def test_releases_of_cluster_names_no_longer_discovered_are_orphans() -> None:
                               "longer discovered")
     assert "helm uninstall tenant-a-remote -n a; helm uninstall tenant-b-remote -n b " \
            "(and 1 more)" in message
+
+
+def test_our_own_run_names_the_owner_of_a_release_the_watch_has_not_brought_yet() -> None:
+    from krypton.decisions.model import ReleaseStatus
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    index.note("a", "tenant-a-c1", 1, ReleaseStatus.DEPLOYED, "f" * 64, "u9")
+    seen = index.observe("a", "tenant-a-c1")
+    assert (seen.status, seen.revision, seen.owner_uid) == (ReleaseStatus.DEPLOYED, 1, "u9")
+
+
+def test_a_relist_rebuilds_the_index_and_names_the_releases_that_changed() -> None:
+    """The release records are not kept (issue 31.2): a list hands every record to the
+    index, which keeps one entry per release and says which releases differ from before:
+    one upgraded meanwhile, one gone, one new; one unchanged is not named."""
+    from krypton.decisions.model import ReleaseStatus
+    from krypton.decisions.releases import ReleaseIndex
+
+    def record(ns: str, revision: int, status: str) -> dict[str, object]:
+        return {"metadata": {"namespace": ns, "labels": {
+            "owner": "helm", "name": f"tenant-{ns}-c1", "version": str(revision),
+            "status": status}}}
+
+    index = ReleaseIndex()
+    assert index.replace([record("a", 1, "deployed"), record("b", 1, "deployed"),
+                          record("c", 1, "deployed")]) == \
+        {("a", "tenant-a-c1"), ("b", "tenant-b-c1"), ("c", "tenant-c-c1")}
+    changed = index.replace([record("a", 1, "deployed"),  # unchanged
+                             record("b", 1, "superseded"), record("b", 2, "deployed"),
+                             record("d", 1, "pending-install")])
+    assert changed == {("b", "tenant-b-c1"), ("c", "tenant-c-c1"), ("d", "tenant-d-c1")}
+    assert not index.has("c", "tenant-c-c1") and index.has("d", "tenant-d-c1")
+    b = index.observe("b", "tenant-b-c1")
+    assert (b.status, b.revision, b.has_good_revision) == (ReleaseStatus.DEPLOYED, 2, True)
+    assert index.observe("d", "tenant-d-c1").status is ReleaseStatus.PENDING_INSTALL
+
+
+@pytest.mark.parametrize("labels", [
+    {"name": "r", "version": "1" + "0" * 30, "status": "deployed"},  # a revision past 2**40
+    {"name": "r", "version": "-1", "status": "deployed"},
+    {"name": "", "version": "1", "status": "deployed"},
+    {"name": "r", "version": "1", "status": "no-such-status"},
+])
+def test_a_record_with_labels_helm_never_writes_is_ignored_or_unknown(
+        labels: dict[str, str]) -> None:
+    from krypton.decisions.model import ReleaseStatus
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    key = index.on_event("ADDED", {"metadata": {"namespace": "a", "labels": labels}})
+    if labels["status"] == "no-such-status":
+        assert index.observe("a", "r").status is ReleaseStatus.parse("no-such-status")
+    else:
+        assert key is None and index.names() == []

@@ -8,6 +8,7 @@ chart's crds/ go first (--chart-crds); Helm 4's field conflicts follow
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import Any
 
@@ -41,30 +42,53 @@ from krypton.runtime.reconcile import look, reports, status
 from krypton.runtime.reconcile.model import NamespaceNotOwned, Outcome, Pass, Report, release_labels
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
-ANNOUNCE_REQUEUE = 10.0  # backstop for the pass after an announcement (its watch event)
+ANNOUNCE_AFTER = 2.0  # seconds a helm run may take before the status says it is under way
 
 
 
 async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     """Install or upgrade (after uninstalling or rolling back what an interrupted run
-    left). Announced first: the pass that decides a helm run writes the progress
-    condition and its Event, and the pass that follows it (the status write is its
-    cause) runs helm, so that the Tenant says what is under way while helm waits."""
-    chart, key, c = p.chart, p.key, rt.name
+    left), in the pass that decided it. A run still going after ANNOUNCE_AFTER seconds (a
+    slot to wait for, CRDs, ``--helm-wait``) is announced while it runs: the status says
+    ``ClusterProgress/<c>`` True and the Event ``Helm<Verb>Start`` goes out. A quick run
+    is told by its outcome alone: one status write and its Event, no second pass."""
+    key = p.key
     installing = p.plan.action in INSTALLING
     verb = "Install" if installing else "Upgrade"
     fenced(rt)
-    if not announced(p.obs, p.plan):
-        await ensure_namespace(rt, key, p.obs.namespace)
-        announcement = Change(rt.type(cond.PROGRESS), True, p.plan.reason, p.plan.message)
-        p.obj, wrote = await status.commit(
-            rt, p.obj, [*p.changes, announcement], p.log,
-            event=("Normal", f"Helm{verb}Start", p.plan.message))
+    await ensure_namespace(rt, key, p.obs.namespace)
+    work = asyncio.ensure_future(run_helm(rt, p, verb))
+    try:
+        if not announced(p.obs, p.plan):
+            done, _ = await asyncio.wait({work}, timeout=ANNOUNCE_AFTER)
+            if not done:
+                await announce(rt, p, verb)
+        outcome = await work
+    except BaseException:
+        work.cancel()  # the pass was cancelled (shutdown, fenced): so is its helm
+        await asyncio.gather(work, return_exceptions=True)
+        raise
+    if isinstance(outcome, Report):
+        return outcome
+    return await succeeded(rt, p, verb, installing, *outcome)
+
+
+async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
+    """Say in the status and an Event that the pass's helm run is under way; best effort
+    (the run goes on, and its outcome is written when it ends)."""
+    announcement = Change(rt.type(cond.PROGRESS), True, p.plan.reason, p.plan.message)
+    try:
+        p.obj, _ = await status.commit(rt, p.obj, [*p.changes, announcement], p.log,
+                                       event=("Normal", f"Helm{verb}Start", p.plan.message))
         p.changes = []
-        if wrote:
-            # The write's watch event brings the key back; the requeue only covers a
-            # watch that is down.
-            return Report(outcome=Outcome(requeue_after=ANNOUNCE_REQUEUE))
+    except KryptonError as exc:
+        p.log.info("helm run not announced", error=str(exc))
+
+
+async def run_helm(rt: ClusterRuntime, p: Pass, verb: str) -> tuple[dict[str, Any], str | None] | Report:
+    """The chart's CRDs, then a helm slot and the helm run(s): helm's answer and what a
+    forced apply took over, or the Report of a run that did not succeed."""
+    chart, c = p.chart, rt.name
     try:
         await apply_chart_crds(rt, chart, p.log)
     except KryptonError as exc:
@@ -87,7 +111,7 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
                 await rt.helm.uninstall(p.release, namespace)
             elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
                 await rt.helm.rollback(p.release, namespace)
-            result, taken = await apply(rt, p, verb, namespace)
+            return await apply(rt, p, verb, namespace)
     except ReleaseLocked as exc:
         # Another helm operation holds the release (it took the lock after this pass
         # looked): nothing failed, so no failedFingerprint, and a progressive rollout
@@ -96,6 +120,13 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
         return Report(outcome=Outcome(retry=True, reason=exc.reason))
     except HelmFailed as exc:
         return reports.failed(rt, p, verb, exc)
+
+
+async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
+                  result: dict[str, Any], taken: str | None) -> Report:
+    """A successful helm run: the release noted, the fingerprint annotation written, the
+    workload followed (F6) or the release Ready."""
+    chart, key, c, namespace = p.chart, p.key, rt.name, p.namespace
     events = [] if taken is None else [("Normal", "FieldsTakenOver", taken)]
     if p.obs.adopt:  # issue 32.3: said once, by the run that took them
         events.append(("Normal", "SharedObjectsAdopted",
