@@ -9,6 +9,7 @@ can quote request headers; nothing that reaches a user goes around :func:`scrub`
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import MutableMapping
@@ -40,16 +41,31 @@ def register(*secrets: str | None) -> None:
         _known.update(fresh)
         ordered = sorted(_known, key=len, reverse=True)
         _known_pattern = re.compile("|".join(re.escape(s) for s in ordered))
+        _scrub_cached.cache_clear()  # answers given before may hold the new credential
 
 
 def scrub(text: str) -> str:
-    """`text` with registered credentials and credential-shaped substrings masked."""
+    """`text` with registered credentials and credential-shaped substrings masked. The
+    same short strings (names, reasons, log fields) come back all the time: their answer
+    is remembered until a new credential is registered."""
+    if len(text) > CACHED_LENGTH:
+        return _scrub(text)
+    return _scrub_cached(text)
+
+
+CACHED_LENGTH = 256
+
+
+def _scrub(text: str) -> str:
     pattern = _known_pattern
     if pattern is not None:
         text = pattern.sub(MASK, text)
     for regex, replacement in _PATTERNS:
         text = regex.sub(replacement, text)
     return text
+
+
+_scrub_cached = functools.lru_cache(maxsize=4096)(_scrub)
 
 
 def scrub_value(value: Any) -> Any:

@@ -68,8 +68,11 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
 CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
-# measures to run: a (with b and c), d, e, f, g, h, i; w (i with helm's own wait) on request
+# measures to run: a (with b and c), d, e, f, g, h, i, j; on request: w (i with helm's own
+# wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
+HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
+CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
 POD_READY_DELAY = 20.0  # (i): seconds from a pod's scheduling to its readiness
 WAITING_TENANTS = int(os.environ.get("KRYPTON_BENCH_WAITING_N", "100"))  # (i) per cluster
@@ -107,14 +110,19 @@ def threads(pid: int) -> int:
     return _status_field(pid, "Threads")
 
 
-def _pss_kib(pid: int) -> int:
+def _rollup_kib(pid: int, field: str) -> int:
+    """A field of /proc/<pid>/smaps_rollup (kB); 0 once the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _pss_kib(pid: int) -> int:
+    return _rollup_kib(pid, "Pss")
 
 
 class TreeMemory:
@@ -125,6 +133,7 @@ class TreeMemory:
         self.pid, self.interval = pid, interval
         self.rss = self.pss = 0.0
         self.helm_at_peak = 0
+        self.helm_private = 0.0  # the most any one helm process kept private (MiB)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -134,16 +143,20 @@ class TreeMemory:
             tree = [self.pid, *descendants(self.pid)]
             rss = sum(_status_field(p, "VmRSS") for p in tree)
             pss = sum(_pss_kib(p) for p in tree)
+            helms = [p for p in tree[1:] if Path((cmdline(p) or ["x"])[0]).name == "helm"]
+            for p in helms:
+                private = _rollup_kib(p, "Private_Clean") + _rollup_kib(p, "Private_Dirty")
+                self.helm_private = max(self.helm_private, private / 1024)
             if pss / 1024 > self.pss:
                 self.pss, self.rss = pss / 1024, rss / 1024
-                self.helm_at_peak = sum(1 for p in tree[1:]
-                                        if Path((cmdline(p) or ["x"])[0]).name == "helm")
+                self.helm_at_peak = len(helms)
 
     def peak(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join()
         return {"peak_tree_pss_mib": round(self.pss, 1), "peak_tree_rss_mib": round(self.rss, 1),
-                "helm_processes_at_peak": self.helm_at_peak}
+                "helm_processes_at_peak": self.helm_at_peak,
+                "helm_private_mib_max": round(self.helm_private, 1)}
 
 
 @contextlib.contextmanager
@@ -239,6 +252,11 @@ class Bed:
             "mesh.openkcm.io", "v1alpha1", ns, "tenants", name)
         return str((tenant.get("status") or {}).get("phase") or "")
 
+    def release_records(self, cluster: str) -> list[Any]:
+        """Every Helm release record on control plane `cluster`."""
+        return list(self.core(cluster).list_secret_for_all_namespaces(
+            label_selector="owner=helm").items)
+
     def release_states(self, cluster: str, release_namespace: str) -> list[str]:
         """The status label of every Helm release record in `release_namespace`."""
         items = self.core(cluster).list_namespaced_secret(
@@ -272,17 +290,18 @@ def ready(version: str) -> Any:
     return check
 
 
-def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
+def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any]:
+    """(a), and with the largest N (b) and (c); with `extra` operator flags, (a) alone."""
     discovery = bed.namespace("bench-disc", ("home",))
     ns = bed.namespace("bench")
     for c in bed.clusters:
         for i in range(n):
-            bed.create_tenant(c, ns, f"t{n}-{i:03d}")
+            bed.create_tenant(c, ns, f"{prefix}{n}-{i:03d}")
     for c in bed.clusters:
         bed.register(discovery, c, c)
-    log(f"(a) {n} Tenants x 2 clusters: starting the operator")
+    log(f"(a) {n} Tenants x 2 clusters: starting the operator {' '.join(extra)}")
     start = time.monotonic()
-    op = bed.operator(discovery, ns, "0.2.0", "--resync-period", "45s")
+    op = bed.operator(discovery, ns, "0.2.0", "--resync-period", "45s", *extra)
     memory = TreeMemory(op.pid)
     total = 2 * n
     with profiled(op.pid, f"install-{n}"):
@@ -290,7 +309,8 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
                  what=f"{total} Ready")
     seconds = time.monotonic() - start
     own, helm = cpu_seconds(op.pid)
-    result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total,
+    counts = per_release(op, total)
+    result: dict[str, Any] = {"tenants_per_cluster": n, "releases": total, **counts,
                               "seconds_to_ready": round(seconds, 1),
                               "releases_per_second": round(total / seconds, 2),
                               "operator_cpu_seconds": round(own, 2),
@@ -299,7 +319,7 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
                               **memory.peak()}
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
-    if n == max(SIZES):
+    if n == max(SIZES) and not extra:
         result["noop_resync"] = noop_resync(op, total)
         op.stop()
         log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
@@ -311,7 +331,7 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
                      what="bump rolled out")
         bump = time.monotonic() - start
         own, helm = cpu_seconds(op.pid)
-        result["version_bump"] = {"seconds": round(bump, 1),
+        result["version_bump"] = {"seconds": round(bump, 1), **per_release(op, total),
                                   "releases_per_second": round(total / bump, 2),
                                   **cpu_per_release(own, helm, total), **memory.peak()}
         log(f"(c) bump done in {bump:.1f}s")
@@ -319,13 +339,48 @@ def fleet_run(bed: Bed, n: int) -> dict[str, Any]:
     return result
 
 
+def per_release(op: OperatorProcess, releases: int) -> dict[str, Any]:
+    """The operator's passes, API requests (by verb) and writes so far, per release."""
+    return {"passes_per_release": round(op.metric("krypton_reconciles_total") / releases, 2),
+            "requests_per_release": {k: round(v / releases, 2)
+                                     for k, v in sorted(requests_by_kind(op).items())},
+            "writes_per_release": round(op.metric("krypton_api_writes_total") / releases, 2)}
+
+
+def release_index_bytes(releases: int = 2000, revisions: int = 2) -> float:
+    """Bytes the release index keeps per release record, measured in this process with
+    tracemalloc on records shaped like the bench's (names, UIDs, labels of a helm run)."""
+    import tracemalloc
+
+    from krypton.decisions.releases import ReleaseIndex
+
+    def records() -> list[dict[str, Any]]:
+        return [{"metadata": {"namespace": f"t200-{i:04d}", "name":
+                              f"sh.helm.release.v1.tenant-t200-{i:04d}-home.v{r}",
+                              "resourceVersion": str(100000 + i * revisions + r), "labels": {
+                                  "owner": "helm", "name": f"tenant-t200-{i:04d}-home",
+                                  "version": str(r), "status": "deployed" if r == revisions
+                                  else "superseded", "modifiedAt": str(1790000000 + r),
+                                  "mesh.openkcm.io/tenant-uid": str(uuid.uuid4()),
+                                  "mesh.openkcm.io/cluster": "home"}}}
+                for i in range(releases) for r in range(1, revisions + 1)]
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    index = ReleaseIndex()
+    index.replace(records())  # the records (as a list hands them over) are dropped after
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return round(kept / (releases * revisions), 1) if index.names() else 0.0
+
+
 def requests_by_kind(op: OperatorProcess) -> dict[str, float]:
-    """The operator's API requests so far, summed per kind (its `kind` label)."""
+    """The operator's API requests so far, summed per verb (its `verb` label)."""
     found: dict[str, float] = {}
     for line in op.metrics_text().splitlines():
         if line.startswith("krypton_api_requests_total{"):
             head, _, value = line.rpartition(" ")
-            kind = head.split('kind="', 1)[-1].split('"', 1)[0]
+            kind = head.split('verb="', 1)[-1].split('"', 1)[0]
             found[kind] = found.get(kind, 0.0) + float(value)
     return found
 
@@ -831,6 +886,17 @@ def main() -> int:
             results["clusters"] = [cluster_scale(bed, m) for m in CLUSTER_COUNTS]
         if "a" in PARTS:
             results["fleet"] = [fleet_run(bed, n) for n in SIZES]
+        if "D" in PARTS:  # (d) again, now that the control planes hold release records
+            results["clusters_holding_release_records"] = {
+                "records_per_control_plane": {c: len(bed.release_records(c))
+                                              for c in bed.clusters},
+                "release_index_bytes_per_record": release_index_bytes(),
+                "runs": [cluster_scale(bed, m) for m in CLUSTER_COUNTS]}
+        if "k" in PARTS:
+            results["helm_concurrency"] = [
+                {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm",
+                                                       str(c), prefix=f"k{c}-")}
+                for c in HELM_CURVE]
         if "e" in PARTS:
             results["latency"] = latencies(bed)
         if "f" in PARTS:

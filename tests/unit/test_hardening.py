@@ -393,3 +393,15 @@ def test_a_failed_chart_load_is_answered_from_the_cache_with_growing_backoff(
             asyncio.run(source.get())
         seen.append(loads)
     assert seen == [1, 1, 2, 2, 3, 3, 4]
+
+
+def test_a_credential_registered_later_is_masked_in_a_text_scrubbed_before() -> None:
+    """scrub remembers its answers for short texts (issue 31): registering a credential
+    must forget them, or a text scrubbed once before would keep the credential in clear."""
+    from krypton.decisions import redact
+
+    secret = "s3cr3t-" + "x" * 20
+    text = f"cluster c1 uses {secret}"
+    assert redact.scrub(text) == text  # not known yet: nothing to mask
+    redact.register(secret)
+    assert secret not in redact.scrub(text) and redact.MASK in redact.scrub(text)
