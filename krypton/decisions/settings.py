@@ -151,7 +151,7 @@ OPTIONS: tuple[Opt, ...] = (
         "is gone (looked for once per --resync-period, with the workload's health); off: only "
         "release records count", "repair", choice("repair", "off")),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
-    Opt("max_concurrent_helm", "helm processes at once across all clusters", 8, positive_int),
+    Opt("max_concurrent_helm", "helm processes at once across all clusters", 4, positive_int),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
     Opt("max_retries", "Failed helm runs of one target (chart, values, Tenant generation) "
         "retried before the release is Stalled (RetriesExhausted) until the target changes or "

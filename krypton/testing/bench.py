@@ -53,6 +53,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from krypton.decisions.settings import Settings
+
 from . import BlackHole, ChartRepository, ControlPlane, testbin
 from .operator import (
     OperatorProcess,
@@ -878,7 +880,8 @@ def main() -> int:
     bed = Bed()
     results: dict[str, Any] = {"machine": machine(), "versions": versions(bed.tools),
                                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-                               "settings": {"max_concurrent_helm": 8,
+                               "settings": {"max_concurrent_helm":
+                                            Settings().max_concurrent_helm,
                                             "max_concurrent_reconciles": 4, "helm_wait": False}}
     try:
         # (d) first, while the control planes hold no Helm release records: idle clusters
