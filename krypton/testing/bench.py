@@ -73,6 +73,7 @@ CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000
 # measures to run: a (with b and c), d, e, f, g, h, i, j; on request: w (i with helm's own
 # wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
+OPERATOR_ARGS = os.environ.get("KRYPTON_BENCH_OPERATOR_ARGS", "").split()  # to every operator
 HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
 CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
@@ -275,7 +276,7 @@ class Bed:
             "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
             "--chart-repo", self.repo.url,
             "--chart-name", chart, "--chart-version", version, "--log-level", "info",
-            *extra], helm_dir=self.tools)
+            *extra, *OPERATOR_ARGS], helm_dir=self.tools)
         return op.start()
 
     def stop(self) -> None:
@@ -677,11 +678,26 @@ def real_waiting(bed: Bed, helm_wait: bool) -> dict[str, Any]:
             start = time.monotonic()
             op = bed.operator(discovery, ns, version, *args, chart="workload")
             memory = TreeMemory(op.pid)
-            wait_for(functools.partial(all_ready, version), 3600, interval=1.0,
-                     what=f"{2 * n} Ready at {version}")
+            helm_done: list[float] = []
+
+            def done(version: str = version, op: OperatorProcess = op,
+                     helm_done: list[float] = helm_done, start: float = start) -> bool:
+                # when the last helm run ended: the rest of the wait is the pods'
+                if not helm_done and op.metric(
+                        "krypton_helm_processes_total",
+                        operation="install" if version == "1.0.0" else "upgrade") >= 2 * n \
+                        and not any(Path((cmdline(p) or ["x"])[0]).name == "helm"
+                                    for p in descendants(op.pid)):
+                    helm_done.append(time.monotonic() - start)
+                return all_ready(version)
+
+            with profiled(op.pid, f"waiting-{phase}"):
+                wait_for(done, 3600, interval=1.0, what=f"{2 * n} Ready at {version}")
             seconds = time.monotonic() - start
             own, helm = cpu_seconds(op.pid)
-            result[phase] = {"seconds": round(seconds, 1), **cpu_per_release(own, helm, 2 * n),
+            result[phase] = {"seconds": round(seconds, 1),
+                             "helm_done_seconds": round(helm_done[0], 1) if helm_done else None,
+                             **per_release(op, 2 * n), **cpu_per_release(own, helm, 2 * n),
                              **memory.peak()}
             log(f"(i) {phase}: {result[phase]}")
             op.stop()

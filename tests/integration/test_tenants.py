@@ -145,3 +145,29 @@ def test_range_resolves_to_newest_match(fleet: Fleet) -> None:
     status = fleet.remote.tenant(fleet.tenant_ns, name)["status"]
     assert status["clusters"]["remote"]["chartVersion"] == "0.2.0"
     assert status["lastAppliedChart"].endswith("|sample|0.2.0")
+
+
+def test_a_quick_install_costs_one_helm_run_one_status_write_and_no_start_event(
+        fleet: Fleet) -> None:
+    """Issue 31: the pass that decides an install runs helm; a run over within 2 s is not
+    announced, so each release costs one helm process and one status write (its outcome),
+    and the Tenant's Events say HelmInstalled without HelmInstallStart. Counted from the
+    operator's own metrics once the passes its writes bring back have run too."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    names = [fleet.tenant(fleet.remote, unique("quick")) for _ in range(3)]
+    for name in names:
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    # each status write comes back through the watch and brings its Tenant back: at least
+    # one more pass each, after which nothing is left to do
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") >= 2 * len(names)
+             and op.metric("krypton_workqueue_depth", cluster="remote") == 0, 60,
+             what="the passes the writes brought back")
+    for name in names:
+        fleet.remote.wait_event(fleet.tenant_ns, name, "HelmInstalled")
+    # one helm install each (other helm processes pull and render the chart, not per run)
+    assert op.metric("krypton_helm_processes_total", operation="install") == len(names)
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 0
+    assert op.metric("krypton_api_writes_total", cluster="remote", kind="status") == len(names)
+    reasons = {e.reason for name in names for e in fleet.remote.events(fleet.tenant_ns, name)}
+    assert "HelmInstallStart" not in reasons

@@ -95,6 +95,8 @@ async def look(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
 async def look_at_manifest(rt: ClusterRuntime, release: str, namespace: str, manifest: str, *,
                            workload_only: bool = False
                             ) -> tuple[tuple[str, ...], Workload | None]:
+    if workload_only and not any(kind in manifest for kind in health.WORKLOAD_KINDS):
+        return (), []  # no object of a kind with readiness rules: nothing to parse for
     try:
         docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
     except safeyaml.YamlRejected as exc:
