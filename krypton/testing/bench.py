@@ -836,6 +836,16 @@ def table(results: dict[str, Any]) -> str:
         rows.append((f"(d) {d['clusters']} clusters", f"peak RSS {d['peak_rss_mib']} MiB, "
                      f"idle CPU {d['idle_cpu_percent']} %, {d['threads']} threads, engaged "
                      f"in {d['seconds_to_engage']} s"))
+    held = results.get("clusters_holding_release_records") or {}
+    for d in held.get("runs", []):
+        rows.append((f"(D) {d['clusters']} clusters with records",
+                     f"peak RSS {d['peak_rss_mib']} MiB ({held['records_per_control_plane']} "
+                     f"records; index {held['release_index_bytes_per_record']} bytes/record)"))
+    for k in results.get("helm_concurrency", []):
+        rows.append((f"(k) --max-concurrent-helm {k['max_concurrent_helm']}",
+                     f"{k['tenants_per_cluster']} x 2 in {k['seconds_to_ready']} s "
+                     f"({k['releases_per_second']} releases/s); peak tree PSS "
+                     f"{k['peak_tree_pss_mib']} MiB"))
     lat = results.get("latency", {})
     for key, label in (("secret_to_engaged", "Secret -> engaged"),
                        ("tenant_to_install_start", "Tenant -> helm install start")):
