@@ -9,7 +9,7 @@ PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean
+.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock
 
 install: $(STAMP) testbin
 
@@ -49,6 +49,14 @@ demo: install
 
 bench: install
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.bench
+
+# The operator image as an OCI archive in dist/ (see hack/image.sh); image-lock re-pins its
+# Debian packages and Python wheels.
+image: $(STAMP)
+	PYTHON=$(BIN)/python bash hack/image.sh
+
+image-lock: $(STAMP)
+	PYTHON=$(BIN)/python bash hack/image.sh lock
 
 lint: $(STAMP)
 	$(BIN)/ruff check krypton tests

@@ -65,7 +65,8 @@ def jti(token: str) -> str:
 
 def used_token(cp: ControlPlane, user: str, token_id: str, agent: str) -> bool:
     """Whether `user` made a request with the token `token_id` from a client whose user
-    agent starts with `agent` (the API server records the token's id with each request)."""
+    agent starts with `agent` (the API server records the token's id with each request):
+    krypton/<version> for the operator's own requests, Helm/... for helm's."""
     return any(f"JTI={token_id}" in ((e["user"].get("extra") or {})
                                      .get("authentication.kubernetes.io/credential-id") or [])
                and (e.get("userAgent") or "").startswith(agent)
@@ -118,7 +119,7 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
     # self cluster: helm runs with the pod's token file too.
     old = op.token
     new = op.rotate_token(revoke_previous=False)
-    wait_for(lambda: used_token(home.cp, op.username, jti(new), "OpenAPI-Generator"), 150,
+    wait_for(lambda: used_token(home.cp, op.username, jti(new), "krypton/"), 150,
              what="the operator's client using the rotated token")
     op.revoke_token(old)
     c = unique("gamma")
