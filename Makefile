@@ -24,7 +24,7 @@ testbin:
 
 # pytest exits 5 when a selection ran no test; that is not a failure of the suite.
 # The whole suite runs on Helm 4; the tests marked helm3lane run again on Helm 3 (SPEC H1).
-test: install lint
+test: install lint image
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
 	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3
 
@@ -52,8 +52,8 @@ bench: install
 
 # The operator image as an OCI archive in dist/ (see hack/image.sh); image-lock re-pins its
 # Debian packages and Python wheels.
-image: $(STAMP)
-	PYTHON=$(BIN)/python bash hack/image.sh
+image: install
+	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm bash hack/image.sh
 
 image-lock: $(STAMP)
 	PYTHON=$(BIN)/python bash hack/image.sh lock

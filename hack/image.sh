@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # make image: the operator image, as an OCI archive in dist/, built from package registries
 # only: Debian bookworm packages (mmdebstrap), the Python wheels of image/requirements.lock
-# (PyPI, checked against their sha256), and helm built from its Go module. No registry of
-# images is needed, and none is used.
+# (PyPI, checked against their sha256), and helm built from its Go module by the test bed.
+# No registry of images is needed, and none is used.
 #
 # Reproducible: every input is pinned (image/debian.lock names each Debian package's version,
-# image/requirements.lock each wheel's hash, HELM_VERSION the helm module), every time stamp
+# image/requirements.lock each wheel's hash, hack/testbin.sh the helm module), every time stamp
 # is the commit's (SOURCE_DATE_EPOCH), and the archive is packed in a fixed order, so the same
 # commit gives the same image digest. A Debian version the mirror no longer has fails the
 # build with the way out (make image-lock).
@@ -15,7 +15,6 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-HELM_VERSION="${HELM_VERSION:-v4.2.4}"
 MIRROR="${KRYPTON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "${ROOT}/chart/Chart.yaml")"
@@ -38,19 +37,11 @@ tools() {
   fi
 }
 
-# helm built from its module, without the build machine's paths (-trimpath): the same
-# binary wherever it is built. Cached by version.
+# helm: the test bed's build (hack/testbin.sh: the pinned module, static, stripped, without
+# the build machine's paths), so the image runs the helm the suite tested.
 helm_binary() {
-  local dir="${HOME}/.cache/krypton/image/helm-${HELM_VERSION}"
-  if [ ! -x "${dir}/helm" ]; then
-    say "helm ${HELM_VERSION}: building"
-    mkdir -p "${dir}"
-    local major="${HELM_VERSION%%.*}"
-    CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="${dir}" go install -trimpath \
-      -ldflags "-s -w -X helm.sh/helm/${major}/internal/version.version=${HELM_VERSION}" \
-      "helm.sh/helm/${major}/cmd/helm@${HELM_VERSION}"
-  fi
-  printf '%s\n' "${dir}/helm"
+  if [ -n "${HELM:-}" ]; then printf '%s\n' "${HELM}"; return; fi
+  printf '%s/helm\n' "$(bash "${ROOT}/hack/testbin.sh" | tail -n1)"
 }
 
 # run by mmdebstrap with the root filesystem's directory as $1
@@ -167,7 +158,7 @@ EOF
   digest="$("${PYTHON}" "${ROOT}/hack/image_meta.py" digest "${layout}")"
   printf '%s\n' "${digest}" > "${out}/krypton-${VERSION}.digest"
   "${PYTHON}" "${ROOT}/hack/image_meta.py" sbom "${work}/bundle/rootfs" "${ROOT}/image/requirements.lock" \
-    "${HELM_VERSION}" "${VERSION}" "${digest}" > "${out}/krypton-${VERSION}.spdx.json"
+    "$("${helm}" version --template '{{.Version}}')" "${VERSION}" "${digest}" > "${out}/krypton-${VERSION}.spdx.json"
   say "${archive}: ${digest}, $(du -sm "${work}/bundle/rootfs" | cut -f1) MB unpacked," \
       "$(du -m "${archive}" | cut -f1) MB archived"
   printf '%s\n' "${archive}"

@@ -35,7 +35,7 @@ build_helm() {
   say "${name} ${version}: building"
   local bin="${work}/helm-${version}"
   mkdir -p "${bin}"
-  GOBIN="${bin}" go install \
+  GOBIN="${bin}" go install -trimpath \
     -ldflags "-s -w -X helm.sh/helm/${major}/internal/version.version=${version}" \
     "helm.sh/helm/${major}/cmd/helm@${version}"
   mv -f "${bin}/helm" "${dir}/${name}"

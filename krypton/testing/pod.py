@@ -44,6 +44,7 @@ import krypton
 from krypton.decisions.fingerprint import deep_merge
 
 from .controlplane import ControlPlane
+from .image import Image, inside
 from .operator import OperatorProcess
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -73,8 +74,9 @@ class PodOperator(OperatorProcess):
     def __init__(self, cluster: ControlPlane, *, bin_dir: str | Path, values: dict[str, Any],
                  release: str = "krypton", namespace: str = "krypton-system",
                  chart: str | Path = CHART, token_ttl: int = 600,
-                 run_as_chart_user: bool = True) -> None:
+                 run_as_chart_user: bool = True, image: Image | None = None) -> None:
         self.cluster = cluster
+        self.image = image
         self.bin_dir = Path(bin_dir)
         self.release, self.namespace = release, namespace
         self.token_ttl = token_ttl
@@ -131,8 +133,9 @@ class PodOperator(OperatorProcess):
         (self.sa_dir / "namespace").write_text(self.namespace)
         self.rotate_token()
         self.env = self._pod_env()
-        argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                self._setup_script(), "pod"]
+        script = self._setup_script() if self.image is None else self._image_script(self.image)
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script,
+                "pod"]
         with self.log_path.open("ab") as out:
             self.popen = subprocess.Popen(argv, env=self.env, cwd="/", stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -173,8 +176,11 @@ class PodOperator(OperatorProcess):
 
     def _pod_env(self) -> dict[str, str]:
         host, _, port = self.cluster.server.removeprefix("https://").rpartition(":")
-        env = dict(IMAGE_ENV)
-        env["PATH"] = f"{self.bin_dir}:{Path(sys.executable).parent}:{IMAGE_PATH}"
+        if self.image is not None:
+            env = dict(self.image.env)
+        else:
+            env = dict(IMAGE_ENV)
+            env["PATH"] = f"{self.bin_dir}:{Path(sys.executable).parent}:{IMAGE_PATH}"
         env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"] = host, port
         fields = {"metadata.name": self.pod_name, "metadata.namespace": self.namespace}
         for item in self.container.get("env") or []:
@@ -235,6 +241,34 @@ class PodOperator(OperatorProcess):
             lines += [f"mkdir -p {q(path)}", f"mount --bind {q(f'{KEEP}/{i}')} {q(path)}",
                       f"umount {q(f'{KEEP}/{i}')}"]
         lines.append("exec " + " ".join(q(a) for a in argv))
+        return "\n".join(lines)
+
+    def _image_script(self, image: Image) -> str:
+        """Shell run inside the new mount namespace for the image: its root filesystem with
+        the volumes and the service-account files mounted into it, /dev and /proc, read-only
+        where the container's securityContext says so; then the image's entrypoint with the
+        container's args, as the container's user, in the image's working directory."""
+        rootfs = image.rootfs
+        lines = ["set -eu", f"mount --bind {q(rootfs)} {q(rootfs)}"]
+        user = self._user() or _ids(image.user)
+        for source, target, read_only in self._mounts():
+            where = inside(rootfs, target)
+            where.mkdir(parents=True, exist_ok=True)  # in this harness's copy of the image
+            os.chown(source, *user)
+            source.chmod(0o755)
+            lines.append(f"mount --bind {q(source)} {q(where)}")
+            if read_only:
+                lines.append(f"mount -o remount,bind,ro {q(where)}")
+        lines += [f"mount --rbind /dev {q(inside(rootfs, '/dev'))}",
+                  f"mount -t proc proc {q(inside(rootfs, '/proc'))}"]
+        ctx = self.container.get("securityContext") or {}
+        if ctx.get("readOnlyRootFilesystem"):
+            lines.append(f"mount -o remount,bind,ro {q(rootfs)}")
+        argv = [*image.entrypoint, *self.container.get("args", list(image.cmd))]
+        inner = f"cd {q(image.workdir)} && exec " + " ".join(q(a) for a in argv)
+        chroot = shutil.which("chroot", path=IMAGE_PATH) or "chroot"  # the machine's, by path:
+        lines.append(f"exec {q(chroot)} --userspec={user[0]}:{user[1]} --groups={user[1]} "
+                     f"{q(rootfs)} /bin/sh -c {q(inner)}")  # the environment is the image's
         return "\n".join(lines)
 
     def _covered_program_paths(self, targets: list[str]) -> list[Path]:
@@ -307,6 +341,12 @@ class PodOperator(OperatorProcess):
     def _kubectl_apply(self, objects: list[dict[str, Any]]) -> None:
         if objects:
             self._kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+
+def _ids(user: str) -> tuple[int, int]:
+    """An image's numeric USER (``uid`` or ``uid:gid``)."""
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
 
 
 def q(value: object) -> str:

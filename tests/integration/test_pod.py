@@ -22,12 +22,22 @@ import yaml
 from kubernetes import client
 
 from krypton.testing import ControlPlane
+from krypton.testing.image import Image, archive, unpack
 from krypton.testing.operator import wait_for
 from krypton.testing.pod import SA_DIR, PodOperator
 
 from .conftest import Cluster, unique
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """The image ``make image`` built (``make test`` builds it first), unpacked once."""
+    path = archive()
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run make image (make test does)")
+    return unpack(path, tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture
@@ -129,7 +139,7 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
     placed[c] = (home, "self-cluster")
     op.stop()
 
-    bumped = PodOperator(home.cp, bin_dir=testbin, namespace=op.namespace,
+    bumped = PodOperator(home.cp, bin_dir=testbin, namespace=op.namespace, image=op.image,
                          values={**values, "chart": {**values["chart"], "version": "0.3.0"}})
     try:
         bumped.start()
@@ -154,10 +164,11 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
 
 
 def test_cluster_wide_chart_install(clusters: tuple[Cluster, Cluster], chart_repo: Any,
-                                    testbin: Path) -> None:
+                                    testbin: Path, image: Image) -> None:
     home, remote = clusters
     values = chart_values(chart_repo.url, "0.2.0")
-    op = PodOperator(home.cp, bin_dir=testbin, values=values, namespace="krypton-system")
+    op = PodOperator(home.cp, bin_dir=testbin, values=values, namespace="krypton-system",
+                     image=image)
     try:
         op.start()
         op.wait_ready()
@@ -170,10 +181,12 @@ def test_cluster_wide_chart_install(clusters: tuple[Cluster, Cluster], chart_rep
 
 
 def test_namespaced_chart_install_needs_only_roles(clusters: tuple[Cluster, Cluster],
-                                                   chart_repo: Any, testbin: Path) -> None:
+                                                   chart_repo: Any, testbin: Path,
+                                                   image: Image) -> None:
     home, remote = clusters
     values = chart_values(chart_repo.url, "0.2.0", watchNamespace="team-n")
-    op = PodOperator(home.cp, bin_dir=testbin, values=values, namespace="krypton-n")
+    op = PodOperator(home.cp, bin_dir=testbin, values=values, namespace="krypton-n",
+                     image=image)
     kinds = {o["kind"] for o in op.objects}
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
     try:
