@@ -9,7 +9,7 @@ PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock
+.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime
 
 install: $(STAMP) testbin
 
@@ -24,7 +24,7 @@ testbin:
 
 # pytest exits 5 when a selection ran no test; that is not a failure of the suite.
 # The whole suite runs on Helm 4; the tests marked helm3lane run again on Helm 3 (SPEC H1).
-test: install lint image
+test: install lint image runtime
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
 	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3
 
@@ -54,6 +54,9 @@ bench: install
 # Debian packages and Python wheels.
 image: install
 	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm bash hack/image.sh
+
+runtime:
+	bash hack/runtime.sh
 
 image-lock: $(STAMP)
 	PYTHON=$(BIN)/python bash hack/image.sh lock
