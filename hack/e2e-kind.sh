@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Two-cluster end to end on kind (needs a container engine, kind, kubectl and helm on PATH).
-# The same flow runs without a container engine on local control planes: `make e2e`.
+# Two-cluster end to end on kind (needs a container engine, kind, kubectl, helm and skopeo
+# on PATH). The same flow runs without a container engine on local control planes: `make e2e`.
 #
-# Creates the kind clusters "home" and "remote", installs the Tenant CRD on both, puts the
-# remote kubeconfig Secret on home, starts the operator in the background against home,
-# applies a Tenant on remote, waits for its namespace, its Helm release and phase Ready,
-# then tears everything down (operator: SIGTERM, ~5 s, SIGKILL).
+# Creates the kind clusters "home" and "remote", installs the Tenant CRD on both, loads the
+# image `make image` built into home and installs the operator there with its chart, puts
+# the remote kubeconfig Secret (the address kind's network reaches) on home, applies a Tenant
+# on remote, waits for its namespace, its Helm release and phase Ready, then tears
+# everything down.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PID_FILE="${PID_FILE:-/tmp/krypton-operator.pid}"
-LOG_FILE="${LOG_FILE:-/tmp/krypton-operator.log}"
 WORK="$(mktemp -d)"
 HOME_CTX="kind-home"
 REMOTE_CTX="kind-remote"
@@ -18,28 +17,17 @@ KEEP="${KEEP_CLUSTERS:-0}"
 CHART_REPO="${CHART_REPO:-https://charts.jetstack.io}"
 CHART_NAME="${CHART_NAME:-cert-manager}"
 CHART_VERSION="${CHART_VERSION:-1.19.1}"
-PYTHON="${PYTHON:-${ROOT}/.venv/bin/python}"
+VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "${ROOT}/chart/Chart.yaml")"
+ARCHIVE="${ROOT}/dist/krypton-${VERSION}.oci.tar"
+IMAGE="ghcr.io/openkcm/krypton:${VERSION}"  # the chart's default image
+LOG_FILE="${LOG_FILE:-/tmp/krypton-e2e-kind.log}"  # the operator's log, kept
 
 log() { printf '%s\n' "$*"; }
 
-stop_operator() {
-  [ -f "${PID_FILE}" ] || return 0
-  local pid
-  pid="$(cat "${PID_FILE}")"
-  if kill -0 "${pid}" 2>/dev/null; then
-    kill -TERM "${pid}" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "${pid}" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "${pid}" 2>/dev/null; then kill -KILL "${pid}" 2>/dev/null || true; fi
-  fi
-  rm -f "${PID_FILE}"
-}
-
 cleanup() {
-  stop_operator
   if [ "${KEEP}" != "1" ]; then
+    kubectl --context "${HOME_CTX}" -n krypton-system logs deploy/krypton --tail=200 \
+      >"${LOG_FILE}" 2>/dev/null || true
     kind delete cluster --name home >/dev/null 2>&1 || true
     kind delete cluster --name remote >/dev/null 2>&1 || true
   fi
@@ -47,9 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-for tool in kind kubectl helm; do
+for tool in kind kubectl helm skopeo; do
   command -v "${tool}" >/dev/null || { log "missing ${tool} on PATH"; exit 2; }
 done
+[ -f "${ARCHIVE}" ] || make -C "${ROOT}" image
 
 log "creating kind clusters home and remote"
 kind create cluster --name home --wait 120s
@@ -60,22 +49,24 @@ for ctx in "${HOME_CTX}" "${REMOTE_CTX}"; do
   kubectl --context "${ctx}" apply -f "${ROOT}/crds/"
 done
 
-# The operator runs on this machine, so the remote kubeconfig must reach the remote API
-# server from here: use the external kubeconfig that kind writes.
-kind get kubeconfig --name remote >"${WORK}/remote.kubeconfig"
+log "loading ${IMAGE} from ${ARCHIVE} into home"
+skopeo copy "oci-archive:${ARCHIVE}" "docker-archive:${WORK}/krypton.tar:${IMAGE}"
+kind load image-archive "${WORK}/krypton.tar" --name home
+
+# The operator runs in home, so the remote kubeconfig must reach the remote API server
+# from there: kind's internal address, on the network both clusters share.
+kind get kubeconfig --internal --name remote >"${WORK}/remote.kubeconfig"
 kubectl --context "${HOME_CTX}" create namespace krypton-system
 kubectl --context "${HOME_CTX}" -n krypton-system create secret generic remote \
   --from-file=kubeconfig="${WORK}/remote.kubeconfig"
 kubectl --context "${HOME_CTX}" -n krypton-system label secret remote \
   sigs.k8s.io/multicluster-runtime-kubeconfig=true
 
-kind get kubeconfig --name home >"${WORK}/home.kubeconfig"
-KUBECONFIG="${WORK}/home.kubeconfig" nohup "${PYTHON}" -m krypton run \
-  --watch-kubeconfig "${WORK}/home.kubeconfig" --namespace krypton-system \
-  --chart-repo "${CHART_REPO}" --chart-name "${CHART_NAME}" --chart-version "${CHART_VERSION}" \
-  >"${LOG_FILE}" 2>&1 &
-echo $! >"${PID_FILE}"
-log "operator started with PID $(cat "${PID_FILE}"), log in ${LOG_FILE}"
+helm --kube-context "${HOME_CTX}" install krypton "${ROOT}/chart" -n krypton-system \
+  --set image.pullPolicy=Never --set chart.repo="${CHART_REPO}" \
+  --set chart.name="${CHART_NAME}" --set chart.version="${CHART_VERSION}"
+kubectl --context "${HOME_CTX}" -n krypton-system rollout status deploy/krypton --timeout=180s
+log "operator running in home from ${IMAGE}"
 
 cat <<YAML | kubectl --context "${REMOTE_CTX}" apply -f -
 apiVersion: mesh.openkcm.io/v1alpha1
