@@ -54,7 +54,6 @@ Reporter = Callable[[str, str, str, str], Awaitable[None]]
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
 REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
-ENGAGING = 32  # clusters engaging (connecting, first lists) at once
 
 
 @dataclass
@@ -71,7 +70,6 @@ class Shared:
     owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
     discovered: Callable[[], set[str] | None] = lambda: None  # every discovered cluster's name
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
-    engaging: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(ENGAGING))
 
 
 class Worker:
@@ -139,14 +137,6 @@ class Worker:
         await self._close_kube()
 
     async def _engage(self) -> None:
-        # At most ENGAGING clusters at once in the memory-hungry part (TLS contexts, the CRD
-        # read, the first lists): a start with a thousand clusters would hold all their
-        # answers at once. An attempt is bounded by --api-timeout per request, and backoff
-        # sleeps outside, so an unreachable cluster holds a place for one attempt only.
-        async with self.shared.engaging:
-            await self._engage_once()
-
-    async def _engage_once(self) -> None:
         settings = self.shared.settings
         await self._close_kube()
         cfg = configuration_in_cluster() if self.kc.in_cluster else None
@@ -226,7 +216,10 @@ class Worker:
             urgent = type_ == "DELETED" or self._signatures.get(key) != signature
             self._signatures[key] = signature
             if type_ == "DELETED":
-                self._namespaces_with.get(key.name, set()).discard(key.namespace)
+                names = self._namespaces_with.get(key.name, set())
+                names.discard(key.namespace)
+                if not names:
+                    self._namespaces_with.pop(key.name, None)
             else:
                 self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
             self.queue.add(key, urgent=urgent)
@@ -359,11 +352,7 @@ class Worker:
         timeout = self.shared.settings.api_timeout
         while True:
             try:
-                if waited:
-                    await asyncio.wait_for(informer.synced.wait(), timeout)
-                else:  # the first list's answer counts against the engagements at once
-                    async with self.shared.engaging:
-                        await asyncio.wait_for(informer.synced.wait(), timeout)
+                await asyncio.wait_for(informer.synced.wait(), timeout)
                 return
             except TimeoutError:
                 waited += timeout

@@ -43,12 +43,17 @@ def archive(version: str | None = None) -> Path:
     return ROOT / "dist" / f"krypton-{version}.oci.tar"
 
 
-def _blob(tar: tarfile.TarFile, digest: str) -> bytes:
-    algorithm, value = digest.split(":", 1)
-    member = tar.extractfile(f"./blobs/{algorithm}/{value}")
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    member = tar.extractfile(name)
     if member is None:
-        raise ValueError(f"blob {digest} missing from the image")
+        raise ValueError(f"{name} missing from the image archive")
     return member.read()
+
+
+def _blob(digest: str) -> str:
+    """The archive member holding the blob `digest`."""
+    algorithm, value = digest.split(":", 1)
+    return f"./blobs/{algorithm}/{value}"
 
 
 def unpack(path: Path, into: Path) -> Image:
@@ -56,14 +61,15 @@ def unpack(path: Path, into: Path) -> Image:
     rootfs = into / "rootfs"
     rootfs.mkdir(parents=True)
     with tarfile.open(path) as tar:
-        index = json.loads(_blob_or_file(tar, "./index.json"))
+        index = json.loads(_read(tar, "./index.json"))
         digest = index["manifests"][0]["digest"]
-        manifest = json.loads(_blob(tar, digest))
-        config: dict[str, Any] = json.loads(_blob(tar, manifest["config"]["digest"]))["config"]
+        manifest = json.loads(_read(tar, _blob(digest)))
+        config: dict[str, Any] = json.loads(
+            _read(tar, _blob(manifest["config"]["digest"])))["config"]
         for layer in manifest["layers"]:
-            algorithm, value = layer["digest"].split(":", 1)
-            member = tar.extractfile(f"./blobs/{algorithm}/{value}")
-            assert member is not None
+            member = tar.extractfile(_blob(layer["digest"]))
+            if member is None:
+                raise ValueError(f"layer {layer['digest']} missing from the image archive")
             with tarfile.open(fileobj=member, mode="r|*") as files:
                 for entry in files:
                     _apply(files, entry, rootfs)
@@ -94,13 +100,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-def _blob_or_file(tar: tarfile.TarFile, name: str) -> bytes:
-    member = tar.extractfile(name)
-    if member is None:
-        raise ValueError(f"{name} missing from the image archive")
-    return member.read()
 
 
 def inside(rootfs: Path, path: str) -> Path:
