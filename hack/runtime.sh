@@ -6,6 +6,7 @@ set -uo pipefail
 missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing+=(runc)
+command -v gpg >/dev/null || missing+=(gnupg)  # signed charts (tests/integration/test_oci.py)
 if [ "${#missing[@]}" -gt 0 ]; then
   printf 'runtime: installing %s\n' "${missing[*]}" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \

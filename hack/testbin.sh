@@ -2,7 +2,8 @@
 # Builds the tool binaries of the krypton test bed (SPEC T2, H1) from their Go modules:
 # helm (Helm 4, the default), helm3 (Helm 3, for the Helm 3 lane and migration tests),
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (simulated
-# nodes, with the stage definitions its module ships), at pinned versions, into a cache
+# nodes, with the stage definitions its module ships), the CNCF distribution registry and
+# cosign (the test bed's OCI registry and chart signing), at pinned versions, into a cache
 # outside the work tree. Idempotent: a binary that is already there at its version is kept.
 # Also writes lane-helm3/, the same tools with helm being Helm 3.
 # Prints the cache directory on its last line.
@@ -13,6 +14,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v4.2.4}"
 HELM3_VERSION="${HELM3_VERSION:-v3.19.5}"
+REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
+COSIGN_VERSION="${COSIGN_VERSION:-v3.1.3}"
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_helm3-${HELM3_VERSION}_kwok-${KWOK_VERSION}"
 dir="${KRYPTON_TESTBIN:-${HOME}/.cache/krypton/testbin/${key}}"
@@ -58,6 +61,21 @@ build_kwok() {
     "${src}/kustomize/stage/pod/fast/pod-complete.yaml" \
     "${src}/kustomize/stage/pod/fast/pod-delete.yaml" "${stages}/"
   chmod u+w "${stages}"/*.yaml
+}
+
+# go_tool NAME MODULE/CMD VERSION PROBE...: a plain `go install` of one command, kept while
+# PROBE's output names VERSION.
+go_tool() {
+  local name=$1 pkg=$2 version=$3 bin
+  shift 3
+  if [ -x "${dir}/${name}" ] && "${dir}/${name}" "$@" 2>&1 | grep -q -- "${version#v}"; then
+    say "${name} ${version}: cached"; return
+  fi
+  say "${name} ${version}: building"
+  bin="${work}/${name}-${version}"
+  mkdir -p "${bin}"
+  GOBIN="${bin}" go install -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" "${pkg}@${version}"
+  mv -f "${bin}/$(basename "${pkg}")" "${dir}/${name}"
 }
 
 helm3_lane() {
@@ -119,6 +137,8 @@ build_helm helm3 "${HELM3_VERSION}"
 build_etcd
 build_kubernetes
 build_kwok
+go_tool registry github.com/distribution/distribution/v3/cmd/registry "${REGISTRY_VERSION}" --version
+go_tool cosign github.com/sigstore/cosign/v3/cmd/cosign "${COSIGN_VERSION}" version
 helm3_lane
 say "all tools ready in ${dir}"
 echo "${dir}"

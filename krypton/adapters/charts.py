@@ -2,14 +2,20 @@
 
 For an http(s) repository the version is resolved against the repository's ``index.yaml``
 (fetched without running helm, cached for `index_ttl`), then the chart is pulled once per
-resolved version with ``helm pull`` and kept unpacked for every install. For ``oci://`` the
-reference is pulled by helm (which resolves ranges itself) once per process.
-Concurrent callers share one fetch.
+resolved version with ``helm pull`` (``--verify`` against a keyring when asked) and kept
+unpacked for every install. For ``oci://`` krypton speaks the registry API itself (SPEC
+R6b): a range is resolved against the repository's tags like one against an index, the
+version's tag gives the manifest digest (checked against ``--chart-digest``, its cosign
+signature checked against ``--chart-cosign-key``), and the chart archive is fetched by that
+digest, so what is installed is exactly what was checked. A range, and an OCI tag, are
+looked at again after `index_ttl`. Concurrent callers share one fetch; a failure is cached
+on a growing schedule.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 import urllib.error
@@ -19,9 +25,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from krypton.adapters.helm import Helm, chart_version
-from krypton.decisions import chartcrds, retry, safeyaml
-from krypton.decisions.errors import ChartNotLoaded, KryptonError, VersionInvalid, VersionNotFound
+from krypton.adapters.helm import Helm, unpack_archive
+from krypton.adapters.registry import (
+    Credentials,
+    ManifestMissing,
+    Registry,
+    credentials_from_secret,
+)
+from krypton.decisions import chartcrds, oci, retry, safeyaml
+from krypton.decisions.errors import (
+    ChartNotLoaded,
+    ChartVerificationFailed,
+    KryptonError,
+    VersionInvalid,
+    VersionNotFound,
+)
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.versions import is_exact, parse_constraint, resolve
 
@@ -37,6 +55,27 @@ class ResolvedChart:
     name: str
     version: str
     path: str
+    digest: str = ""  # an OCI chart's manifest digest
+    pinned: bool = False  # the digest is --chart-digest's: part of the fingerprint
+
+    @property
+    def fingerprinted(self) -> str:
+        """The version as the fingerprint takes it: with the digest under a pin, so that
+        moving the pin is a change to roll out (SPEC R6b)."""
+        return f"{self.version}@{self.digest}" if self.pinned else self.version
+
+
+@dataclass(frozen=True)
+class Access:
+    """How the chart is fetched and checked, beyond its repository, name and version."""
+
+    digest: str = ""  # --chart-digest: the OCI manifest the version's tag must name
+    keyring: str = ""  # --chart-keyring: helm provenance check of http(s) charts
+    cosign_key: Any = None  # --chart-cosign-key, loaded: cosign check of OCI charts
+    ca_file: str = ""  # --chart-ca-file
+    plain_http: bool = False  # --chart-plain-http (OCI only)
+    # the registry's credentials, read when a fetch needs them (--chart-credentials-secret)
+    credentials: Callable[[str], Awaitable[Credentials | None]] | None = None
 
 
 SHARED_CACHE = 256  # fingerprints whose shared objects are remembered
@@ -46,7 +85,7 @@ class ChartSource:
 
     def __init__(self, repo: str, name: str, version: str, *, helm: Helm, cache_dir: Path,
                  index_ttl: float = 300.0, failure_ttl: float = 10.0,
-                 index_deadline: float = INDEX_DEADLINE) -> None:
+                 index_deadline: float = INDEX_DEADLINE, access: Access = Access()) -> None:
         # The flag as typed is part of every fingerprint (the original operator hashed it so:
         # normalising it would upgrade a migrated fleet once); requests use it without a
         # trailing slash.
@@ -55,6 +94,7 @@ class ChartSource:
         self.helm, self.cache_dir = helm, cache_dir
         self.index_ttl, self.failure_ttl = index_ttl, failure_ttl
         self.index_deadline = index_deadline
+        self.access = access
         self._failures = 0  # consecutive failed loads: the cached failure lives longer each time
         self._lock = asyncio.Lock()
         self._resolved: ResolvedChart | None = None
@@ -123,34 +163,92 @@ class ChartSource:
     def _fresh(self, now: float) -> bool:
         if self._resolved is None:
             return False
-        # A pin (or an OCI reference) never changes; a range is re-resolved after index_ttl.
-        return is_exact(self.spec) or self.is_oci or now - self._resolved_at < self.index_ttl
+        # A pin in an index never changes; a range, and an OCI tag (which can be pushed again
+        # with other content), are looked at again after index_ttl.
+        return (is_exact(self.spec) and not self.is_oci) or now - self._resolved_at < self.index_ttl
 
     async def _load(self) -> ResolvedChart:
         if self.is_oci:
-            path = await self._pull(f"{self.url}/{self.name}", None, self.spec)
-            return ResolvedChart(self.repo, self.name, chart_version(path), str(path))
+            return await self._load_oci(None)
         versions = await _in_daemon_thread(self._index_versions)
         version = resolve(self.spec, versions)
-        path = self._pulled.get(version) or await self._pull(self.name, self.url, version)
-        self._pulled[version] = path
-        return ResolvedChart(self.repo, self.name, version, str(path))
+        return await self.fetch(version)
 
     async def fetch(self, version: str) -> ResolvedChart:
         """A specific version of the chart (for reverts), pulled once and kept."""
         if self.is_oci:
-            path = await self._pull(f"{self.url}/{self.name}", None, version)
-        else:
-            path = self._pulled.get(version) or await self._pull(self.name, self.url, version)
+            return await self._load_oci(version)
+        path = self._pulled.get(version)
+        if path is None:
+            self.fetches += 1
+            # the repository promised exactly `version`
+            path = await self.helm.pull(self.name, repo=self.url, version=version,
+                                        dest=self.cache_dir, expect_name=self.name,
+                                        keyring=self.access.keyring,
+                                        ca_file=self.access.ca_file)
             self._pulled[version] = path
         return ResolvedChart(self.repo, self.name, version, str(path))
 
-    async def _pull(self, ref: str, repo: str | None, version: str) -> Path:
+    async def _load_oci(self, version: str | None) -> ResolvedChart:
+        """The chart from its registry: `version`, or the newest tag the spec matches."""
+        ref = oci.reference(self.url, self.name)
+        credentials = (await self.access.credentials(ref.host)
+                       if self.access.credentials is not None else None)
+        registry = Registry(ref.host, credentials=credentials, ca_file=self.access.ca_file,
+                            plain_http=self.access.plain_http, deadline=self.index_deadline)
+        pinned = bool(self.access.digest) and version is None
+        resolved = await _in_daemon_thread(lambda: self._from_registry(registry, ref, version))
+        version, digest, archive = resolved
+        path = self._pulled.get(digest)
+        if path is None:
+            if archive is None:  # unpacked before: _pulled only grows
+                raise ChartNotLoaded(f"{ref}: chart {digest} is gone from the cache")
+            # named after the digest: a tag pushed again with other content is another chart
+            path = await asyncio.to_thread(unpack_archive, archive, self.cache_dir,
+                                           f"{ref}:{oci.tag(version)}", self.name,
+                                           "@" + digest.removeprefix("sha256:")[:12])
+            self._pulled[digest] = path
+        return ResolvedChart(self.repo, self.name, version, str(path), digest, pinned)
+
+    def _from_registry(self, registry: Registry, ref: oci.Reference,
+                       version: str | None) -> tuple[str, str, bytes | None]:
+        """(version, manifest digest, chart archive or None when already unpacked), each
+        checked: the digest against the pin, the signature against the cosign key."""
         self.fetches += 1
-        # An http(s) repository promised exactly `version`; for OCI helm resolves the tag.
-        return await self.helm.pull(ref, repo=repo, version=version, dest=self.cache_dir,
-                                    expect_name=self.name,
-                                    expect_version=None if self.is_oci else version)
+        if version is None:
+            version = self.spec if is_exact(self.spec) else \
+                resolve(self.spec, oci.versions(registry.tags(ref)))
+        where = f"{ref}:{oci.tag(version)}"
+        try:
+            digest, body = registry.manifest(ref, oci.tag(version))
+        except ManifestMissing as exc:
+            raise VersionNotFound(f"chart {self.name} version {version} is not in "
+                                  f"{self.url}") from exc
+        if self.access.digest and version == self.spec and digest != self.access.digest:
+            raise ChartVerificationFailed(f"{where} is now {digest}, not the pinned "
+                                          f"--chart-digest {self.access.digest}")
+        if self.access.cosign_key is not None:
+            self._check_signature(registry, ref, where, digest)
+        if digest in self._pulled:
+            return version, digest, None
+        layer, _size = oci.chart_layer(oci.manifest(body, where), where)
+        return version, digest, registry.blob(ref, layer, oci.MAX_CHART)
+
+    def _check_signature(self, registry: Registry, ref: oci.Reference, where: str,
+                         digest: str) -> None:
+        """ChartVerificationFailed unless a cosign signature of `digest` verifies."""
+        tag = oci.signature_tag(digest)
+        try:
+            _, body = registry.manifest(ref, tag)
+        except ManifestMissing as exc:
+            raise ChartVerificationFailed(f"{where} ({digest}) has no cosign signature") from exc
+        doc = oci.manifest(body, f"{ref}:{tag}")
+        payloads = [(registry.blob(ref, d, oci.MAX_MANIFEST), signature)
+                    for d, signature in oci.signed_layers(doc)[:16]]
+        try:
+            oci.verified(self.access.cosign_key, digest, payloads)
+        except ChartVerificationFailed as exc:
+            raise ChartVerificationFailed(f"{where}: {exc}") from exc
 
     def _index_versions(self) -> list[str]:
         """The versions of the chart in the repository's index.yaml.
@@ -258,3 +356,48 @@ def read_chart_crds(chart_dir: str | Path) -> list[dict[str, Any]]:
         except safeyaml.YamlRejected as exc:
             raise ChartNotLoaded(str(exc)) from exc
     return chartcrds.chart_crds(docs)
+
+
+def chart_access(settings: Any, read_secret: Callable[[str, str], Awaitable[Any]] | None
+                 ) -> Access:
+    """The Access of the chart flags (SPEC R6b). `read_secret(namespace, name)` reads the
+    --chart-credentials-secret from the watch cluster when a fetch needs it, so a rotated
+    credential is taken at the next fetch; None where no cluster is at hand. Raises
+    SettingsError for a cosign key that cannot be read."""
+    from krypton.decisions import redact
+    from krypton.decisions.errors import SettingsError
+
+    key = None
+    if settings.chart_verify and settings.chart_cosign_key:
+        try:
+            pem = Path(settings.chart_cosign_key).read_bytes()
+        except OSError as exc:
+            raise SettingsError(f"invalid --chart-cosign-key: cannot read "
+                                f"{settings.chart_cosign_key}: {exc.strerror}") from exc
+        key = oci.load_public_key(pem, "--chart-cosign-key")
+    name, namespace = settings.chart_credentials_secret, settings.namespace
+
+    async def credentials(host: str) -> Credentials | None:
+        if not name or read_secret is None:
+            return None
+        secret = await read_secret(namespace, name)
+        if secret is None:
+            raise ChartNotLoaded(f"registry credentials Secret {namespace}/{name} not found")
+        data = {}
+        for k, v in (secret.get("data") or {}).items():
+            try:
+                data[k] = base64.b64decode(v).decode()
+            except (ValueError, UnicodeDecodeError):
+                continue
+        found = credentials_from_secret(data, host)
+        if found is None:
+            raise ChartNotLoaded(f"registry credentials Secret {namespace}/{name} has no "
+                                 f"username and password (or .dockerconfigjson entry) for {host}")
+        redact.register(found.password, base64.b64encode(
+            f"{found.username}:{found.password}".encode()).decode())
+        return found
+
+    return Access(digest=settings.chart_digest,
+                  keyring=settings.chart_keyring if settings.chart_verify else "",
+                  cosign_key=key, ca_file=settings.chart_ca_file,
+                  plain_http=settings.chart_plain_http, credentials=credentials)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import io
 import logging
 import os
 import re
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import structlog
@@ -31,6 +33,7 @@ from krypton.adapters import metrics
 from krypton.decisions import conflicts, safeyaml
 from krypton.decisions.errors import (
     ChartNotLoaded,
+    ChartVerificationFailed,
     FieldConflict,
     HelmFailed,
     OwnershipConflict,
@@ -283,25 +286,29 @@ class Helm:
             if "not found" not in str(exc):
                 raise
 
-    async def pull(self, name: str, *, repo: str | None, version: str, dest: Path,
-                   expect_name: str, expect_version: str | None) -> Path:
-        """Fetch and unpack a chart; returns the chart directory under `dest`.
+    async def pull(self, name: str, *, repo: str, version: str, dest: Path,
+                   expect_name: str, keyring: str = "", ca_file: str = "") -> Path:
+        """Fetch chart `name` at exactly `version` from the http(s) repository `repo` and
+        unpack it; returns the chart directory under `dest`.
 
-        `name` is a chart name in `repo`, or a full oci:// reference with `repo` None. The
-        unpacked chart must be `expect_name` (and `expect_version` when given); its directory
-        name is built from those checked values, never from the archive's own metadata, so
-        a hostile Chart.yaml cannot place files outside `dest`. helm's scratch directory is
+        With `keyring`, helm checks the chart's provenance file (``--verify``) against it
+        and a chart that does not verify raises ChartVerificationFailed. The unpacked chart
+        must be `expect_name` at `version` (see :func:`adopt`). helm's scratch directory is
         removed whatever happens.
         """
         dest.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="pull-", dir=dest))
         metrics.HELM_RUNS.labels("pull").inc()
+        argv = ["pull", name, "--repo", repo, "--version", version,
+                "--destination", str(scratch), "--untar"]
+        if keyring:
+            argv += ["--verify", "--keyring", keyring]
+        if ca_file:
+            argv += ["--ca-file", ca_file]
         try:
-            command = _Command(executable=self._command._executable,  # noqa: SLF001
-                              unpack_directory=str(scratch))
+            command = _Command(executable=self._command._executable)  # noqa: SLF001
             try:
-                unpacked = await asyncio.wait_for(
-                    command.pull(name, repo=repo, version=version), self.timeout)
+                await asyncio.wait_for(command.run(argv), self.timeout)
             except TimeoutError as exc:
                 raise ChartNotLoaded(f"pulling chart {name} {version} timed out") from exc
             except helm_errors.ChartNotFoundError as exc:
@@ -310,33 +317,97 @@ class Helm:
                 message = _stderr(exc)
                 if "not found" in message and "version" in message:
                     raise VersionNotFound(message) from exc
+                if keyring and PROVENANCE_FAILED.search(message):
+                    raise ChartVerificationFailed(
+                        f"chart {name} {version} from {repo} failed provenance verification "
+                        f"with the keyring: {message}") from exc
                 raise ChartNotLoaded(f"cannot load chart {name} {version}: {message}") from exc
-            charts = [p for p in unpacked.iterdir()
-                      if not p.is_symlink() and (p / "Chart.yaml").is_file()]
-            if len(charts) != 1:
-                raise ChartNotLoaded(f"chart archive for {name} {version} has no single chart")
-            meta = chart_metadata(charts[0])
-            got_name, got_version = str(meta.get("name", "")), str(meta.get("version", ""))
-            if got_name != expect_name:
-                raise ChartNotLoaded(f"chart archive for {name} {version} contains chart "
-                                     f"{got_name[:64]!r}, not {expect_name!r}")
-            if expect_version is not None and got_version != expect_version:
-                raise ChartNotLoaded(f"chart archive for {name} {version} contains version "
-                                     f"{got_version[:64]!r}, not {expect_version!r}")
-            try:
-                parse_version(got_version)
-            except VersionInvalid as exc:
-                raise ChartNotLoaded(f"chart {expect_name} has an invalid version "
-                                     f"{got_version[:64]!r}") from exc
-            target = dest / _safe_component(f"{expect_name}-{got_version}")
-            if target.resolve().parent != dest.resolve():
-                raise ChartNotLoaded(f"chart {expect_name} {got_version[:64]!r} cannot be "
-                                     "stored safely")
-            if not target.exists():
-                charts[0].rename(target)
-            return target
+            return adopt(scratch, dest, f"{name} {version}", expect_name, version)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+# helm pull --verify's failures: no .prov file, a key not in the keyring, a bad signature or
+# a digest that does not match the archive
+PROVENANCE_FAILED = re.compile(r"prov|verif|openpgp|signature|signed|keyring|sha256 sum",
+                               re.IGNORECASE)
+
+
+def adopt(unpacked: Path, dest: Path, what: str, expect_name: str,
+          expect_version: str | None, suffix: str = "") -> Path:
+    """Move the one chart directory of `unpacked` into `dest` and return its new path.
+
+    The chart must be `expect_name` (and `expect_version` when given) with a valid semver.
+    Its directory name is built from those checked values (plus `suffix`), never from the
+    archive's own metadata, so a hostile Chart.yaml cannot place files outside `dest`.
+    """
+    charts = [p for p in unpacked.iterdir()
+              if not p.is_symlink() and (p / "Chart.yaml").is_file()]
+    if len(charts) != 1:
+        raise ChartNotLoaded(f"chart archive for {what} has no single chart")
+    meta = chart_metadata(charts[0])
+    got_name, got_version = str(meta.get("name", "")), str(meta.get("version", ""))
+    if got_name != expect_name:
+        raise ChartNotLoaded(f"chart archive for {what} contains chart "
+                             f"{got_name[:64]!r}, not {expect_name!r}")
+    if expect_version is not None and got_version != expect_version:
+        raise ChartNotLoaded(f"chart archive for {what} contains version "
+                             f"{got_version[:64]!r}, not {expect_version!r}")
+    try:
+        parse_version(got_version)
+    except VersionInvalid as exc:
+        raise ChartNotLoaded(f"chart {expect_name} has an invalid version "
+                             f"{got_version[:64]!r}") from exc
+    target = dest / _safe_component(f"{expect_name}-{got_version}{suffix}")
+    if target.resolve().parent != dest.resolve():
+        raise ChartNotLoaded(f"chart {expect_name} {got_version[:64]!r} cannot be "
+                             "stored safely")
+    if not target.exists():
+        charts[0].rename(target)
+    return target
+
+
+MAX_UNPACKED = 100 << 20  # bytes of a chart archive's files, all together
+MAX_ENTRIES = 10_000
+
+
+def unpack_archive(archive: bytes, dest: Path, what: str, expect_name: str,
+                   suffix: str) -> Path:
+    """Unpack a packaged chart (.tgz) fetched by krypton itself into `dest`; returns the
+    chart directory (see :func:`adopt`). Only regular files and directories under one top
+    directory are taken, within MAX_UNPACKED bytes and MAX_ENTRIES entries: no link, device,
+    absolute path or ``..`` leaves the scratch directory."""
+    dest.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="unpack-", dir=dest))
+    try:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                total = 0
+                for n, member in enumerate(tar):
+                    parts = PurePosixPath(member.name).parts
+                    if n >= MAX_ENTRIES:
+                        raise ChartNotLoaded(f"chart archive for {what} has over {MAX_ENTRIES} entries")
+                    if not parts or member.name.startswith("/") or ".." in parts:
+                        raise ChartNotLoaded(f"chart archive for {what} has an unsafe path")
+                    target = scratch.joinpath(*parts)
+                    if member.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    if not member.isfile():
+                        continue  # links, devices and fifos are not part of a chart
+                    total += member.size
+                    if total > MAX_UNPACKED:
+                        raise ChartNotLoaded(f"chart archive for {what} unpacks to over "
+                                             f"{MAX_UNPACKED} bytes")
+                    source = tar.extractfile(member)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with source as src, target.open("wb") as out:  # type: ignore[union-attr]
+                        shutil.copyfileobj(src, out)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise ChartNotLoaded(f"chart archive for {what} is not a readable .tgz: {exc}") from exc
+        return adopt(scratch, dest, what, expect_name, None, suffix)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _safe_component(text: str) -> str:

@@ -20,7 +20,7 @@ import structlog
 
 import krypton
 from krypton.adapters import metrics
-from krypton.adapters.charts import ChartSource
+from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, involved_secret, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
 from krypton.adapters.kube import (
@@ -161,7 +161,9 @@ class Operator:
             await ensure_self_cluster(self.home, s)
         chart = ChartSource(s.chart_repo, s.chart_name, s.chart_version,
                             helm=Helm(s.helm_path or s.helm_executable, timeout=s.helm_timeout),
-                            cache_dir=self.workdir / "charts", index_deadline=s.chart_fetch_timeout)
+                            cache_dir=self.workdir / "charts", index_deadline=s.chart_fetch_timeout,
+                            index_ttl=s.chart_index_ttl,
+                            access=chart_access(s, self.home.get_secret))
         home_events = EventRecorder(self.home)
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from krypton.adapters.charts import ChartSource
+from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
-from krypton.cli.view import Row
+from krypton.cli.view import Row, with_digest
 from krypton.decisions import conflicts as fields
 from krypton.decisions import manifests, ownership, safeyaml
 from krypton.decisions.errors import KryptonError, TemporaryError
@@ -34,11 +34,14 @@ from krypton.decisions.settings import Settings
 from krypton.runtime.reconcile import ClusterView, tenant_view
 
 
-def _chart_source(settings: Settings, tmp: Path) -> ChartSource:
-    """The chart of the flags, pulled into `tmp` (the CLI's own cache, gone when it exits)."""
+def _chart_source(settings: Settings, tmp: Path, home: Kube | None) -> ChartSource:
+    """The chart of the flags, pulled into `tmp` (the CLI's own cache, gone when it exits).
+    Registry credentials come from the --chart-credentials-secret the user names, read with
+    the user's own access to the watch cluster."""
     return ChartSource(settings.chart_repo, settings.chart_name, settings.chart_version,
                        helm=Helm(settings.helm_path or settings.helm_executable),
-                       cache_dir=tmp / "charts")
+                       cache_dir=tmp / "charts",
+                       access=chart_access(settings, home.get_secret if home else None))
 
 
 async def _release_records(kube: Kube, settings: Settings, release: str,
@@ -51,7 +54,7 @@ async def _release_records(kube: Kube, settings: Settings, release: str,
 
 async def collect_plan(settings: Settings) -> list[Row]:
     async with fleet_view(settings, "krypton-plan-") as (tmp, home, clusters):
-        chart = _chart_source(settings, tmp)
+        chart = _chart_source(settings, tmp, home)
         gate = await _rollout_gate(home, settings, chart)
         rows: list[Row] = []
         for c in clusters:
@@ -86,9 +89,9 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
             view.releases.on_event("ADDED", record)
         _, obs, decided = await view.decide(t, gate(c.name))
         applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
-        old_version = applied.get("chartVersion") or "-"
+        old_version = with_digest(applied.get("chartVersion") or "-", applied.get("chartDigest") or "")
         old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
-        new_version = getattr(obs.chart, "version", "?")
+        new_version = with_digest(getattr(obs.chart, "version", "?"), getattr(obs.chart, "digest", ""))
         new_fp = getattr(obs.chart, "fingerprint", "")
         change = ""
         if isinstance(obs.chart, ChartTarget) and old_fp and old_fp != new_fp:
@@ -130,8 +133,8 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     deployed manifest and what the next reconcile would apply (``helm template`` of the target
     chart with the cluster's effective values), Secrets masked. An empty diff: no change."""
     out: list[tuple[str, str]] = []
-    async with fleet_view(settings, "krypton-diff-") as (tmp, _, clusters):
-        chart = _chart_source(settings, tmp)
+    async with fleet_view(settings, "krypton-diff-") as (tmp, home, clusters):
+        chart = _chart_source(settings, tmp, home)
         for c in clusters:
             if c.kube is None:
                 out.append((f"{c.name}: not looked at", f"{c.error}\n"))
@@ -256,7 +259,7 @@ async def _rollout_gate(home: Kube, settings: Settings, chart: ChartSource
     state = await rollout_state(home, settings)
     try:
         resolved = await chart.get()
-        target: str | None = fingerprint(resolved.repo, resolved.name, resolved.version,
+        target: str | None = fingerprint(resolved.repo, resolved.name, resolved.fingerprinted,
                                          settings.chart_values)
     except KryptonError:
         target = None

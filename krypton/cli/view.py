@@ -70,7 +70,8 @@ def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]
         rows.append(Row(cluster, meta.get("namespace", ""), meta["name"],
                         phase=status.get("phase") or "Pending",
                         release=mine.get("release") or release_name(meta["name"], cluster),
-                        chart_version=mine.get("chartVersion", ""),
+                        chart_version=with_digest(mine.get("chartVersion", ""),
+                                                  mine.get("chartDigest", "")),
                         fingerprint=(mine.get("fingerprint") or "")[:12],
                         detail=detail(by_type, cluster) + attempts(mine, by_type, cluster),
                         message=(by_type.get("Ready") or {}).get("message", ""),
@@ -151,6 +152,11 @@ def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
             or error.get("reason") == "RetriesExhausted":
         return ""
     return f" [failed {failures}x; next attempt {mine.get('nextAttemptTime') or 'soon'}]"
+
+
+def with_digest(version: str, digest: str) -> str:
+    """A chart version as shown, with the start of its OCI digest: ``1.2.3@sha256:0a1b2c3d4e5f``."""
+    return f"{version}@{digest[:19]}" if version and digest else version
 
 
 def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:

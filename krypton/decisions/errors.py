@@ -4,6 +4,7 @@
     ├── TemporaryError            retried with capped exponential backoff
     │   ├── ClusterUnreachable    API server down, timeout, TLS handshake failed
     │   ├── ChartNotLoaded        chart repository unreachable or chart unloadable
+    │   │   └── ChartVerificationFailed  a digest pin, provenance or signature did not hold
     │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
     │   │   ├── ReleaseLocked     another helm operation holds the release
     │   │   ├── OwnershipConflict an object of the release belongs to another release (R17)
@@ -59,6 +60,14 @@ class ClusterUnreachable(TemporaryError):
 
 class ChartNotLoaded(TemporaryError):
     reason = "ChartNotLoaded"
+
+
+class ChartVerificationFailed(ChartNotLoaded):
+    """The chart is not the one pinned or signed: a tag moved away from --chart-digest, a
+    provenance file or cosign signature is missing or does not verify. Never installed;
+    looked at again on the chart's failure backoff (the registry may be put right)."""
+
+    reason = "ChartVerificationFailed"
 
 
 class HelmFailed(TemporaryError):

@@ -140,6 +140,7 @@ class ReleaseObservation:
     revision: int = 0
     has_good_revision: bool = False  # an earlier revision was deployed or superseded
     locked: bool = False  # pending/uninstalling and recent: another helm run may still be at work
+    unlocks_in: float = 0.0  # seconds until a locked record counts as a leftover to recover
     owner_uid: str | None = None  # RELEASE_OWNER_LABEL of the latest record (None: unlabelled)
 
 
@@ -153,6 +154,12 @@ class ChartTarget:
     values: dict[str, Any]
     fingerprint: str
     path: str = ""  # local unpacked chart directory
+    digest: str = ""  # an OCI chart's manifest digest
+
+    @property
+    def applied(self) -> dict[str, str]:
+        """What the status records of the chart a helm run applied or a check found."""
+        return {"chartVersion": self.version, **({"chartDigest": self.digest} if self.digest else {})}
 
     @property
     def ref(self) -> str:

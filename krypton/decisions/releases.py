@@ -179,8 +179,9 @@ class ReleaseIndex:
             return ReleaseObservation()
         good = any(s in GOOD for r, s in revisions.items() if r < latest)
         status = revisions[latest]
-        locked = status in BUSY and now - (entry.modified or 0.0) < lock_timeout
-        return ReleaseObservation(status, latest, good, locked, owner_uid=owner)
+        unlocks_in = lock_timeout - (now - (entry.modified or 0.0)) if status in BUSY else 0.0
+        return ReleaseObservation(status, latest, good, unlocks_in > 0,
+                                  max(unlocks_in, 0.0), owner_uid=owner)
 
 
 def orphaned(releases: Mapping[Key, str | None], this: str, known: set[str] | frozenset[str],

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from krypton.decisions import safeyaml
+from krypton.decisions import safeyaml, versions
 from krypton.decisions.chartcrds import POLICIES as CHART_CRD_POLICIES
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.fingerprint import deep_merge
@@ -110,6 +110,22 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("chart_version", "Exact chart version or semver range (newest match wins)", "1.19.1"),
     Opt("chart_values_file", "Values file deep-merged over the previous ones (repeatable)", (),
         repeatable=True, metavar="FILE"),
+    Opt("chart_digest", "OCI only: the manifest digest (sha256:...) the --chart-version tag "
+        "must name; part of the fingerprint", ""),
+    Opt("chart_verify", "Install only a chart that verifies: Helm provenance against "
+        "--chart-keyring (http/https), a cosign signature against --chart-cosign-key (oci)",
+        False, boolean),
+    Opt("chart_keyring", "GPG public keyring for --chart-verify of http(s) charts", "",
+        metavar="FILE"),
+    Opt("chart_cosign_key", "cosign public key (PEM) for --chart-verify of OCI charts", "",
+        metavar="FILE"),
+    Opt("chart_ca_file", "CA bundle for the chart repository's or registry's TLS "
+        "(default: the system's)", "", metavar="FILE"),
+    Opt("chart_plain_http", "OCI only: reach the registry over plain HTTP", False, boolean),
+    Opt("chart_index_ttl", "How long a resolved range, or an OCI tag's digest, is used before "
+        "the repository is asked again (looked at on the next pass after it)", 300.0, duration),
+    Opt("chart_credentials_secret", "Secret in --namespace with the registry's credentials "
+        "(username and password keys, or a .dockerconfigjson)", ""),
     Opt("allow_chart_skip", "Chart load errors do not block phase Ready (re-queue after 120s)",
         False, boolean, env=("ALLOW_CHART_SKIP",)),
     # discovery (D1-D4)
@@ -239,6 +255,14 @@ class Settings:
     chart_repo: str = _default("chart_repo")
     chart_name: str = _default("chart_name")
     chart_version: str = _default("chart_version")
+    chart_digest: str = _default("chart_digest")
+    chart_verify: bool = _default("chart_verify")
+    chart_keyring: str = _default("chart_keyring")
+    chart_cosign_key: str = _default("chart_cosign_key")
+    chart_ca_file: str = _default("chart_ca_file")
+    chart_plain_http: bool = _default("chart_plain_http")
+    chart_credentials_secret: str = _default("chart_credentials_secret")
+    chart_index_ttl: float = _default("chart_index_ttl")
     chart_values_file: tuple[str, ...] = _default("chart_values_file")
     allow_chart_skip: bool = _default("allow_chart_skip")
     namespace: str = _default("namespace")
@@ -326,7 +350,9 @@ assert {o.name for o in OPTIONS} | {"chart_values", "helm_path"} == {f.name for 
 # --help topics, in order: (title, option-name prefixes or names); the first match wins
 TOPICS = (
     ("chart", ("chart_repo", "chart_name", "chart_version", "chart_values_file",
-               "allow_chart_skip", "chart_fetch_timeout", "chart_crds")),
+               "allow_chart_skip", "chart_fetch_timeout", "chart_crds", "chart_digest",
+               "chart_verify", "chart_keyring", "chart_cosign_key", "chart_ca_file",
+               "chart_plain_http", "chart_credentials_secret", "chart_index_ttl")),
     ("clusters and discovery", ("namespace", "kubeconfig_", "trust_kubeconfig_secrets",
                                 "no_self_cluster", "allow_duplicate_clusters")),
     ("watch cluster", ("watch_kubeconfig", "watch_kubeconfig_", "watch_context",
@@ -422,6 +448,7 @@ def _check(s: Settings) -> None:
     if not re.match(r"^(https?|oci)://\S+$", s.chart_repo):
         raise SettingsError(f"invalid --chart-repo: {s.chart_repo!r} is not an http(s):// or "
                             "oci:// URL")
+    _check_chart_access(s)
     if s.release_namespace == "watch" and not s.watch_namespace:
         raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
@@ -430,6 +457,32 @@ def _check(s: Settings) -> None:
         raise SettingsError("invalid --sharding: every replica works under --sharding; "
                             "--leader-elect is for one worker and standbys (the replica that "
                             "runs a progressive rollout is elected on the same Lease by itself)")
+
+
+def _check_chart_access(s: Settings) -> None:
+    """The supply-chain flags (SPEC R6b) fit the repository they are given for."""
+    is_oci = s.chart_repo.startswith("oci://")
+    if s.chart_digest:
+        if not is_oci:
+            raise SettingsError("invalid --chart-digest: only an oci:// --chart-repo has digests")
+        if not re.match(r"^sha256:[0-9a-f]{64}$", s.chart_digest):
+            raise SettingsError(f"invalid --chart-digest: {s.chart_digest[:80]!r} is not "
+                                "sha256:<64 hex digits>")
+        if not versions.is_exact(s.chart_version):
+            raise SettingsError("invalid --chart-digest: it pins one version, and "
+                                f"--chart-version {s.chart_version!r} is a range")
+    if s.chart_plain_http and not is_oci:
+        raise SettingsError("invalid --chart-plain-http: it is for an oci:// --chart-repo "
+                            "(an http:// repository is plain already)")
+    key, flag = (s.chart_cosign_key, "--chart-cosign-key") if is_oci else \
+        (s.chart_keyring, "--chart-keyring")
+    if s.chart_verify and not key:
+        raise SettingsError(f"invalid --chart-verify: {flag} is needed to verify "
+                            f"{'an oci://' if is_oci else 'an http(s)'} chart")
+    for given, name in ((s.chart_keyring, "--chart-keyring"),
+                        (s.chart_cosign_key, "--chart-cosign-key")):
+        if given and not s.chart_verify:
+            raise SettingsError(f"invalid {name}: it is only read with --chart-verify")
 
 
 def read_values_file(path: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class _Gated:
     async def _resolve(self) -> tuple[ResolvedChart, str]:
         """The central chart and the target it makes with the central values."""
         chart = await self.chart.get()
-        self.current_target = fingerprint(chart.repo, chart.name, chart.version,
+        self.current_target = fingerprint(chart.repo, chart.name, chart.fingerprinted,
                                           self.central_values)
         return chart, self.current_target
 

@@ -393,7 +393,7 @@ class Worker:
         resolved = self.shared.chart.cached
         if resolved is None:
             return None
-        return fingerprint(resolved.repo, resolved.name, resolved.version, self.values)
+        return fingerprint(resolved.repo, resolved.name, resolved.fingerprinted, self.values)
 
     def _served(self) -> list[dict[str, Any]]:
         """The Tenants this cluster serves, by the planner's own admission rules: a paused,

@@ -42,11 +42,16 @@ class ChartRepository:
         self._requests = [0]
         self._thread: threading.Thread | None = None
 
-    def publish(self, chart_dir: str | Path, version: str | None = None) -> Path:
-        """Package `chart_dir` (as `version` when given) and refresh the index."""
+    def publish(self, chart_dir: str | Path, version: str | None = None,
+                sign: tuple[str, Path] | None = None) -> Path:
+        """Package `chart_dir` (as `version` when given) and refresh the index. With `sign`
+        (a key name and the secret keyring holding it), helm signs the package and writes
+        its provenance file beside it (``helm package --sign``)."""
         argv = [self.helm, "package", str(chart_dir), "--destination", str(self.directory)]
         if version:
             argv += ["--version", version, "--app-version", version]
+        if sign:
+            argv += ["--sign", "--key", sign[0], "--keyring", str(sign[1])]
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         self._index()
         return Path(out.strip().rsplit(":", 1)[-1].strip())

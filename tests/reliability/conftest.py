@@ -27,7 +27,7 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures
 )
 
 # Credentials that the suite's inputs carry besides the control planes' own.
-PLANTED = ["not-the-token", "pw-secret-1"]
+PLANTED = ["not-the-token", "pw-secret-1", "pw-registry-7c41e9d2"]  # the last: test_oci's
 
 
 def credentials_of(kubeconfig_text: str) -> list[str]:

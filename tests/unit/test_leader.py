@@ -5,11 +5,11 @@ past its Lease starts nothing when it runs again."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from krypton.adapters.charts import ResolvedChart
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, TenantKey
 from krypton.runtime import leader
@@ -102,7 +102,7 @@ class _Cluster:
 
 class _Chart:
     async def get(self) -> Any:
-        return SimpleNamespace(repo="r", name="c", version="1.0.0", path="/chart")
+        return ResolvedChart("r", "c", "1.0.0", "/chart")
 
     async def shared_objects(self, *_a: object) -> tuple[()]:
         return ()  # a chart whose objects are all named after the release
@@ -319,3 +319,27 @@ def test_a_next_attempt_far_away_is_not_believed() -> None:
     soon = {**TENANT, "status": {"clusters": {"c1": {
         "failures": 2, "failedTarget": "x", "nextAttemptTime": time_ago(-30)}}}}
     assert 28.0 <= rt.observe(soon).retry_wait <= 31.0
+
+
+def test_a_locked_release_is_looked_at_again_when_the_lock_would_expire() -> None:
+    """A pending record a helm run left (an operator killed during its run) is a leftover
+    --helm-timeout plus LOCK_MARGIN after it was written. The wait comes back at that
+    moment: a growing schedule (1, 2, 4 … 64 s) would overshoot it by up to a minute."""
+    import time
+
+    from krypton.decisions.model import release_name
+    from krypton.runtime.reconcile.view import LOCK_MARGIN
+
+    helm = _RecordingHelm()
+    rt, reconciler, cluster = _runtime(helm)
+    rt.tenants[("ns", "t")] = TENANT
+    name = release_name("t", "c1")
+    written = time.time() - 30  # the killed run wrote its pending record 30 s ago
+    rt.releases.on_event("ADDED", {"metadata": {
+        "namespace": "t", "name": f"sh.helm.release.v1.{name}.v1",
+        "labels": {"owner": "helm", "name": name, "version": "1", "status": "pending-install",
+                   "modifiedAt": str(int(written))}}})
+    outcome = asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert helm.calls == [] and outcome.reason == "ReleaseLocked" and not outcome.retry
+    due = rt.settings.helm_timeout + LOCK_MARGIN - (time.time() - int(written))
+    assert outcome.requeue_after is not None and due < outcome.requeue_after <= due + 2

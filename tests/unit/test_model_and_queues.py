@@ -225,8 +225,11 @@ def test_release_index_reports_recent_pending_records_as_locked() -> None:
     rec = record("ns", "r", 1, "pending-install")
     rec["metadata"]["labels"]["modifiedAt"] = "1000"
     idx.on_event("ADDED", rec)
-    assert idx.observe("ns", "r", now=1050, lock_timeout=100).locked
-    assert not idx.observe("ns", "r", now=1200, lock_timeout=100).locked
+    locked = idx.observe("ns", "r", now=1050, lock_timeout=100)
+    # modified at 1000, a leftover from 1100 on: the next look is due in 50 s, not later
+    assert locked.locked and locked.unlocks_in == 50
+    stale = idx.observe("ns", "r", now=1200, lock_timeout=100)
+    assert not stale.locked and stale.unlocks_in == 0
     rec = record("ns", "r", 1, "deployed")
     rec["metadata"]["labels"]["modifiedAt"] = "1000"
     idx.on_event("MODIFIED", rec)

@@ -138,7 +138,7 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     done = "Installed" if installing else "Upgraded"
     message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
     p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
-    applied = {"release": p.release, "chartVersion": chart.version,
+    applied = {"release": p.release, **chart.applied,
                "fingerprint": chart.fingerprint, "revision": revision,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339()}

@@ -29,7 +29,8 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 
 CHART_SKIP_REQUEUE = 120.0
 CHART_EVENTS = {"ChartNotLoaded": "ChartNotLoaded", "VersionNotFound": "ChartVersionNotFound",
-                "VersionInvalid": "ChartVersionInvalid"}
+                "VersionInvalid": "ChartVersionInvalid",
+                "ChartVerificationFailed": "ChartVerificationFailed"}
 
 
 
@@ -39,8 +40,14 @@ async def nothing(rt: ClusterRuntime, _p: Pass) -> Report:
 
 
 async def wait(rt: ClusterRuntime, p: Pass) -> Report:
-    """Another helm operation holds the release: retry later, write nothing."""
-    p.log.info("release busy, waiting", detail=p.plan.message)
+    """Another helm operation holds the release: write nothing and look again when the
+    lock would count as a leftover (a change of the release's records comes sooner, through
+    the watch). A growing schedule would overshoot that moment by up to its own length."""
+    p.log.info("release busy, waiting", detail=p.plan.message,
+               recover_in=round(p.obs.release.unlocks_in, 1))
+    if p.obs.release.unlocks_in > 0:
+        return Report(outcome=Outcome(requeue_after=p.obs.release.unlocks_in + 1.0,
+                                      reason=p.plan.reason))
     return Report(outcome=Outcome(retry=True, reason=p.plan.reason))
 
 
@@ -163,7 +170,7 @@ async def skip(rt: ClusterRuntime, p: Pass) -> Report:
     event = "HelmSkip" if p.plan.reason == "NoChange" else p.plan.reason
     return Report(success_changes(rt, p.obj, p.plan.reason, p.plan.message,
                                   keep_ready=True),
-                  applied={"release": p.release, "chartVersion": p.chart.version,
+                  applied={"release": p.release, **p.chart.applied,
                            "fingerprint": p.chart.fingerprint,
                            "revision": p.obs.release.revision},
                   last_chart=p.chart.ref, event=("Normal", event, p.plan.message))

@@ -74,8 +74,9 @@ class ClusterView:
             chart = await self.chart.get()
         except (VersionInvalid, VersionNotFound, ChartNotLoaded) as exc:
             return ChartProblem(exc.reason, str(exc))
-        fp = fingerprint(chart.repo, chart.name, chart.version, self.values)
-        return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path)
+        fp = fingerprint(chart.repo, chart.name, chart.fingerprinted, self.values)
+        return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path,
+                           chart.digest)
 
     async def shared_conflicts(self, chart: ChartTarget, release: str, namespace: str,
                                key: TenantKey) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1,0 +1,244 @@
+"""A client of the OCI distribution API for charts (SPEC R6b): tags, manifests and blobs,
+with the registry's basic or token authentication. Blocking: ChartSource runs it in a
+daemon thread. Every answer is bounded in size and time, and what it fetches by digest is
+checked against that digest before anyone sees it.
+
+Credentials are sent only to the registry named by the reference (and to the token service
+that registry's own challenge names, over TLS unless the registry itself is plain HTTP);
+no message here or in an error ever contains them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from krypton.decisions import oci
+from krypton.decisions.errors import ChartNotLoaded
+
+READ_TIMEOUT = 15.0  # one read from the socket
+DEADLINE = 60.0  # one whole response
+MAX_TAGS = 4 << 20  # bytes of one page of a tag list
+MAX_PAGES = 50
+
+
+class ManifestMissing(ChartNotLoaded):
+    """The registry has no manifest under that tag (HTTP 404)."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(username={self.username!r}, password=<hidden>)"
+
+
+class _NoRedirectAuth(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect (registries send blobs to storage) without the Authorization
+    header: a credential is never carried to another host."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> Any:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != \
+                urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+class Registry:
+    """One registry host, as the operator or the CLI reaches it."""
+
+    def __init__(self, host: str, *, credentials: Credentials | None = None,
+                 ca_file: str = "", plain_http: bool = False,
+                 deadline: float = DEADLINE) -> None:
+        self.host, self.credentials, self.deadline = host, credentials, deadline
+        self.scheme = "http" if plain_http else "https"
+        handlers: list[Any] = [_NoRedirectAuth()]
+        if not plain_http:
+            context = ssl.create_default_context(cafile=ca_file or None)
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
+        self._tokens: dict[str, str] = {}  # scope -> bearer token
+
+    def tags(self, ref: oci.Reference) -> list[str]:
+        """Every tag of the repository, following the API's pagination."""
+        found: list[str] = []
+        url = f"{self._base(ref)}/tags/list?n=1000"
+        for _ in range(MAX_PAGES):
+            body, headers = self._get(ref, url, accept="application/json", limit=MAX_TAGS)
+            try:
+                doc = json.loads(body)
+            except ValueError as exc:
+                raise ChartNotLoaded(f"{ref}: the tag list is not JSON") from exc
+            tags = doc.get("tags") if isinstance(doc, dict) else None
+            found += [t for t in tags or [] if isinstance(t, str)]
+            link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', headers.get("Link") or "")
+            if not link:
+                return found
+            url = urllib.parse.urljoin(url, link.group(1))
+            if urllib.parse.urlsplit(url).netloc != self.host:
+                raise ChartNotLoaded(f"{ref}: the tag list points at another host")
+        raise ChartNotLoaded(f"{ref}: the tag list has over {MAX_PAGES} pages")
+
+    def manifest(self, ref: oci.Reference, reference: str) -> tuple[str, bytes]:
+        """(digest, body) of the manifest tagged `reference`, or with that digest (checked)."""
+        try:
+            body, headers = self._get(ref, f"{self._base(ref)}/manifests/{reference}",
+                                      accept=", ".join(oci.MANIFEST_TYPES),
+                                      limit=oci.MAX_MANIFEST)
+        except ChartNotLoaded as exc:
+            if getattr(exc, "status", None) == 404:
+                raise ManifestMissing(f"{ref}:{reference}: not in registry {self.host}") from exc
+            raise
+        digest = oci.digest_of(body)
+        if reference.startswith("sha256:") and digest != reference:
+            raise ChartNotLoaded(f"{ref}: the manifest served for {reference} has digest {digest}")
+        told = headers.get("Docker-Content-Digest")
+        if told and told != digest:
+            raise ChartNotLoaded(f"{ref}@{reference}: the registry says digest {told[:80]}, "
+                                 f"the manifest is {digest}")
+        return digest, body
+
+    def blob(self, ref: oci.Reference, digest: str, limit: int) -> bytes:
+        """The blob with `digest`, checked against it."""
+        body, _ = self._get(ref, f"{self._base(ref)}/blobs/{digest}",
+                            accept="application/octet-stream", limit=limit)
+        if oci.digest_of(body) != digest:
+            raise ChartNotLoaded(f"{ref}: blob {digest} does not match its digest")
+        return body
+
+    def _base(self, ref: oci.Reference) -> str:
+        return f"{self.scheme}://{self.host}/v2/{ref.repository}"
+
+    def _get(self, ref: oci.Reference, url: str, *, accept: str,
+             limit: int) -> tuple[bytes, Any]:
+        scope = f"repository:{ref.repository}:pull"
+        auth = self._tokens.get(scope)
+        try:
+            return self._fetch(url, accept, limit, auth)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401:
+                raise _failed(ref, exc) from exc
+            challenge = exc.headers.get("WWW-Authenticate") or ""
+        auth = self._authorize(ref, challenge, scope)
+        try:
+            return self._fetch(url, accept, limit, auth)
+        except urllib.error.HTTPError as exc:
+            raise _failed(ref, exc) from exc
+
+    def _authorize(self, ref: oci.Reference, challenge: str, scope: str) -> str:
+        """The Authorization header the registry's challenge asks for."""
+        kind, _, params = challenge.partition(" ")
+        if kind.lower() == "basic":
+            if self.credentials is None:
+                raise ChartNotLoaded(f"registry {self.host} asks for credentials and none "
+                                     "are configured (--chart-credentials-secret)")
+            return _basic(self.credentials)
+        if kind.lower() != "bearer":
+            raise ChartNotLoaded(f"registry {self.host}: unsupported authentication "
+                                 f"{kind[:40]!r}")
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        realm = fields.get("realm", "")
+        split = urllib.parse.urlsplit(realm)
+        if split.scheme not in ("https", self.scheme) or not split.netloc:
+            raise ChartNotLoaded(f"registry {self.host}: token service {realm[:80]!r} "
+                                 "is not an https URL")
+        query = {"service": fields.get("service", ""), "scope": fields.get("scope", scope)}
+        url = f"{realm}?{urllib.parse.urlencode(query)}"
+        auth = _basic(self.credentials) if self.credentials else None
+        try:
+            body, _ = self._fetch(url, "application/json", 1 << 20, auth)
+        except urllib.error.HTTPError as exc:
+            raise _failed(ref, exc, what=f"token service of registry {self.host}") from exc
+        try:
+            doc = json.loads(body)
+            token = doc.get("token") or doc.get("access_token")
+        except (ValueError, AttributeError) as exc:
+            raise ChartNotLoaded(f"registry {self.host}: the token service's answer is "
+                                 "not a token") from exc
+        if not isinstance(token, str) or not token:
+            raise ChartNotLoaded(f"registry {self.host}: the token service gave no token")
+        self._tokens[scope] = f"Bearer {token}"
+        return self._tokens[scope]
+
+    def _fetch(self, url: str, accept: str, limit: int,
+               auth: str | None) -> tuple[bytes, Any]:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        if auth:
+            request.add_unredirected_header("Authorization", auth)
+        deadline = time.monotonic() + self.deadline
+        try:
+            with self._opener.open(request, timeout=READ_TIMEOUT) as resp:
+                declared = resp.headers.get("Content-Length")
+                if declared and declared.isdigit() and int(declared) > limit:
+                    raise ChartNotLoaded(f"registry {self.host}: an answer of {declared} "
+                                         f"bytes is over the limit of {limit}")
+                chunks, size = [], 0
+                while chunk := resp.read1(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        raise ChartNotLoaded(f"registry {self.host}: an answer is over the "
+                                             f"limit of {limit} bytes")
+                    if time.monotonic() > deadline:
+                        raise ChartNotLoaded(f"registry {self.host}: an answer did not "
+                                             f"arrive within {self.deadline:.0f}s")
+                    chunks.append(chunk)
+                return b"".join(chunks), resp.headers
+        except urllib.error.HTTPError:
+            raise
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ChartNotLoaded(f"registry {self.host} unreachable: {reason}") from exc
+
+
+def _basic(credentials: Credentials) -> str:
+    raw = f"{credentials.username}:{credentials.password}".encode()
+    return "Basic " + base64.b64encode(raw).decode()
+
+
+def _failed(ref: oci.Reference, exc: urllib.error.HTTPError, what: str = "") -> ChartNotLoaded:
+    where = what or f"registry {ref.host}"
+    if exc.code in (401, 403):
+        return ChartNotLoaded(f"{where} refused the credentials for {ref} (HTTP {exc.code})")
+    failed = ChartNotLoaded(f"{ref}: not found in registry {ref.host} (HTTP 404)"
+                            if exc.code == 404 else f"{where}: HTTP {exc.code} for {ref}")
+    failed.status = exc.code  # type: ignore[attr-defined]
+    return failed
+
+
+def credentials_from_secret(data: dict[str, str], host: str) -> Credentials | None:
+    """Registry credentials from a Secret's decoded data: ``username`` and ``password``
+    keys, or a ``.dockerconfigjson`` with an entry for `host`. None if it has neither."""
+    if data.get("username") and data.get("password"):
+        return Credentials(data["username"], data["password"])
+    raw = data.get(".dockerconfigjson")
+    if not raw:
+        return None
+    try:
+        auths = json.loads(raw).get("auths") or {}
+    except (ValueError, AttributeError):
+        return None
+    for key, entry in auths.items() if isinstance(auths, dict) else ():
+        name = urllib.parse.urlsplit(key if "//" in key else f"//{key}").netloc
+        if name != host or not isinstance(entry, dict):
+            continue
+        if entry.get("username") and entry.get("password"):
+            return Credentials(str(entry["username"]), str(entry["password"]))
+        if isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return Credentials(user, password) if user and password else None
+    return None
