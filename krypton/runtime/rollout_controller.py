@@ -113,11 +113,18 @@ class RolloutController(_Gated):
         await self._every_interval(stopping, self.step, "rollout step failed")
 
     async def step(self) -> None:
+        before = self.current_target, self._loaded
         if not self._loaded:
             self.state = await self._load()
             self._loaded = True
         chart, target = await self._resolve()
         workers = self.workers()
+        if (target, self._loaded) != before:
+            # The gate said RolloutPending until now (no state read, or no target): a Tenant
+            # held back meanwhile is looked at again, even when the state read after a
+            # restart is the one this step keeps (nothing to wake by a change of state).
+            for worker in workers.values():
+                worker.requeue_all()
         now = time.time()
         old = self.state
         state = old

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -296,3 +297,41 @@ def test_a_garbage_rollout_state_is_no_state(text: str) -> None:
     assert RolloutState.from_configmap({"data": {"state.json": text}}) is None
     assert RolloutState.from_configmap({"data": {"state.json": 5}}) is None
     assert RolloutState.from_configmap({"data": "garbage"}) is None
+
+
+def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_target() -> None:
+    """Until the first step has read the state and resolved the chart, the gate says
+    RolloutPending and a Tenant looked at meanwhile is held, with nothing to bring it back.
+    The state read after a restart may be exactly the one the step keeps (no wave moved):
+    the step must still wake every worker, or the wave's Tenants wait for the resync."""
+    from types import SimpleNamespace
+
+    from krypton.adapters.charts import ResolvedChart
+    from krypton.decisions.fingerprint import fingerprint
+    from krypton.runtime.rollout_controller import RolloutController
+
+    class Chart:
+        async def get(self) -> ResolvedChart:
+            return ResolvedChart("r", "n", "1.0.0", "/chart")
+
+    woken: list[str] = []
+
+    def worker(name: str) -> Any:
+        return SimpleNamespace(engaged=True, requeue_all=lambda: woken.append(name),
+                               rollout_observation=lambda: waiting)
+
+    workers = {"c": worker("c"), "d": worker("d")}
+    home = _ConfigMaps()
+    waiting = ClusterObservation(True, 1, 0, 0)
+    saved = evaluate(start(fingerprint("r", "n", "1.0.0", {}), "1.0.0", ["c", "d"], POLICY,
+                           time.time()), {"c": waiting, "d": waiting}, POLICY, time.time())
+    home.stored = {"data": {"state.json": saved.to_json()}}
+    controller = RolloutController(home, "ns", POLICY, Chart(), {}, None,  # type: ignore[arg-type]
+                                   lambda: workers)
+    assert controller.gate("c").reason == "RolloutPending"  # before the first step
+    asyncio.run(controller.step())
+    assert controller.state == saved  # nothing moved: no write, no wake by a change of state
+    assert controller.gate("c").open and sorted(woken) == ["c", "d"]
+    woken.clear()
+    asyncio.run(controller.step())
+    assert woken == []  # only when the gate may have opened
