@@ -9,7 +9,7 @@ PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime
+.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime docs
 
 install: $(STAMP) testbin
 
@@ -24,7 +24,7 @@ testbin:
 
 # pytest exits 5 when a selection ran no test; that is not a failure of the suite.
 # The whole suite runs on Helm 4; the tests marked helm3lane run again on Helm 3 (SPEC H1).
-test: install lint image runtime
+test: install lint docs image runtime
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
 	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3
 
@@ -60,6 +60,9 @@ runtime:
 
 image-lock: $(STAMP)
 	PYTHON=$(BIN)/python bash hack/image.sh lock
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP)
 	$(BIN)/ruff check krypton tests

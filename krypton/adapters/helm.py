@@ -147,7 +147,7 @@ class _Command(Command):
     upgrade, only to learn that the server validates fields itself: about half of the CPU
     of a helm upgrade on the bench chart. Validation is not lost: Helm 4 still sends every
     write with ``fieldValidation=Strict`` (an unknown field fails the run), Helm 3 still gets
-    the server's warnings, exactly as with the flag off (measured, README "Throughput").
+    the server's warnings, exactly as with the flag off (measured: docs, Benchmarks, "Throughput").
     """
 
     EXTRA = {"upgrade": ("--disable-openapi-validation",)}

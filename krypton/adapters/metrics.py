@@ -4,70 +4,72 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
-RECONCILES = Counter("krypton_reconciles_total", "Tenant reconciles", ["cluster"])
-RECONCILE_ERRORS = Counter("krypton_reconcile_errors_total", "Tenant reconciles that failed",
+RECONCILES = Counter("krypton_reconciles_total", "Reconcile passes", ["cluster"])
+RECONCILE_ERRORS = Counter("krypton_reconcile_errors_total", "Passes that ended in an error",
                            ["cluster", "reason"])
-RECONCILE_SECONDS = Histogram("krypton_reconcile_duration_seconds", "Duration of a reconcile",
+RECONCILE_SECONDS = Histogram("krypton_reconcile_duration_seconds", "Histogram of pass durations",
                               ["cluster"])
-QUEUE_DEPTH = Gauge("krypton_workqueue_depth", "Tenant keys waiting in a cluster's queue",
+QUEUE_DEPTH = Gauge("krypton_workqueue_depth", "Keys waiting",
                     ["cluster"])
-ENGAGED = Gauge("krypton_engaged_clusters", "Clusters with a running worker")
-CLUSTER_ENGAGED = Gauge("krypton_cluster_engaged", "1 when the cluster is engaged", ["cluster"])
-TENANTS_READY = Gauge("krypton_tenants_ready", "Tenants Ready on a cluster", ["cluster"])
+ENGAGED = Gauge("krypton_engaged_clusters", "Clusters with a running, engaged worker")
+CLUSTER_ENGAGED = Gauge("krypton_cluster_engaged",
+                        "1 while engaged, 0 from discovery until then (unreachable, refused, "
+                        "failing)", ["cluster"])
+TENANTS_READY = Gauge("krypton_tenants_ready", "Tenants in phase Ready on the cluster", ["cluster"])
 WORKLOADS_FOLLOWED = Gauge("krypton_workloads_followed",
-                           "Releases whose workload krypton is waiting for (not ready yet, "
-                           "followed by watches)", ["cluster"])
-SHARD_MEMBERS = Gauge("krypton_shard_members", "Live replicas sharing the fleet (--sharding)")
+                           "Releases applied without helm's wait whose workload is not ready yet, "
+                           "followed by watches", ["cluster"])
+SHARD_MEMBERS = Gauge("krypton_shard_members", "Live replicas sharing the fleet (`--sharding`)")
 SHARD_OWNED = Gauge("krypton_shard_clusters_owned",
-                    "Clusters whose Lease this replica holds (--sharding)")
+                    "Clusters whose Lease this replica holds (`--sharding`)")
 SHARD_HANDOVERS = Counter("krypton_shard_handovers_total",
-                          "Cluster Leases this replica took or released (--sharding)",
+                          "Cluster Leases this replica took (`taken`) or released (`released`)",
                           ["direction"])
-TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in Error on a cluster", ["cluster"])
-HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "helm operations",
+TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in phase Error on the cluster", ["cluster"])
+HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "Histogram per helm operation",
                          ["operation", "result"],
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
-HELM_RUNS = Counter("krypton_helm_processes_total", "helm processes started", ["operation"])
-API_REQUESTS = Counter("krypton_api_requests_total", "Kubernetes API requests made",
+HELM_RUNS = Counter("krypton_helm_processes_total", "Helm processes started", ["operation"])
+API_REQUESTS = Counter("krypton_api_requests_total",
+                       "Kubernetes API requests made (list pages and watch connections included)",
                        ["cluster", "verb"])
-API_WRITES = Counter("krypton_api_writes_total", "API writes made by reconciles",
+API_WRITES = Counter("krypton_api_writes_total", "API writes (status, tenant, namespace, event)",
                      ["cluster", "kind"])
 TENANT_RELEASE = Gauge(
     "krypton_tenant_release_info",
-    "1 per Tenant x cluster: its release, chart version and fingerprint",
+    "1 per Tenant \u00d7 cluster",
     ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint"],
 )
-BUILD = Info("krypton_build", "krypton version")
+BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")
 WORKER_FAILURES = Counter("krypton_worker_failures_total",
-                          "Cluster workers that ended with an unexpected error (then restarted)",
+                          "Workers that ended with an unexpected error (each restarted)",
                           ["cluster"])
 CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
-                        "1 while an engaged cluster can be watched; 0 after an access failure "
-                        "(401/403, CRD deleted) until a list succeeds again", ["cluster"])
+                        "1 while an engaged cluster can be watched, 0 after `ClusterAccessDenied`"
+                        " / `TenantCRDMissing` until a list or watch is accepted again", ["cluster"])
 CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
-                     "1 while the cluster's Tenant CRD is older than krypton's (fields it lacks "
-                     "are dropped by the API server)", ["cluster"])
+                     "1 while the cluster's Tenant CRD is older than krypton's (`CRDOutdated`)", ["cluster"])
 WATCH_RELISTS = Counter("krypton_watch_relists_total",
-                        "Full lists after a watch's resourceVersion expired (410 Gone)",
+                        "Full lists after a watch's resourceVersion expired (410 Gone), e.g. "
+                        "after an API server restart",
                         ["cluster", "watch"])
 LEASE_NOT_BELIEVED = Gauge("krypton_lease_not_believed",
-                           "1 while a Lease says what krypton does not believe (a duration over "
-                           "4 times its own, a renewTime in the future) and is judged with "
-                           "krypton's own duration instead", ["lease"])
+                           "1 while a Lease says what krypton does not believe (a duration over 4 \u00d7 "
+                           "`--lease-duration`, a `renewTime` in the future) and is judged with "
+                           "krypton's own duration", ["lease"])
 RELEASES_STALLED = Gauge("krypton_releases_stalled",
-                         "Releases whose helm runs failed more than --max-retries times for "
-                         "the same target (RetriesExhausted): no helm run until it changes",
+                         "Releases whose helm runs failed more than `--max-retries` times for one "
+                         "target (`RetriesExhausted`)",
                          ["cluster"])
 ORPHANED_RELEASES = Gauge("krypton_orphaned_releases",
                           "Releases on the cluster made for a cluster name no longer discovered "
-                          "(a renamed or removed cluster Secret)", ["cluster"])
+                          "(`OrphanedReleases`)", ["cluster"])
 LEASE_HOLDER = Gauge("krypton_lease_holder",
-                     "1 for the holder of the leader Lease while this replica stands by "
-                     "(the series of an earlier holder is removed)", ["lease", "holder"])
+                     "1 for the holder of the leader Lease while this replica stands by", ["lease", "holder"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
-                       "How late the event loop's heartbeat ran last (0 when on time)")
+                       "How late the event loop's heartbeat ran last")
 
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.decisions import reasons
+
 Condition = dict[str, Any]
 
 READY = "ClusterReady/"
@@ -22,11 +24,9 @@ PAUSED = "Paused"
 SUMMARY = "Ready"
 
 # An error with one of these reasons puts the Tenant in phase Error.
-FATAL_REASONS = frozenset({"InstallFailed", "UpgradeFailed", "InvalidTenantName",
-                           "NamespaceConflict", "ReservedNamespace", "SharedObjects",
-                           "OwnershipConflict", "ReadinessTimeout", "Degraded"})
+FATAL_REASONS = reasons.FATAL
 # Chart errors that do not block Ready when ALLOW_CHART_SKIP=true.
-CHART_REASONS = frozenset({"ChartNotLoaded", "VersionNotFound", "VersionInvalid"})
+CHART_REASONS = reasons.CHART
 
 
 @dataclass(frozen=True)

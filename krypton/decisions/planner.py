@@ -296,7 +296,7 @@ def _plan(obs: Observation) -> Plan:
         return Plan(Action.BLOCKED, "SharedObjects",
                     f"chart {version} cannot be installed once per Tenant on this cluster: "
                     f"{'; '.join(obs.shared[:5])}{more}; install the shared part once per "
-                    "cluster (see the README, \"Shared objects\")", permanent=True)
+                    "cluster (see the docs, \"Shared objects and charts with CRDs\")", permanent=True)
     if state in (ReleaseState.STALE, ReleaseState.FAILED) and (
             rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING)
             or not rel.has_good_revision):

@@ -73,7 +73,7 @@ def test_one_release_holds_the_shared_objects_and_the_way_out_is_named(fleet: Fl
         assert "IngressClass krypton-shared" in refused["message"]
         assert f"{first}/{releases[first]}" in refused["message"] or \
             f"Tenant {ns}/{first}" in refused["message"]
-        assert 'see the README, "Shared objects"' in refused["message"]
+        assert 'see the docs, "Shared objects and charts with CRDs"' in refused["message"]
         assert fresh.release_records(name, releases[name]) == []  # never installed
     for what in (CRD, INGRESS_CLASS, WEBHOOK):
         assert owner(fresh, what) == f"{first}/{releases[first]}"
