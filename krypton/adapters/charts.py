@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 import threading
 import time
 import urllib.error
@@ -263,7 +264,10 @@ class ChartSource:
         chunks: list[bytes] = []
         size = 0
         try:
-            with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT) as resp:  # noqa: S310
+            context = ssl.create_default_context(cafile=self.access.ca_file) \
+                if self.access.ca_file and url.startswith("https://") else None
+            with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT,  # noqa: S310
+                                        context=context) as resp:
                 declared = resp.headers.get("Content-Length")
                 if declared and declared.isdigit() and int(declared) > limit:
                     raise ChartNotLoaded(f"chart repository {self.url}: index.yaml is "

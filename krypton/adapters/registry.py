@@ -151,7 +151,9 @@ class Registry:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         realm = fields.get("realm", "")
         split = urllib.parse.urlsplit(realm)
-        if split.scheme not in ("https", self.scheme) or not split.netloc:
+        same_host = split.scheme == self.scheme and split.netloc == self.host
+        if not split.netloc or (split.scheme != "https" and not same_host):
+            # credentials go in clear text only to the plain-HTTP registry itself
             raise ChartNotLoaded(f"registry {self.host}: token service {realm[:80]!r} "
                                  "is not an https URL")
         query = {"service": fields.get("service", ""), "scope": fields.get("scope", scope)}

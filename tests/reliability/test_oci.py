@@ -100,6 +100,14 @@ def test_over_a_registry_with_tls_and_credentials(fleet: Fleet, registry: OciReg
                                                                   (2, "deployed")]
     status = krypton(fleet, "status", *oci_args(fleet, registry, "~0.2"))
     assert f"0.2.1@{second[:19]}" in status.stdout, status.stdout
+    # the CLI resolves over the registry with the same Secret (read with the user's access)
+    planned = krypton(fleet, "plan", *oci_args(fleet, registry, "~0.2",
+                                              "--chart-ca-file", str(registry.ca_file),
+                                              "--chart-credentials-secret", "registry-creds"),
+                      "-o", "json")
+    row = next(r for r in json.loads(planned.stdout) if r["tenant"] == t)
+    assert (row["action"], row["chart_version"]) == \
+        ("skip", f"0.2.1@{second[:19]} -> 0.2.1@{second[:19]}"), planned.stdout
 
     # wrong credentials: the registry is named, the password is nowhere (the suite's scan)
     fleet.home.core.patch_namespaced_secret("registry-creds", fleet.discovery_ns, {

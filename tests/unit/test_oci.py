@@ -84,3 +84,18 @@ def test_registry_credentials_from_a_secret() -> None:
     assert credentials_from_secret({".dockerconfigjson": docker}, "h:2") is None
     assert credentials_from_secret({".dockerconfigjson": "{not json"}, "h:1") is None
     assert "p2" not in repr(Credentials("u2", "p2"))
+
+
+def test_credentials_never_go_in_clear_text_to_another_host() -> None:
+    """A registry's challenge names the token service the credentials are sent to: over
+    plain HTTP only when it is the (plain-HTTP) registry itself."""
+    from krypton.adapters.registry import Registry
+
+    ref = oci.reference("oci://reg.example:5000/charts", "c")
+    for plain, realm in ((False, "http://reg.example:5000/token"),
+                         (True, "http://elsewhere.example/token"), (False, "token")):
+        registry = Registry("reg.example:5000", credentials=Credentials("u", "secret-pw"),
+                            plain_http=plain)
+        with pytest.raises(ChartNotLoaded, match="is not an https URL") as refused:
+            registry._authorize(ref, f'Bearer realm="{realm}",service="s"', "scope")
+        assert "secret-pw" not in str(refused.value)
