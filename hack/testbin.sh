@@ -3,7 +3,8 @@
 # helm (Helm 4, the default), helm3 (Helm 3, for the Helm 3 lane and migration tests),
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (simulated
 # nodes, with the stage definitions its module ships), the CNCF distribution registry and
-# cosign (the test bed's OCI registry and chart signing), at pinned versions, into a cache
+# cosign (the test bed's OCI registry and chart signing) and Prometheus (the metric gates of
+# the progressive rollout), at pinned versions, into a cache
 # outside the work tree. Idempotent: a binary that is already there at its version is kept.
 # Also writes lane-helm3/, the same tools with helm being Helm 3.
 # Prints the cache directory on its last line.
@@ -16,6 +17,7 @@ HELM_VERSION="${HELM_VERSION:-v4.2.4}"
 HELM3_VERSION="${HELM3_VERSION:-v3.19.5}"
 REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
 COSIGN_VERSION="${COSIGN_VERSION:-v3.1.3}"
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # the Go module's version of Prometheus 3
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_helm3-${HELM3_VERSION}_kwok-${KWOK_VERSION}"
 dir="${KRYPTON_TESTBIN:-${HOME}/.cache/krypton/testbin/${key}}"
@@ -139,6 +141,8 @@ build_kubernetes
 build_kwok
 go_tool registry github.com/distribution/distribution/v3/cmd/registry "${REGISTRY_VERSION}" --version
 go_tool cosign github.com/sigstore/cosign/v3/cmd/cosign "${COSIGN_VERSION}" version
+GO_LDFLAGS="-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+  go_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROMETHEUS_VERSION}" --version
 helm3_lane
 say "all tools ready in ${dir}"
 echo "${dir}"

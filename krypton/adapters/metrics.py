@@ -43,6 +43,11 @@ TENANT_RELEASE = Gauge(
 BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")
+ROLLOUT_GATE = Gauge("krypton_rollout_gate",
+                     "The metric gate's last evaluation for a cluster of a soaking wave: 1 "
+                     "passed, 0 failed, -1 unanswered", ["cluster"])
+ROLLOUT_GATE_EVALUATIONS = Counter("krypton_rollout_gate_evaluations",
+                                   "Metric gate evaluations by result", ["cluster", "result"])
 WORKER_FAILURES = Counter("krypton_worker_failures_total",
                           "Workers that ended with an unexpected error (each restarted)",
                           ["cluster"])

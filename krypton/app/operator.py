@@ -4,6 +4,7 @@ and metrics (O3), graceful shutdown (O9)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import platform
@@ -31,10 +32,11 @@ from krypton.adapters.kube import (
     configuration_in_cluster,
     core_path,
 )
+from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import user_kubeconfig_path, watch_cluster
+from krypton.decisions import gates, redact, retry, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.discovery import LABEL_VALUE, SELF_CLUSTER, by_label
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
@@ -43,7 +45,12 @@ from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector
 from krypton.runtime.pause import pause
-from krypton.runtime.rollout_controller import Published, RolloutController, RolloutFollower
+from krypton.runtime.rollout_controller import (
+    MetricGate,
+    Published,
+    RolloutController,
+    RolloutFollower,
+)
 from krypton.runtime.shards import Shards
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.worker import Shared
@@ -70,6 +77,7 @@ class Operator:
         os.chmod(self.workdir, 0o700)
         self.home: Kube | None = None
         self.fleet: Fleet | None = None
+        self._metric_gate: MetricGate | None = None
         self.discovery: Informer | None = None
         self._ignored: dict[str, str] = {}  # Secret UID -> label value reported as not "true"
         self._names: frozenset[str] | None = None  # the discovered clusters' names
@@ -106,6 +114,7 @@ class Operator:
         metrics.BUILD.info({"version": krypton.__version__, "python": platform.python_version()})
         try:
             self.home = await self._connect_home()
+            self._metric_gate = await self._gate_of(self.home)
         except SettingsError as exc:
             heartbeat.cancel()
             self.health.stop()
@@ -121,6 +130,45 @@ class Operator:
             await self._shutdown()
             heartbeat.cancel()
         return self.exit_code
+
+    async def _gate_of(self, home: Kube) -> MetricGate | None:
+        """The rollout's metric gate (F7), its query checked by the server's own parser:
+        a query it cannot parse is a bad flag (exit 2). A server that cannot be asked now
+        is said in the log; the gate then waits for its answers."""
+        s = self.settings
+        if not s.rollout_gate_query:
+            return None
+        server = Prometheus(s.rollout_gate_prometheus, ca_file=s.rollout_gate_ca_file)
+        name, namespace = s.rollout_gate_credentials_secret, s.namespace
+
+        async def auth() -> ServerAuth | None:
+            if not name:
+                return None
+            secret = await home.get_secret(namespace, name)
+            if secret is None:
+                raise TemporaryError(f"metrics server credentials Secret {namespace}/{name} "
+                                     "not found")
+            data = {k: base64.b64decode(v).decode(errors="replace")
+                    for k, v in (secret.get("data") or {}).items()}
+            redact.register(data.get("password"), data.get("token"))
+            return ServerAuth(data.get("username", ""), data.get("password", ""),
+                              data.get("token", ""))
+
+        example = next(iter(Policy.from_settings(s).canaries), "krypton")
+        try:
+            credentials = await auth()
+        except KryptonError as exc:
+            log.warning("metric gate query not checked", reason=exc.message)
+            credentials = None
+        try:
+            why = await asyncio.to_thread(server.check, gates.query_for(s.rollout_gate_query,
+                                                                        example), credentials)
+        except QueryRejected as exc:
+            raise SettingsError(f"invalid --rollout-gate-query: the server cannot parse it: "
+                                f"{exc}") from exc
+        if why:
+            log.warning("metric gate query not checked", reason=why)
+        return MetricGate(server, s.rollout_gate_query, s.rollout_gate_interval, auth)
 
     async def _connect_home(self) -> Kube:
         failures = 0
@@ -182,7 +230,7 @@ class Operator:
         elif policy.enabled:
             controller = RolloutController(self.home, s.namespace, policy, chart, s.chart_values,
                                            home_events, lambda: fleet.workers,
-                                           fence=shared.fence)
+                                           fence=shared.fence, metric_gate=self._metric_gate)
             shared.gate = controller.gate
             self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
         fleet.resync = dirty.set
@@ -231,7 +279,8 @@ class Operator:
                                                      controller.current_target))
                     for name in self._discovered() or ()}
         controller = RolloutController(home, s.namespace, policy, chart, s.chart_values, events,
-                                       everyone, fence=elector.holds)
+                                       everyone, fence=elector.holds,
+                                       metric_gate=self._metric_gate)
         self._rollout_tasks += [asyncio.create_task(follower.run(self.stopping)),
                                 asyncio.create_task(self._lead_rollout(elector, controller))]
 

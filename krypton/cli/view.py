@@ -220,6 +220,10 @@ def progress(rows: list[Row], rollout: RolloutState | None) -> list[str]:
     lines = [f"rollout to {rollout.version}: {rollout.phase}{said}",
              f"  waves     {bar(waves, len(rollout.waves))}",
              f"  releases  {bar(done, len(targeted))} at {rollout.version} and ready"]
+    for cluster, seen in sorted(rollout.gates.items()):  # the metric gate of the wave (F7)
+        lines.append(f"  gate      {cluster}: {seen.get('result', '?')} "
+                     f"({str(seen.get('value', ''))[:80]}; {seen.get('failures', 0)} failed, "
+                     f"{seen.get('passes', 0)} passed)")
     if rollout.phase == HALTED:
         lines.append(f"  halted: {rollout.message}")
     return [escape(line) for line in lines]  # the rollout ConfigMap is written by others too

@@ -212,6 +212,9 @@ class RolloutGate:
     open: bool = True
     reason: str = ""
     revert: bool = False
+    # the wave halted on its metric gate (F7): releases Ready on the target are rolled back
+    # too, to this version (the one the rollout moved away from)
+    revert_healthy_to: str = ""
 
 
 @dataclass(frozen=True)

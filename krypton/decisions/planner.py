@@ -256,6 +256,15 @@ def _plan(obs: Observation) -> Plan:
         return Plan(Action.ADD_FINALIZER, "Finalizer", "add the release-cleanup finalizer")
     rel, target = obs.release, obs.chart.fingerprint
     state = release_state(t, target, rel, obs.missing)
+    if obs.rollout.revert and obs.rollout.revert_healthy_to and \
+            target in (t.applied_fingerprint, t.recorded_fingerprint) and \
+            t.reverted_fingerprint != target and rel.status is ReleaseStatus.DEPLOYED:
+        # the wave failed its metric gate (F7): a release Ready on the target goes back too
+        if rel.locked:
+            return _locked(rel)
+        return Plan(Action.REVERT, "RolloutHalted",
+                    f"chart {obs.chart.version} failed the rollout's metric gate: roll back "
+                    f"to chart {obs.rollout.revert_healthy_to}")
     if state is ReleaseState.IN_SYNC:
         return _in_sync(obs, obs.chart.version)
     if state is ReleaseState.UNRECORDED:

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from krypton.decisions import gates
+from krypton.decisions.gates import GatePolicy
 from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.settings import Settings
@@ -37,6 +39,7 @@ class Policy:
     wave_deadline: float = 600.0
     soak: float = 0.0
     auto_revert: bool = False
+    gate: GatePolicy = GatePolicy()
 
     @property
     def enabled(self) -> bool:
@@ -48,7 +51,9 @@ class Policy:
                                   if c.strip()),
                    max_parallel=s.rollout_max_parallel_clusters,
                    max_failures=s.rollout_max_failures, wave_deadline=s.rollout_wave_deadline,
-                   soak=s.rollout_wave_soak, auto_revert=s.rollout_auto_revert)
+                   soak=s.rollout_wave_soak, auto_revert=s.rollout_auto_revert,
+                   gate=GatePolicy(s.rollout_gate_query, s.rollout_gate_failures,
+                                   s.rollout_wave_deadline))
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,11 @@ class RolloutState:
     revert_failures: int = 0
     message: str = ""
     history: tuple[str, ...] = field(default_factory=tuple)
+    previous_version: str = ""  # the version the rollout moves away from ("" at first)
+    # the metric gate (F7) of the wave in progress: per cluster, its last evaluation
+    # (gates.record); gate_failed: the rollout halted on it (its healthy releases revert too)
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gate_failed: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -131,6 +141,9 @@ class RolloutState:
         raw["waves"] = tuple(tuple(w) for w in raw.get("waves") or ())
         for key in ("skipped", "failed", "history"):
             raw[key] = tuple(raw.get(key) or ())
+        gates = raw.get("gates") or {}
+        raw["gates"] = {str(c): dict(g) for c, g in gates.items() if isinstance(g, dict)} \
+            if isinstance(gates, dict) else {}
         return cls(**raw)
 
     def reached(self) -> set[str]:
@@ -155,7 +168,8 @@ def start(target: str, version: str, clusters: list[str], policy: Policy, now: f
     note = f"{previous.version} -> {version}" if previous else f"initial {version}"
     history = ((previous.history if previous else ()) + (note,))[-10:]
     return RolloutState(target=target, version=version, waves=plan_waves(clusters, policy),
-                        wave_started=now, message=f"rolling out {note}", history=history)
+                        wave_started=now, message=f"rolling out {note}", history=history,
+                        previous_version=previous.version if previous else "")
 
 
 def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
@@ -188,7 +202,9 @@ def gate(state: RolloutState | None, cluster: str, policy: Policy) -> RolloutGat
     may, reason = allowed(state, cluster)
     revert = (policy.auto_revert and state is not None and state.phase == HALTED
               and state.reverted and cluster in state.failed)
-    return RolloutGate(may, reason, revert)
+    healthy = state.previous_version if revert and state is not None and state.gate_failed \
+        else ""
+    return RolloutGate(may, reason, revert, revert_healthy_to=healthy)
 
 
 def to_wake(old: RolloutState | None, new: RolloutState) -> tuple[set[str], bool]:
@@ -232,7 +248,8 @@ def revert_outcome(state: RolloutState, observed: dict[str, ClusterObservation])
     if state.phase != HALTED or not state.reverted or state.revert_reported:
         return state
     seen = [observed[c] for c in state.failed if c in observed and observed[c].reachable]
-    if any(o.to_revert for o in seen):
+    # after a failed metric gate, a release still Ready on the target is yet to go back
+    if any(o.to_revert or (state.gate_failed and o.done) for o in seen):
         return state
     done, bad = sum(o.reverted for o in seen), sum(o.revert_failed for o in seen)
     note = f"rolled back {done} failed release(s)" + (
@@ -298,12 +315,44 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
                                        message=f"wave {state.wave + 1}/{len(state.waves)}: "
                                                f"{', '.join(wave)}")
         healthy_since = state.wave_healthy_since if state.wave_healthy_since is not None else now
-        if now - healthy_since < policy.soak:
+        soaked = now - healthy_since >= policy.soak
+        if policy.gate.enabled:
+            result, why = gates.verdict(state.gates, tuple(reachable), policy.gate, soaked, now)
+            if result == "failed":
+                failing = tuple(c for c in reachable if gates.verdict(
+                    {c: state.gates.get(c) or {}}, (c,), policy.gate, False, now)[0] == "failed")
+                return dataclasses.replace(
+                    state, phase=HALTED, skipped=skipped, failed=failing, gate_failed=True,
+                    message=f"halted in wave {state.wave + 1}: {why}")
+            if result == "waiting":
+                return dataclasses.replace(state, skipped=skipped,
+                                           wave_healthy_since=healthy_since,
+                                           message=f"wave {state.wave + 1}/{len(state.waves)} "
+                                                   f"done, soaking; {why}")
+        elif not soaked:
             return dataclasses.replace(state, skipped=skipped, wave_healthy_since=healthy_since,
                                        message=f"wave {state.wave + 1}/{len(state.waves)} done, "
                                                f"soaking")
         state = dataclasses.replace(state, wave=state.wave + 1, wave_started=now,
-                                    wave_healthy_since=None, skipped=skipped)
+                                    wave_healthy_since=None, skipped=skipped, gates={})
     return dataclasses.replace(state, phase=COMPLETE,
                                message=f"complete: {state.version} on every reachable cluster"
                                + (f" (skipped: {', '.join(state.skipped)})" if state.skipped else ""))
+
+
+def soaking(state: RolloutState | None) -> tuple[str, ...]:
+    """The clusters whose gate is to be evaluated now: those of a progressing wave that is
+    done and soaking (its releases Ready on the target)."""
+    if state is None or state.phase != PROGRESSING or state.wave_healthy_since is None or \
+            state.wave >= len(state.waves):
+        return ()
+    return tuple(c for c in state.waves[state.wave] if c not in state.skipped)
+
+
+def with_readings(state: RolloutState, readings: Mapping[str, gates.Reading],
+                  now: float) -> RolloutState:
+    """The state with the gate evaluations of `readings` recorded (gates.record)."""
+    recorded = dict(state.gates)
+    for cluster, reading in readings.items():
+        recorded[cluster] = gates.record(recorded.get(cluster), reading, now)
+    return dataclasses.replace(state, gates=recorded)

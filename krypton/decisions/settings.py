@@ -207,6 +207,18 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("rollout_wave_soak", "How long a finished wave must stay healthy before the next", 0.0,
         lambda t: 0.0 if t.strip() in ("0", "0s") else duration(t)),
     Opt("rollout_auto_revert", "Roll the failed releases of a halted wave back", False, boolean),
+    Opt("rollout_gate_prometheus", "Prometheus-compatible server (http(s)://host:port[/path]) "
+        "whose --rollout-gate-query a wave must pass during its soak", ""),
+    Opt("rollout_gate_query", "PromQL that must return a non-empty result of non-zero values "
+        "for each cluster of a soaking wave; $cluster is replaced by the cluster's name", ""),
+    Opt("rollout_gate_interval", "How often the gate query is evaluated during a soak", 30.0,
+        duration),
+    Opt("rollout_gate_failures", "Failed evaluations of one cluster that fail its wave", 1,
+        positive_int),
+    Opt("rollout_gate_credentials_secret", "Secret in --namespace with the metrics server's "
+        "credentials (username and password, or token)", ""),
+    Opt("rollout_gate_ca_file", "CA bundle for the metrics server's TLS (default: the "
+        "system's)", "", metavar="FILE"),
     # operating (O2-O4, O9)
     Opt("log_format", "json or console (default: console on a TTY, else json)", "",
         choice("", "json", "console")),
@@ -303,6 +315,12 @@ class Settings:
     rollout_wave_deadline: float = _default("rollout_wave_deadline")
     rollout_wave_soak: float = _default("rollout_wave_soak")
     rollout_auto_revert: bool = _default("rollout_auto_revert")
+    rollout_gate_prometheus: str = _default("rollout_gate_prometheus")
+    rollout_gate_query: str = _default("rollout_gate_query")
+    rollout_gate_interval: float = _default("rollout_gate_interval")
+    rollout_gate_failures: int = _default("rollout_gate_failures")
+    rollout_gate_credentials_secret: str = _default("rollout_gate_credentials_secret")
+    rollout_gate_ca_file: str = _default("rollout_gate_ca_file")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
     health_probe_bind_address: str = _default("health_probe_bind_address")
@@ -449,6 +467,7 @@ def _check(s: Settings) -> None:
         raise SettingsError(f"invalid --chart-repo: {s.chart_repo!r} is not an http(s):// or "
                             "oci:// URL")
     _check_chart_access(s)
+    _check_gate(s)
     if s.release_namespace == "watch" and not s.watch_namespace:
         raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
@@ -457,6 +476,22 @@ def _check(s: Settings) -> None:
         raise SettingsError("invalid --sharding: every replica works under --sharding; "
                             "--leader-elect is for one worker and standbys (the replica that "
                             "runs a progressive rollout is elected on the same Lease by itself)")
+
+
+def _check_gate(s: Settings) -> None:
+    """A metric gate (F7) needs its server, its query and a progressive rollout."""
+    if bool(s.rollout_gate_prometheus) != bool(s.rollout_gate_query):
+        raise SettingsError("invalid --rollout-gate-query: --rollout-gate-prometheus and "
+                            "--rollout-gate-query go together")
+    if not s.rollout_gate_query:
+        return
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", s.rollout_gate_prometheus):
+        raise SettingsError(f"invalid --rollout-gate-prometheus: "
+                            f"{s.rollout_gate_prometheus[:80]!r} is not an http(s):// URL")
+    if not (s.rollout_canary_clusters.strip() or s.rollout_max_parallel_clusters > 0):
+        raise SettingsError("invalid --rollout-gate-query: it gates the waves of a progressive "
+                            "rollout (--rollout-canary-clusters or "
+                            "--rollout-max-parallel-clusters)")
 
 
 def _check_chart_access(s: Settings) -> None:

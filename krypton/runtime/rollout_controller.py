@@ -22,6 +22,8 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, ResolvedChart
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.kube import Informer, Kube, core_path
+from krypton.adapters.prometheus import Prometheus, ServerAuth
+from krypton.decisions import gates
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import RolloutGate
@@ -37,8 +39,10 @@ from krypton.decisions.rollout import (
     include,
     publication,
     revert_outcome,
+    soaking,
     start,
     to_wake,
+    with_readings,
 )
 from krypton.runtime.pause import pause
 
@@ -91,14 +95,37 @@ class _Gated:
                 workers[name].requeue_all()
 
 
+GATE_GAUGE = {gates.PASSED: 1.0, gates.FAILED: 0.0, gates.UNANSWERED: -1.0}
+
+
+class MetricGate:
+    """The rollout's metric gate (F7): its query, evaluated per cluster against the server
+    with the credentials of --rollout-gate-credentials-secret (read at each evaluation)."""
+
+    def __init__(self, server: Prometheus, query: str, interval: float,
+                 auth: Callable[[], Awaitable[ServerAuth | None]]) -> None:
+        self.server, self.query, self.interval, self.auth = server, query, interval, auth
+
+    async def read(self, clusters: tuple[str, ...]) -> dict[str, gates.Reading]:
+        try:
+            auth = await self.auth()
+        except KryptonError as exc:
+            return {c: gates.Reading(gates.UNANSWERED, exc.message[:200]) for c in clusters}
+        return {c: await asyncio.to_thread(self.server.read, gates.query_for(self.query, c),
+                                           auth) for c in clusters}
+
+
 class RolloutController(_Gated):
     def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
                  central_values: dict[str, Any], events: EventRecorder,
                  workers: Callable[[], dict[str, Any]], interval: float = 2.0,
-                 fence: Callable[[], bool] = lambda: True) -> None:
+                 fence: Callable[[], bool] = lambda: True,
+                 metric_gate: MetricGate | None = None) -> None:
         super().__init__(policy, chart, central_values, workers, interval)
         self.home, self.namespace, self.events = home, namespace, events
         self.fence = fence
+        self.metric_gate = metric_gate
+        self._gate_read_at = 0.0
         self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
         self._waiting_since: float | None = None
         self._down_since: dict[str, float] = {}  # clusters seen unreachable, since when
@@ -140,6 +167,7 @@ class RolloutController(_Gated):
             log.info("rollout started", version=chart.version, waves=[list(w) for w in state.waves])
         state = include(state, sorted(n for n, w in workers.items() if w.engaged), self.policy)
         observed = {n: w.rollout_observation() for n, w in workers.items()}
+        state = await self._read_gate(state, now)
         # a cluster that may still engage (after a start or a handover) is waited for, not
         # skipped: the first look after a restart must not find the whole wave unreachable
         settling, self._down_since = engaging({c for w in state.waves for c in w}, observed,
@@ -175,6 +203,23 @@ class RolloutController(_Gated):
             self._wake(old, state)
             if old is None or old.phase != state.phase or old.wave != state.wave:
                 log.info("rollout", phase=state.phase, wave=state.wave + 1, detail=state.message)
+
+    async def _read_gate(self, state: RolloutState, now: float) -> RolloutState:
+        """The metric gate's evaluations (F7) for the clusters of a soaking wave, every
+        --rollout-gate-interval, recorded in the state (and exported)."""
+        clusters = soaking(state)
+        if self.metric_gate is None or not clusters or \
+                now - self._gate_read_at < self.metric_gate.interval:
+            return state
+        self._gate_read_at = now
+        readings = await self.metric_gate.read(clusters)
+        for cluster, reading in readings.items():
+            say = log.debug if reading.result == gates.PASSED else log.warning
+            say("rollout gate evaluated", cluster=cluster, result=reading.result,
+                value=reading.value)
+            metrics.ROLLOUT_GATE.labels(cluster).set(GATE_GAUGE[reading.result])
+            metrics.ROLLOUT_GATE_EVALUATIONS.labels(cluster, reading.result).inc()
+        return with_readings(state, readings, now)
 
     def _involved(self) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ConfigMap", "name": CONFIGMAP,

@@ -349,6 +349,7 @@ FAILED_UPGRADE = replace(TENANT, applied_fingerprint=OLD, recorded_fingerprint=O
 FAILED_REV = ReleaseObservation(R.FAILED, 2, True)
 HALTED = RolloutGate(open=False, reason="RolloutHalted")
 REVERT = RolloutGate(open=False, reason="RolloutHalted", revert=True)
+GATE_REVERT = RolloutGate(open=False, reason="RolloutHalted", revert=True, revert_healthy_to="0.1.0")
 GATED = [
     ("halted, revert asked", FAILED_UPGRADE, FAILED_REV, REVERT, Action.REVERT),
     ("halted, no revert asked", FAILED_UPGRADE, FAILED_REV, HALTED, Action.HOLD),
@@ -372,6 +373,14 @@ GATED = [
     ("drift repair while halted", SYNCED, ABSENT, HALTED, Action.INSTALL),
     ("first install while halted", TENANT, ABSENT, HALTED, Action.INSTALL),
     ("in sync while halted", SYNCED, DEPLOYED, HALTED, Action.SKIP),
+    # F7: the wave failed its metric gate; its releases are Ready on the target and go back
+    ("gate failed, revert asked", SYNCED, DEPLOYED, GATE_REVERT, Action.REVERT),
+    ("gate failed, release locked", SYNCED, ReleaseObservation(R.PENDING_UPGRADE, 2, True, True),
+     GATE_REVERT, Action.WAIT),
+    ("gate failed, reverted", replace(SYNCED, applied_fingerprint=OLD, recorded_fingerprint=OLD,
+                                      failed_fingerprint=FP, reverted_fingerprint=FP),
+     DEPLOYED, GATE_REVERT, Action.HOLD),
+    ("gate failed, no revert asked", SYNCED, DEPLOYED, HALTED, Action.SKIP),
 ]
 
 

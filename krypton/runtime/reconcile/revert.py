@@ -29,6 +29,8 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
     action, so never beside a retry of the same release. When helm's rollback trips over
     what the failed upgrade left, the last good chart version is applied again."""
     t, chart, namespace = p.obs.tenant, p.chart, p.namespace
+    if p.obs.rollout.revert_healthy_to:
+        return await _revert_healthy(rt, p, p.obs.rollout.revert_healthy_to)
     good = t.applied_revision or 0  # set: the planner reverts only to a recorded revision
     fp = t.recorded_fingerprint or t.applied_fingerprint or ""
     try:
@@ -74,3 +76,39 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
                            "lastAppliedTime": now_rfc3339()},
                   event=("Normal", "RolloutReverted", message))
 
+
+
+async def _revert_healthy(rt: ClusterRuntime, p: Pass, version: str) -> Report:
+    """Roll a release that is Ready on the target back to the revision before it, because
+    its wave failed the rollout's metric gate (F7). Recorded as failed on the target and
+    reverted, like a failed release that was rolled back."""
+    chart, namespace = p.chart, p.namespace
+    fp = fingerprint(chart.repo, chart.name, version, chart.values)
+    try:
+        async with rt.slots.slot(rt.name):
+            fenced(rt)
+            revision = await rt.helm.rollback(p.release, namespace)
+    except ReleaseLocked as exc:
+        p.log.info("release busy, waiting", detail=str(exc))
+        return Report(outcome=Outcome(retry=True, reason=exc.reason))
+    except (HelmFailed, TemporaryError) as exc:
+        message = f"rolling back after chart {chart.version} failed the metric gate: {exc}"
+        p.log.error("rollout revert failed", error=str(exc))
+        metrics.RECONCILE_ERRORS.labels(rt.name, "RevertFailed").inc()
+        return Report([Change(rt.type(cond.ERROR), True, "RevertFailed", message)],
+                      event=("Warning", "RolloutRevertFailed", message),
+                      outcome=Outcome(retry=True, reason="RevertFailed"))
+    rt.releases.note(namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp,
+                     p.obs.tenant.uid)
+    p.obj = await status.set_fingerprint(rt, p.obj, fp, p.log)
+    message = (f"chart {chart.version} failed the rollout's metric gate: rolled back to the "
+               f"previous revision (revision {revision}, chart {version})")
+    p.log.info("rollout reverted", revision=revision, detail=message)
+    return Report([Change(rt.type(cond.READY), True, "RolledBack", message),
+                   Change(rt.type(cond.ERROR), False, "RolledBack", "no error"),
+                   Change(rt.type(cond.PROGRESS), False, "RolloutHalted", message)],
+                  applied={"revision": revision, "fingerprint": fp, "chartVersion": version,
+                           "failedFingerprint": chart.fingerprint,
+                           "revertedFingerprint": chart.fingerprint,
+                           "lastAppliedTime": now_rfc3339()},
+                  event=("Normal", "RolloutReverted", message))

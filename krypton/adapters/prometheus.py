@@ -1,0 +1,90 @@
+"""Instant queries against a Prometheus-compatible HTTP API (``/api/v1/query``) for the
+metric gates of the progressive rollout (SPEC F7). Blocking: the rollout controller runs it
+in a thread. Answers are bounded in size and time; TLS is verified (against
+``--rollout-gate-ca-file`` when given); credentials never appear in a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from krypton.decisions import gates
+
+TIMEOUT = 10.0
+MAX_ANSWER = 4 << 20
+
+
+@dataclass(frozen=True)
+class ServerAuth:
+    username: str = ""
+    password: str = ""
+    token: str = ""
+
+    def header(self) -> str | None:
+        if self.token:
+            return f"Bearer {self.token}"
+        if self.username:
+            raw = f"{self.username}:{self.password}".encode()
+            return "Basic " + base64.b64encode(raw).decode()
+        return None
+
+    def __repr__(self) -> str:
+        return f"ServerAuth(username={self.username!r}, <hidden>)"
+
+
+class QueryRejected(Exception):
+    """The server refused the query itself (``bad_data``: a PromQL syntax error)."""
+
+
+class Prometheus:
+    def __init__(self, url: str, *, ca_file: str = "", timeout: float = TIMEOUT) -> None:
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self._context = ssl.create_default_context(cafile=ca_file or None) \
+            if url.startswith("https://") else None
+
+    def query(self, promql: str, auth: ServerAuth | None = None) -> Any:
+        """The server's JSON answer to an instant query; raises OSError-like failures as
+        :class:`gates.Reading`-ready text through :meth:`read`."""
+        body = urllib.parse.urlencode({"query": promql}).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST",
+                                         headers={"Content-Type":
+                                                  "application/x-www-form-urlencoded"})
+        header = auth.header() if auth else None
+        if header:
+            request.add_unredirected_header("Authorization", header)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout,  # noqa: S310
+                                        context=self._context) as resp:
+                return json.loads(resp.read(MAX_ANSWER + 1)[:MAX_ANSWER])
+        except urllib.error.HTTPError as exc:
+            try:  # Prometheus answers a bad query with 400 and a JSON error document
+                return json.loads(exc.read(MAX_ANSWER))
+            except (ValueError, OSError):
+                return {"status": "error", "error": f"HTTP {exc.code}"}
+
+    def read(self, promql: str, auth: ServerAuth | None = None) -> gates.Reading:
+        """One evaluation: what the answer says, or why there is none."""
+        try:
+            answer = self.query(promql, auth)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            return gates.Reading(gates.UNANSWERED, f"{self.url} unreachable: {reason}"[:200])
+        return gates.judge(answer)
+
+    def check(self, promql: str, auth: ServerAuth | None = None) -> str | None:
+        """Ask the server to evaluate `promql` once: raises QueryRejected with the server's
+        words for a query it cannot parse; returns why it could not be asked (None: asked)."""
+        try:
+            answer = self.query(promql, auth)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return f"{self.url} unreachable: {getattr(exc, 'reason', exc)}"
+        if isinstance(answer, dict) and answer.get("errorType") == "bad_data":
+            raise QueryRejected(str(answer.get("error"))[:300])
+        return None
