@@ -32,6 +32,7 @@ from krypton.adapters.registry import (
     ManifestMissing,
     Registry,
     credentials_from_secret,
+    read_bounded,
 )
 from krypton.decisions import chartcrds, oci, retry, safeyaml
 from krypton.decisions.errors import (
@@ -260,37 +261,20 @@ class ChartSource:
         self.fetches += 1
         url = f"{self.url}/index.yaml"
         limit = safeyaml.CHART_INDEX.max_bytes
-        deadline = time.monotonic() + self.index_deadline
-        chunks: list[bytes] = []
-        size = 0
         try:
             context = ssl.create_default_context(cafile=self.access.ca_file) \
                 if self.access.ca_file and url.startswith("https://") else None
             with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT,  # noqa: S310
                                         context=context) as resp:
-                declared = resp.headers.get("Content-Length")
-                if declared and declared.isdigit() and int(declared) > limit:
-                    raise ChartNotLoaded(f"chart repository {self.url}: index.yaml is "
-                                         f"{declared} bytes, over the limit of {limit}")
-                while True:
-                    chunk = resp.read1(1 << 16)
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > limit:
-                        raise ChartNotLoaded(f"chart repository {self.url}: index.yaml is "
-                                             f"over the limit of {limit} bytes")
-                    if time.monotonic() > deadline:
-                        raise ChartNotLoaded(f"chart repository {self.url}: index.yaml did "
-                                             f"not arrive within {self.index_deadline:.0f}s")
-                    chunks.append(chunk)
+                body = read_bounded(resp, limit, self.index_deadline,
+                                    f"chart repository {self.url}: index.yaml")
         except urllib.error.HTTPError as exc:
             raise ChartNotLoaded(f"chart repository {self.url}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ChartNotLoaded(f"chart repository {self.url} unreachable: {reason}") from exc
         try:
-            index = safeyaml.load(b"".join(chunks), safeyaml.CHART_INDEX, what="index.yaml")
+            index = safeyaml.load(body, safeyaml.CHART_INDEX, what="index.yaml")
         except safeyaml.YamlRejected as exc:
             raise ChartNotLoaded(f"chart repository {self.url}: {exc}") from exc
         return index_versions(index, self.name, self.url)

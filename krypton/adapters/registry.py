@@ -179,29 +179,33 @@ class Registry:
         request = urllib.request.Request(url, headers={"Accept": accept})
         if auth:
             request.add_unredirected_header("Authorization", auth)
-        deadline = time.monotonic() + self.deadline
         try:
             with self._opener.open(request, timeout=READ_TIMEOUT) as resp:
-                declared = resp.headers.get("Content-Length")
-                if declared and declared.isdigit() and int(declared) > limit:
-                    raise ChartNotLoaded(f"registry {self.host}: an answer of {declared} "
-                                         f"bytes is over the limit of {limit}")
-                chunks, size = [], 0
-                while chunk := resp.read1(1 << 16):
-                    size += len(chunk)
-                    if size > limit:
-                        raise ChartNotLoaded(f"registry {self.host}: an answer is over the "
-                                             f"limit of {limit} bytes")
-                    if time.monotonic() > deadline:
-                        raise ChartNotLoaded(f"registry {self.host}: an answer did not "
-                                             f"arrive within {self.deadline:.0f}s")
-                    chunks.append(chunk)
-                return b"".join(chunks), resp.headers
+                return read_bounded(resp, limit, self.deadline, f"registry {self.host}: an "
+                                    "answer"), resp.headers
         except urllib.error.HTTPError:
             raise
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ChartNotLoaded(f"registry {self.host} unreachable: {reason}") from exc
+
+
+def read_bounded(resp: Any, limit: int, deadline: float, what: str) -> bytes:
+    """The body of `resp`, at most `limit` bytes, all of it within `deadline` seconds
+    however slowly it trickles in; ChartNotLoaded naming `what` otherwise."""
+    declared = resp.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ChartNotLoaded(f"{what} is {declared} bytes, over the limit of {limit}")
+    until = time.monotonic() + deadline
+    chunks, size = [], 0
+    while chunk := resp.read1(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise ChartNotLoaded(f"{what} is over the limit of {limit} bytes")
+        if time.monotonic() > until:
+            raise ChartNotLoaded(f"{what} did not arrive within {deadline:.0f}s")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _basic(credentials: Credentials) -> str:

@@ -6,7 +6,6 @@ tests set per cluster (for example an error ratio that turns bad during a canary
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from krypton.testing.chartrepo import free_port
+from krypton.testing.controlplane import terminate
 
 METRIC = "krypton_test_error_ratio"
 
@@ -98,12 +98,7 @@ class PrometheusServer:
     def stop(self) -> None:
         if self._proc is None:
             return
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        terminate(self._proc, 20)
         self._proc = None
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ import yaml
 
 from krypton.testing import pki
 from krypton.testing.chartrepo import free_port
+from krypton.testing.controlplane import terminate
 
 
 class OciRegistry:
@@ -105,12 +105,7 @@ class OciRegistry:
         """Stop the registry process (its storage is kept for a restart)."""
         if self._proc is None:
             return
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        terminate(self._proc, 10)
         self._proc = None
 
     def close(self) -> None:
