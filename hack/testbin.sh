@@ -76,7 +76,8 @@ go_tool() {
   say "${name} ${version}: building"
   bin="${work}/${name}-${version}"
   mkdir -p "${bin}"
-  GOBIN="${bin}" go install -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" "${pkg}@${version}"
+  GOBIN="${bin}" go install -trimpath -tags "${GO_TAGS:-}" -ldflags "-s -w ${GO_LDFLAGS:-}" \
+    "${pkg}@${version}"
   mv -f "${bin}/$(basename "${pkg}")" "${dir}/${name}"
 }
 
@@ -141,7 +142,8 @@ build_kubernetes
 build_kwok
 go_tool registry github.com/distribution/distribution/v3/cmd/registry "${REGISTRY_VERSION}" --version
 go_tool cosign github.com/sigstore/cosign/v3/cmd/cosign "${COSIGN_VERSION}" version
-GO_LDFLAGS="-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+# without its service discovery plugins: the test bed scrapes static targets only
+GO_TAGS=remove_all_sd GO_LDFLAGS="-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
   go_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROMETHEUS_VERSION}" --version
 helm3_lane
 say "all tools ready in ${dir}"

@@ -95,6 +95,18 @@ class PrometheusServer:
                 time.sleep(0.2)
         raise TimeoutError("prometheus was not ready within 60s")
 
+    def has(self, promql: str) -> bool:
+        """The server's answer to `promql` has at least one sample (it scraped the values)."""
+        import json
+        import urllib.parse
+
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310
+                return bool(json.loads(resp.read())["data"]["result"])
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            return False
+
     def stop(self) -> None:
         if self._proc is None:
             return
