@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from krypton.testing import pki
 from krypton.testing.chartrepo import free_port
 from krypton.testing.controlplane import terminate
 
@@ -62,15 +63,32 @@ class PrometheusServer:
     """One Prometheus process scraping `exporter` every second; stop() and start() keep its
     port and data (the server down, then up)."""
 
-    def __init__(self, tools: Path, exporter: Exporter) -> None:
-        self.tools, self.exporter = tools, exporter
+    username = "gate-reader"
+
+    def __init__(self, tools: Path, exporter: Exporter, *, password: str = "") -> None:
+        """With `password`, the server serves HTTPS with a certificate of a CA of its own
+        (``ca_file``) and asks for basic auth as ``username``/`password`."""
+        self.tools, self.exporter, self.password = tools, exporter, password
         self.dir = Path(tempfile.mkdtemp(prefix="krypton-prometheus-"))
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if password else 'http'}://127.0.0.1:{self.port}"
+        self.ca_file = self.dir / "ca.crt"
         config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                   "scrape_configs": [{"job_name": "gate-exporter", "static_configs": [
                       {"targets": [f"127.0.0.1:{exporter.port}"]}]}]}
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self._flags = []
+        if password:
+            import bcrypt
+
+            ca = pki.make_ca("krypton-prometheus-ca")
+            self.ca_file.write_bytes(ca.cert)
+            cert, key = pki.write(self.dir, "prometheus", pki.issue(ca, "127.0.0.1", server=True))
+            hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+            web = {"tls_server_config": {"cert_file": str(cert), "key_file": str(key)},
+                   "basic_auth_users": {self.username: hashed}}
+            (self.dir / "web.yml").write_text(yaml.safe_dump(web))
+            self._flags = [f"--web.config.file={self.dir / 'web.yml'}"]
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PrometheusServer:
@@ -80,12 +98,12 @@ class PrometheusServer:
         self._proc = subprocess.Popen(
             [str(self.tools / "prometheus"), f"--config.file={self.dir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *self._flags],
             stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):  # noqa: S310
+                with self._open(f"{self.url}/-/ready"):
                     return self
             except (urllib.error.URLError, OSError) as exc:
                 if self._proc.poll() is not None:
@@ -102,10 +120,22 @@ class PrometheusServer:
 
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310
+            with self._open(url) as resp:
                 return bool(json.loads(resp.read())["data"]["result"])
         except (urllib.error.URLError, OSError, ValueError, KeyError):
             return False
+
+    def _open(self, url: str) -> Any:
+        request = urllib.request.Request(url)
+        context = None
+        if self.password:
+            import base64
+            import ssl
+
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            raw = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {raw}")
+        return urllib.request.urlopen(request, timeout=5, context=context)  # noqa: S310
 
     def stop(self) -> None:
         if self._proc is None:

@@ -145,3 +145,64 @@ def test_a_query_the_server_cannot_parse_is_refused_at_start(
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "invalid --rollout-gate-query: the server cannot parse it" in result.stderr
+
+
+GATE_PASSWORD = "pw-gate-5d0e3a91"
+
+
+def test_a_server_behind_tls_and_basic_auth_with_credentials_from_a_secret(
+        fleet: Fleet, repo: ChartRepository, exporter: Exporter, testbin: Path) -> None:
+    server = PrometheusServer(testbin, exporter, password=GATE_PASSWORD).start()
+    try:
+        for cluster in ("home", "remote"):
+            exporter.set(cluster, 0.01)
+        wait_for(lambda: server.has(f'{METRIC}{{cluster="remote"}}'), 30, what="scraped")
+        fleet.home.core.create_namespaced_secret(fleet.discovery_ns, {
+            "metadata": {"name": "gate-creds"}, "type": "Opaque",
+            "stringData": {"username": server.username, "password": GATE_PASSWORD}})
+        fleet.register("home", fleet.home)
+        fleet.register("remote", fleet.remote)
+        op = start(fleet, repo, "0.2.0", *gate_args(
+            server, "--rollout-wave-soak", "2s", "--rollout-gate-ca-file", str(server.ca_file),
+            "--rollout-gate-credentials-secret", "gate-creds"))
+        assert "metric gate query not checked" not in op.log_text()  # asked, and it parsed
+        fleet.tenant(fleet.home, unique("h"))
+        fleet.tenant(fleet.remote, unique("r"))
+        wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
+                 what="rollout complete")
+        for cluster in ("home", "remote"):
+            assert op.metric("krypton_rollout_gate_evaluations_total", cluster=cluster,
+                             result="passed") >= 1
+        assert op.metric("krypton_rollout_gate_evaluations_total", result="unanswered") == 0
+        assert GATE_PASSWORD not in op.log_text()
+    finally:
+        server.close()
+
+
+def test_under_sharding_the_gate_is_evaluated_once_for_the_fleet(
+        fleet: Fleet, repo: ChartRepository, exporter: Exporter,
+        prometheus: PrometheusServer) -> None:
+    """Two replicas split the fleet; the rollout controller, and with it the gate, runs on
+    the replica holding the leader Lease only."""
+    for cluster in ("home", "remote"):
+        exporter.set(cluster, 0.01)
+    wait_for(lambda: prometheus.has(f'{METRIC}{{cluster="remote"}}'), 30, what="scraped")
+    fleet.register("home", fleet.home)
+    fleet.register("remote", fleet.remote)
+    args = fleet.args("--sharding", "--leader-election-id", unique("gate"),
+                      "--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s",
+                      *gate_args(prometheus, "--rollout-wave-soak", "2s"), version="0.2.0")
+    args[args.index(fleet.chart_repo.url)] = repo.url
+    ops = []
+    for replica in ("r0", "r1"):
+        op = OperatorProcess([*args, "--shard-identity", replica], helm_dir=fleet.testbin)
+        fleet.operators.append(op.start())
+        ops.append(op)
+    for op in ops:
+        op.wait_ready()
+    fleet.tenant(fleet.home, unique("h"))
+    fleet.tenant(fleet.remote, unique("r"))
+    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
+             what="rollout complete")
+    evaluated = sorted(op.metric("krypton_rollout_gate_evaluations_total") for op in ops)
+    assert evaluated[0] == 0 and evaluated[1] >= 2, evaluated  # one replica, both waves

@@ -175,10 +175,16 @@ def test_digest_pins_and_cosign_signatures(fleet: Fleet, plain_registry: OciRegi
     # an unsigned version with verification on: on every Tenant, an Event, no helm run
     op = start(fleet, oci_args(fleet, plain_registry, "0.3.0", *verify))
     for cluster, t in ((fleet.home, h), (fleet.remote, r)):
-        failed = cluster.wait_condition(fleet.tenant_ns, t, f"ClusterError/{cluster.name}",
-                                        "True", "ChartVerificationFailed")
-        assert "no cosign signature" in failed["message"]
-        cluster.wait_event(fleet.tenant_ns, t, "ChartVerificationFailed")
+        # the home Tenant still says why the pin refused the tag: wait for the new reason's words
+        wait_for(lambda c=cluster, t=t: "no cosign signature" in (c.condition(
+            fleet.tenant_ns, t, f"ClusterError/{c.name}") or {}).get("message", ""), 90,
+            what=f"ChartVerificationFailed for the missing signature on {cluster.name}")
+        assert cluster.condition(fleet.tenant_ns, t, f"ClusterError/{cluster.name}")["reason"] \
+            == "ChartVerificationFailed"
+        wait_for(lambda c=cluster, t=t: [e for e in c.events(fleet.tenant_ns, t)
+                                         if e.reason == "ChartVerificationFailed"
+                                         and "no cosign signature" in e.message], 30,
+                 what=f"the Event on {cluster.name}")
         assert cluster.release_records(t, f"tenant-{t}-{cluster.name}") == [(1, "deployed")]
     assert op.metric(HELM_RUNS, operation="upgrade") == 0
 
