@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from krypton.adapters.helm import Helm, unpack_archive
+from krypton.adapters.http import read_bounded
 from krypton.adapters.registry import (
     Credentials,
-    ManifestMissing,
+    NotInRegistry,
     Registry,
     credentials_from_secret,
-    read_bounded,
 )
 from krypton.decisions import chartcrds, oci, retry, safeyaml
 from krypton.decisions.errors import (
@@ -198,9 +198,9 @@ class ChartSource:
                        if self.access.credentials is not None else None)
         registry = Registry(ref.host, credentials=credentials, ca_file=self.access.ca_file,
                             plain_http=self.access.plain_http, deadline=self.index_deadline)
-        pinned = bool(self.access.digest) and version is None
         resolved = await _in_daemon_thread(lambda: self._from_registry(registry, ref, version))
         version, digest, archive = resolved
+        pinned = bool(self.access.digest) and version == self.spec  # checked against the pin
         path = self._pulled.get(digest)
         if path is None:
             if archive is None:  # unpacked before: _pulled only grows
@@ -223,7 +223,7 @@ class ChartSource:
         where = f"{ref}:{oci.tag(version)}"
         try:
             digest, body = registry.manifest(ref, oci.tag(version))
-        except ManifestMissing as exc:
+        except NotInRegistry as exc:
             raise VersionNotFound(f"chart {self.name} version {version} is not in "
                                   f"{self.url}") from exc
         if self.access.digest and version == self.spec and digest != self.access.digest:
@@ -242,7 +242,7 @@ class ChartSource:
         tag = oci.signature_tag(digest)
         try:
             _, body = registry.manifest(ref, tag)
-        except ManifestMissing as exc:
+        except NotInRegistry as exc:
             raise ChartVerificationFailed(f"{where} ({digest}) has no cosign signature") from exc
         doc = oci.manifest(body, f"{ref}:{tag}")
         payloads = [(registry.blob(ref, d, oci.MAX_MANIFEST), signature)
@@ -353,6 +353,7 @@ def chart_access(settings: Any, read_secret: Callable[[str, str], Awaitable[Any]
     credential is taken at the next fetch; None where no cluster is at hand. Raises
     SettingsError for a cosign key that cannot be read."""
     from krypton.decisions import redact
+    from krypton.decisions.discovery import secret_strings
     from krypton.decisions.errors import SettingsError
 
     key = None
@@ -371,13 +372,7 @@ def chart_access(settings: Any, read_secret: Callable[[str, str], Awaitable[Any]
         secret = await read_secret(namespace, name)
         if secret is None:
             raise ChartNotLoaded(f"registry credentials Secret {namespace}/{name} not found")
-        data = {}
-        for k, v in (secret.get("data") or {}).items():
-            try:
-                data[k] = base64.b64decode(v).decode()
-            except (ValueError, UnicodeDecodeError):
-                continue
-        found = credentials_from_secret(data, host)
+        found = credentials_from_secret(secret_strings(secret), host)
         if found is None:
             raise ChartNotLoaded(f"registry credentials Secret {namespace}/{name} has no "
                                  f"username and password (or .dockerconfigjson entry) for {host}")

@@ -15,7 +15,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.adapters.http import read_bounded
 from krypton.decisions import gates
+from krypton.decisions.errors import TemporaryError
 
 TIMEOUT = 10.0
 MAX_ANSWER = 4 << 20
@@ -50,8 +52,9 @@ class Prometheus:
             if url.startswith("https://") else None
 
     def query(self, promql: str, auth: ServerAuth | None = None) -> Any:
-        """The server's JSON answer to an instant query; raises OSError-like failures as
-        :class:`gates.Reading`-ready text through :meth:`read`."""
+        """The server's JSON answer to an instant query (an error document for an HTTP
+        error); raises URLError/OSError/ValueError, or TemporaryError for an answer over
+        MAX_ANSWER bytes or `timeout` seconds."""
         body = urllib.parse.urlencode({"query": promql}).encode()
         request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST",
                                          headers={"Content-Type":
@@ -62,7 +65,8 @@ class Prometheus:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout,  # noqa: S310
                                         context=self._context) as resp:
-                return json.loads(resp.read(MAX_ANSWER + 1)[:MAX_ANSWER])
+                return json.loads(read_bounded(resp, MAX_ANSWER, self.timeout,
+                                               f"the answer of {self.url}", TemporaryError))
         except urllib.error.HTTPError as exc:
             try:  # Prometheus answers a bad query with 400 and a JSON error document
                 return json.loads(exc.read(MAX_ANSWER))
@@ -73,6 +77,8 @@ class Prometheus:
         """One evaluation: what the answer says, or why there is none."""
         try:
             answer = self.query(promql, auth)
+        except TemporaryError as exc:
+            return gates.Reading(gates.UNANSWERED, exc.message[:200])
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             return gates.Reading(gates.UNANSWERED, f"{self.url} unreachable: {reason}"[:200])
@@ -83,6 +89,8 @@ class Prometheus:
         words for a query it cannot parse; returns why it could not be asked (None: asked)."""
         try:
             answer = self.query(promql, auth)
+        except TemporaryError as exc:
+            return exc.message
         except (urllib.error.URLError, OSError, ValueError) as exc:
             return f"{self.url} unreachable: {getattr(exc, 'reason', exc)}"
         if isinstance(answer, dict) and answer.get("errorType") == "bad_data":

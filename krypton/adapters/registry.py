@@ -14,13 +14,13 @@ import base64
 import json
 import re
 import ssl
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.adapters.http import read_bounded
 from krypton.decisions import oci
 from krypton.decisions.errors import ChartNotLoaded
 
@@ -30,8 +30,8 @@ MAX_TAGS = 4 << 20  # bytes of one page of a tag list
 MAX_PAGES = 50
 
 
-class ManifestMissing(ChartNotLoaded):
-    """The registry has no manifest under that tag (HTTP 404)."""
+class NotInRegistry(ChartNotLoaded):
+    """The registry has no such repository, tag or blob (HTTP 404)."""
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,8 @@ class Registry:
 
     def manifest(self, ref: oci.Reference, reference: str) -> tuple[str, bytes]:
         """(digest, body) of the manifest tagged `reference`, or with that digest (checked)."""
-        try:
-            body, headers = self._get(ref, f"{self._base(ref)}/manifests/{reference}",
-                                      accept=", ".join(oci.MANIFEST_TYPES),
-                                      limit=oci.MAX_MANIFEST)
-        except ChartNotLoaded as exc:
-            if getattr(exc, "status", None) == 404:
-                raise ManifestMissing(f"{ref}:{reference}: not in registry {self.host}") from exc
-            raise
+        body, headers = self._get(ref, f"{self._base(ref)}/manifests/{reference}",
+                                  accept=", ".join(oci.MANIFEST_TYPES), limit=oci.MAX_MANIFEST)
         digest = oci.digest_of(body)
         if reference.startswith("sha256:") and digest != reference:
             raise ChartNotLoaded(f"{ref}: the manifest served for {reference} has digest {digest}")
@@ -190,24 +184,6 @@ class Registry:
             raise ChartNotLoaded(f"registry {self.host} unreachable: {reason}") from exc
 
 
-def read_bounded(resp: Any, limit: int, deadline: float, what: str) -> bytes:
-    """The body of `resp`, at most `limit` bytes, all of it within `deadline` seconds
-    however slowly it trickles in; ChartNotLoaded naming `what` otherwise."""
-    declared = resp.headers.get("Content-Length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ChartNotLoaded(f"{what} is {declared} bytes, over the limit of {limit}")
-    until = time.monotonic() + deadline
-    chunks, size = [], 0
-    while chunk := resp.read1(1 << 16):
-        size += len(chunk)
-        if size > limit:
-            raise ChartNotLoaded(f"{what} is over the limit of {limit} bytes")
-        if time.monotonic() > until:
-            raise ChartNotLoaded(f"{what} did not arrive within {deadline:.0f}s")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _basic(credentials: Credentials) -> str:
     raw = f"{credentials.username}:{credentials.password}".encode()
     return "Basic " + base64.b64encode(raw).decode()
@@ -217,10 +193,9 @@ def _failed(ref: oci.Reference, exc: urllib.error.HTTPError, what: str = "") -> 
     where = what or f"registry {ref.host}"
     if exc.code in (401, 403):
         return ChartNotLoaded(f"{where} refused the credentials for {ref} (HTTP {exc.code})")
-    failed = ChartNotLoaded(f"{ref}: not found in registry {ref.host} (HTTP 404)"
-                            if exc.code == 404 else f"{where}: HTTP {exc.code} for {ref}")
-    failed.status = exc.code  # type: ignore[attr-defined]
-    return failed
+    if exc.code == 404:
+        return NotInRegistry(f"{ref}: not found in registry {ref.host} (HTTP 404)")
+    return ChartNotLoaded(f"{where}: HTTP {exc.code} for {ref}")
 
 
 def credentials_from_secret(data: dict[str, str], host: str) -> Credentials | None:

@@ -38,7 +38,7 @@ from krypton.app.home import user_kubeconfig_path, watch_cluster
 from krypton.decisions import gates, redact, retry, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import LABEL_VALUE, SELF_CLUSTER, by_label
+from krypton.decisions.discovery import LABEL_VALUE, SELF_CLUSTER, by_label, secret_strings
 from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
 from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
@@ -148,8 +148,7 @@ class Operator:
             if secret is None:
                 raise TemporaryError(f"metrics server credentials Secret {namespace}/{name} "
                                      "not found")
-            data = {k: base64.b64decode(v).decode(errors="replace")
-                    for k, v in (secret.get("data") or {}).items()}
+            data = secret_strings(secret)
             redact.register(data.get("password"), data.get("token"))
             return ServerAuth(data.get("username", ""), data.get("password", ""),
                               data.get("token", ""))
@@ -416,7 +415,6 @@ async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
     except KryptonError as exc:
         log.warning("self-cluster secret not created", error=str(exc))
         return
-    import base64
 
     body: dict[str, Any] = {
         "metadata": {"name": SELF_CLUSTER, "namespace": ns,
@@ -461,7 +459,6 @@ async def _self_kubeconfig(home: Kube) -> str:
 
 def synthesize_kubeconfig(home: Kube) -> str:
     """A minimal kubeconfig from the process's own client configuration."""
-    import base64
 
     import yaml
 

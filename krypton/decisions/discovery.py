@@ -40,6 +40,21 @@ def decode_data(value: Any) -> bytes | None:
         return None
 
 
+def secret_strings(secret: Any) -> dict[str, str]:
+    """A Secret's data as text: the keys whose value is base64 of UTF-8, nothing else (a
+    credentials Secret is written by whoever may write Secrets in that namespace)."""
+    data = secret.get("data") if isinstance(secret, dict) else None
+    out = {}
+    for key, value in (data or {}).items() if isinstance(data, dict) else ():
+        raw = decode_data(value)
+        if isinstance(key, str) and raw is not None:
+            try:
+                out[key] = raw.decode()
+            except UnicodeDecodeError:
+                continue
+    return out
+
+
 LABEL_VALUE = "true"  # the only value of --kubeconfig-label that makes a Secret a cluster
 
 

@@ -91,37 +91,61 @@ class GatePolicy:
 
 def record(seen: dict[str, Any] | None, reading: Reading, now: float) -> dict[str, Any]:
     """A cluster's gate record (as kept in the rollout state) after `reading` at `now`."""
-    seen = dict(seen or {"failures": 0, "passes": 0})
+    seen = dict(seen or {"failures": 0, "passes": 0, "unanswered_since": None})
     seen["value"], seen["result"], seen["at"] = reading.value, reading.result, now
     if reading.result == UNANSWERED:
-        seen.setdefault("unanswered_since", now)
-        if seen["unanswered_since"] is None:
+        if seen.get("unanswered_since") is None:
             seen["unanswered_since"] = now
         return seen
     seen["unanswered_since"] = None
     seen["failures" if reading.result == FAILED else "passes"] += 1
-    if reading.result == PASSED:
-        seen["last_passed"] = now
     return seen
 
 
-def verdict(gates: dict[str, dict[str, Any]], wave: tuple[str, ...], policy: GatePolicy,
-            soaked: bool, now: float) -> tuple[str, str]:
-    """("failed", why) when the wave's gate failed, ("passed", "") when it passed (needs the
-    soak over), else ("waiting", what for)."""
+def cleaned(raw: Any) -> dict[str, Any] | None:
+    """A gate record as read back from the rollout ConfigMap, well-typed, or None (that
+    cluster is evaluated afresh). Whoever may write ConfigMaps in the namespace can write
+    it: what it says is believed only as far as such a writer could set the rollout's phase
+    anyway; a value of the wrong type must not stop the rollout controller."""
+    if not isinstance(raw, dict) or raw.get("result") not in (PASSED, FAILED, UNANSWERED):
+        return None
+    try:
+        failures, passes = int(raw.get("failures", 0)), int(raw.get("passes", 0))
+        at = float(raw.get("at", 0.0))
+        since = raw.get("unanswered_since")
+        since = None if since is None else float(since)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if failures < 0 or passes < 0 or not math.isfinite(at) or \
+            (since is not None and not math.isfinite(since)):
+        return None
+    return {"result": raw["result"], "value": str(raw.get("value", ""))[:200],
+            "failures": failures, "passes": passes, "at": at, "unanswered_since": since}
+
+
+def failing(gates: dict[str, dict[str, Any]], wave: tuple[str, ...], policy: GatePolicy,
+            now: float) -> list[tuple[str, str]]:
+    """(cluster, why) for each cluster of the wave whose gate failed: too many failed
+    evaluations, or no answer for longer than the deadline."""
+    out = []
     for cluster in wave:
         seen = gates.get(cluster) or {}
-        if int(seen.get("failures", 0)) >= policy.failures:
-            return "failed", (f"metric gate failed on {cluster}: {policy.query!r} gave "
-                              f"{seen.get('value')} ({seen.get('failures')} failed "
-                              f"evaluation(s), {policy.failures} allowed)")[:900]
         since = seen.get("unanswered_since")
-        if since is not None and now - float(since) > policy.deadline:
-            return "failed", (f"metric gate failed on {cluster}: no answer for "
-                              f"{now - float(since):.0f}s (deadline {policy.deadline:.0f}s): "
-                              f"{seen.get('value')}")[:900]
+        if seen.get("failures", 0) >= policy.failures:
+            out.append((cluster, f"metric gate failed on {cluster}: {policy.query!r} gave "
+                                 f"{seen.get('value')} ({seen.get('failures')} failed "
+                                 f"evaluation(s), {policy.failures} allowed)"[:900]))
+        elif since is not None and now - since > policy.deadline:
+            out.append((cluster, f"metric gate failed on {cluster}: no answer for "
+                                 f"{now - since:.0f}s (deadline {policy.deadline:.0f}s): "
+                                 f"{seen.get('value')}"[:900]))
+    return out
+
+
+def waiting_for(gates: dict[str, dict[str, Any]], wave: tuple[str, ...], soaked: bool) -> str:
+    """What a wave whose gate has not failed still waits for ("" once it passed): the soak,
+    or a passing last evaluation of each of its clusters."""
     pending = [c for c in wave if (gates.get(c) or {}).get("result") != PASSED]
-    if not soaked or pending:
-        return "waiting", (f"metric gate: waiting for {', '.join(pending)}" if pending
-                           else "metric gate: soaking")
-    return "passed", ""
+    if pending:
+        return f"metric gate: waiting for {', '.join(pending)}"
+    return "" if soaked else "metric gate: soaking"

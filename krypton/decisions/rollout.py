@@ -141,9 +141,12 @@ class RolloutState:
         raw["waves"] = tuple(tuple(w) for w in raw.get("waves") or ())
         for key in ("skipped", "failed", "history"):
             raw[key] = tuple(raw.get(key) or ())
-        gates = raw.get("gates") or {}
-        raw["gates"] = {str(c): dict(g) for c, g in gates.items() if isinstance(g, dict)} \
-            if isinstance(gates, dict) else {}
+        recorded = raw.get("gates")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        raw["gates"] = {c: g for c, g in ((str(c), gates.cleaned(g)) for c, g in recorded.items())
+                        if g is not None}
+        raw["previous_version"] = str(raw.get("previous_version") or "")[:64]
+        raw["gate_failed"] = raw.get("gate_failed") is True
         return cls(**raw)
 
     def reached(self) -> set[str]:
@@ -317,14 +320,13 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
         healthy_since = state.wave_healthy_since if state.wave_healthy_since is not None else now
         soaked = now - healthy_since >= policy.soak
         if policy.gate.enabled:
-            result, why = gates.verdict(state.gates, tuple(reachable), policy.gate, soaked, now)
-            if result == "failed":
-                failing = tuple(c for c in reachable if gates.verdict(
-                    {c: state.gates.get(c) or {}}, (c,), policy.gate, False, now)[0] == "failed")
+            gate_failed = gates.failing(state.gates, tuple(reachable), policy.gate, now)
+            if gate_failed:
                 return dataclasses.replace(
-                    state, phase=HALTED, skipped=skipped, failed=failing, gate_failed=True,
-                    message=f"halted in wave {state.wave + 1}: {why}")
-            if result == "waiting":
+                    state, phase=HALTED, skipped=skipped, gate_failed=True,
+                    failed=tuple(c for c, _ in gate_failed),
+                    message=f"halted in wave {state.wave + 1}: {gate_failed[0][1]}")
+            if why := gates.waiting_for(state.gates, tuple(reachable), soaked):
                 return dataclasses.replace(state, skipped=skipped,
                                            wave_healthy_since=healthy_since,
                                            message=f"wave {state.wave + 1}/{len(state.waves)} "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from krypton.decisions import safeyaml, versions
+from krypton.decisions import oci, safeyaml, versions
 from krypton.decisions.chartcrds import POLICIES as CHART_CRD_POLICIES
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.fingerprint import deep_merge
@@ -500,9 +500,7 @@ def _check_chart_access(s: Settings) -> None:
     if s.chart_digest:
         if not is_oci:
             raise SettingsError("invalid --chart-digest: only an oci:// --chart-repo has digests")
-        if not re.match(r"^sha256:[0-9a-f]{64}$", s.chart_digest):
-            raise SettingsError(f"invalid --chart-digest: {s.chart_digest[:80]!r} is not "
-                                "sha256:<64 hex digits>")
+        oci.check_digest(s.chart_digest)
         if not versions.is_exact(s.chart_version):
             raise SettingsError("invalid --chart-digest: it pins one version, and "
                                 f"--chart-version {s.chart_version!r} is a range")

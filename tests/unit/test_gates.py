@@ -119,3 +119,25 @@ def test_the_gate_state_survives_the_configmap() -> None:
     again = RolloutState.from_json(state.to_json())
     assert again == state and again.gates["c"]["failures"] == 1
     assert again.previous_version == "1.0"
+
+
+def test_gate_records_read_back_from_the_configmap_are_typed_or_dropped() -> None:
+    """The rollout ConfigMap can be written by whoever may write ConfigMaps there: a gate
+    record of the wrong shape is dropped (that cluster is evaluated afresh) instead of
+    stopping the controller's evaluate with a TypeError."""
+    import json
+
+    from krypton.decisions.rollout import RolloutState
+
+    good = with_readings(_soaking(), {"c": Reading(FAILED, "0")}, 20)
+    raw = json.loads(good.to_json())
+    raw["gates"] |= {"d": {"result": "failed", "failures": "many"},
+                     "e": {"result": "passed", "unanswered_since": "soon"},
+                     "f": ["not", "a", "record"], "g": {"result": "maybe"}}
+    raw["previous_version"], raw["gate_failed"] = {"x": 1}, "yes"
+    back = RolloutState.from_json(json.dumps(raw))
+    assert set(back.gates) == {"c"} and back.gates["c"] == good.gates["c"]
+    assert (back.previous_version, back.gate_failed) == ("{'x': 1}", False)
+    assert evaluate(back, {"c": DONE, "d": DONE}, GATED, 30).phase == PROGRESSING
+    raw["gates"] = "not a mapping"
+    assert RolloutState.from_json(json.dumps(raw)).gates == {}

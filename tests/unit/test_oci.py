@@ -99,3 +99,14 @@ def test_credentials_never_go_in_clear_text_to_another_host() -> None:
         with pytest.raises(ChartNotLoaded, match="is not an https URL") as refused:
             registry._authorize(ref, f'Bearer realm="{realm}",service="s"', "scope")
         assert "secret-pw" not in str(refused.value)
+
+
+def test_a_credentials_secret_is_read_as_far_as_it_is_text() -> None:
+    """Values that are not base64 of UTF-8, and data that is not a mapping, are left out
+    rather than stopping the reader."""
+    from krypton.decisions.discovery import secret_strings
+
+    secret = {"data": {"username": base64.b64encode(b"u").decode(), "password": "%%%",
+                       "token": base64.b64encode(b"\xff\xfe").decode(), "n": 7}}
+    assert secret_strings(secret) == {"username": "u"}
+    assert secret_strings({"data": ["x"]}) == {} == secret_strings(None)

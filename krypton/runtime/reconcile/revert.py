@@ -89,5 +89,5 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass) -> tuple[int, str, str 
             p.release, old.path, p.namespace, chart.values, operation="revert",
             skip_crds=True, labels=release_labels(rt.name, p))
         return (int(result.get("version") or 0),
-                fingerprint(old.repo, old.name, old.version, chart.values), old.version,
+                fingerprint(old.repo, old.name, old.fingerprinted, chart.values), old.version,
                 f"chart {old.version} applied again")

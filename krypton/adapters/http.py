@@ -1,0 +1,29 @@
+"""Reading an HTTP answer within bounds: the chart index, the registry's answers and the
+metric server's are written by others, and one that is huge, endless or trickles in must
+fail a fetch, not hold a pass or the rollout."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from krypton.decisions.errors import ChartNotLoaded, TemporaryError
+
+
+def read_bounded(resp: Any, limit: int, deadline: float, what: str,
+                 error: type[TemporaryError] = ChartNotLoaded) -> bytes:
+    """The body of `resp`, at most `limit` bytes, all of it within `deadline` seconds
+    however slowly it trickles in; `error` naming `what` otherwise."""
+    declared = resp.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise error(f"{what} is {declared} bytes, over the limit of {limit}")
+    until = time.monotonic() + deadline
+    chunks, size = [], 0
+    while chunk := resp.read1(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise error(f"{what} is over the limit of {limit} bytes")
+        if time.monotonic() > until:
+            raise error(f"{what} did not arrive within {deadline:.0f}s")
+        chunks.append(chunk)
+    return b"".join(chunks)
