@@ -252,7 +252,9 @@ def revert_outcome(state: RolloutState, observed: dict[str, ClusterObservation])
         return state
     seen = [observed[c] for c in state.failed if c in observed and observed[c].reachable]
     # after a failed metric gate, a release still Ready on the target is yet to go back
-    if any(o.to_revert or (state.gate_failed and o.done) for o in seen):
+    # (when there is a version to go back to: a first rollout has none)
+    back_to = state.gate_failed and bool(state.previous_version)
+    if any(o.to_revert or (back_to and o.done) for o in seen):
         return state
     done, bad = sum(o.reverted for o in seen), sum(o.revert_failed for o in seen)
     note = f"rolled back {done} failed release(s)" + (

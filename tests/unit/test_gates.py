@@ -141,3 +141,18 @@ def test_gate_records_read_back_from_the_configmap_are_typed_or_dropped() -> Non
     assert evaluate(back, {"c": DONE, "d": DONE}, GATED, 30).phase == PROGRESSING
     raw["gates"] = "not a mapping"
     assert RolloutState.from_json(json.dumps(raw)).gates == {}
+
+
+def test_a_first_rollout_that_fails_its_gate_reports_its_revert_at_once() -> None:
+    """With no version before it there is nothing to roll back to: the halted state must not
+    wait for the wave's Ready releases to leave the target (they never will)."""
+    state = start("t", "1.0", ["c", "d"], GATED, 0.0)
+    state = evaluate(state, {"c": DONE, "d": DONE}, GATED, 10)
+    state = with_readings(state, {"c": Reading(FAILED, "0")}, 20)
+    state = with_readings(state, {"c": Reading(FAILED, "0")}, 21)
+    halted = dataclasses.replace(evaluate(state, {"c": DONE, "d": DONE}, GATED, 22),
+                                 reverted=True)
+    assert halted.phase == HALTED and halted.previous_version == ""
+    assert gate(halted, "c", GATED).revert_healthy_to == ""
+    reported = revert_outcome(halted, {"c": DONE})
+    assert reported.revert_reported and reported.reverted_releases == 0
