@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,33 @@ def prometheus(testbin: Path, exporter: Exporter) -> Iterator[PrometheusServer]:
     server.close()
 
 
-def gate_args(server: PrometheusServer, *extra: str) -> list[str]:
+def gate_args(server: PrometheusServer, *extra: str, interval: str = "1s") -> list[str]:
     return [*ROLLOUT, "--rollout-gate-prometheus", server.url, "--rollout-gate-query", QUERY,
-            "--rollout-gate-interval", "1s", *extra]
+            "--rollout-gate-interval", interval, *extra]
+
+
+def good_fleet(fleet: Fleet, exporter: Exporter, server: PrometheusServer) -> None:
+    """Both clusters registered with a good ratio that the server has already scraped (an
+    evaluation before the first scrape finds nothing, and nothing fails it)."""
+    for cluster in ("home", "remote"):
+        exporter.set(cluster, 0.01)
+    wait_for(lambda: all(server.has(f'{METRIC}{{cluster="{c}"}}') for c in ("home", "remote")),
+             30, what="both clusters' ratios scraped")
+    fleet.register("home", fleet.home)
+    fleet.register("remote", fleet.remote)
+
+
+def rolled_out(fleet: Fleet) -> tuple[str, str]:
+    """A Tenant on each cluster, once the rollout is complete: (home's, remote's)."""
+    h, r = fleet.tenant(fleet.home, unique("h")), fleet.tenant(fleet.remote, unique("r"))
+    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
+             what="rollout complete")
+    return h, r
+
+
+def passed_on(op: OperatorProcess, *clusters: str) -> bool:
+    return all(op.metric("krypton_rollout_gate_evaluations_total", cluster=c,
+                         result="passed") >= 1 for c in clusters)
 
 
 def start(fleet: Fleet, repo: ChartRepository, version: str, *extra: str) -> OperatorProcess:
@@ -70,21 +95,10 @@ def deployed(fleet: Fleet, cluster: Any, tenant: str) -> str:
 def test_good_metrics_pass_the_waves_and_a_canary_gone_bad_is_halted_and_reverted(
         fleet: Fleet, repo: ChartRepository, exporter: Exporter,
         prometheus: PrometheusServer) -> None:
-    exporter.set("home", 0.01)
-    exporter.set("remote", 0.01)
-    wait_for(lambda: all(prometheus.has(f'{METRIC}{{cluster="{c}"}}') for c in ("home", "remote")),
-             30, what="both clusters' ratios scraped")
-    fleet.register("home", fleet.home)
-    fleet.register("remote", fleet.remote)
+    good_fleet(fleet, exporter, prometheus)
     op = start(fleet, repo, "0.2.0", *gate_args(prometheus, "--rollout-wave-soak", "3s"))
-    h = fleet.tenant(fleet.home, unique("h"))
-    r = fleet.tenant(fleet.remote, unique("r"))
-    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
-             what="rollout complete")
-    # each wave passed on evaluations of its own clusters
-    for cluster in ("home", "remote"):
-        assert op.metric("krypton_rollout_gate_evaluations_total", cluster=cluster,
-                         result="passed") >= 1
+    h, r = rolled_out(fleet)
+    assert passed_on(op, "home", "remote")  # each wave passed on its own clusters
     assert op.metric("krypton_rollout_gate", cluster="home") == 1
     op.stop()
 
@@ -122,8 +136,10 @@ def test_a_server_that_does_not_answer_fails_the_wave_after_its_deadline(
     prometheus.stop()  # down from the start: the query cannot be checked, the gate waits
     fleet.register("home", fleet.home)
     fleet.register("remote", fleet.remote)
+    began = time.monotonic()
     op = start(fleet, repo, "0.2.0", *gate_args(prometheus, "--rollout-wave-soak", "2s",
-                                                "--rollout-wave-deadline", "12s"))
+                                                "--rollout-wave-deadline", "12s",
+                                                interval="4s"))
     assert "metric gate query not checked" in op.log_text()
     h = fleet.tenant(fleet.home, unique("h"))
     fleet.tenant(fleet.remote, unique("r"))
@@ -134,6 +150,10 @@ def test_a_server_that_does_not_answer_fails_the_wave_after_its_deadline(
     # the canary's wave failed; the next wave never started (a first install is never held)
     assert (state["wave"], state["failed"]) == (0, ["home"]), state
     assert op.metric("krypton_rollout_gate", cluster="home") == -1
+    # asked once per --rollout-gate-interval (4 s) while it lasted, not on every rollout
+    # step (2 s)
+    asked = op.metric("krypton_rollout_gate_evaluations_total", result="unanswered")
+    assert 3 <= asked <= (time.monotonic() - began) / 4 + 1, (asked, time.monotonic() - began)
 
 
 def test_a_query_the_server_cannot_parse_is_refused_at_start(
@@ -154,25 +174,16 @@ def test_a_server_behind_tls_and_basic_auth_with_credentials_from_a_secret(
         fleet: Fleet, repo: ChartRepository, exporter: Exporter, testbin: Path) -> None:
     server = PrometheusServer(testbin, exporter, password=GATE_PASSWORD).start()
     try:
-        for cluster in ("home", "remote"):
-            exporter.set(cluster, 0.01)
-        wait_for(lambda: server.has(f'{METRIC}{{cluster="remote"}}'), 30, what="scraped")
+        good_fleet(fleet, exporter, server)
         fleet.home.core.create_namespaced_secret(fleet.discovery_ns, {
             "metadata": {"name": "gate-creds"}, "type": "Opaque",
             "stringData": {"username": server.username, "password": GATE_PASSWORD}})
-        fleet.register("home", fleet.home)
-        fleet.register("remote", fleet.remote)
         op = start(fleet, repo, "0.2.0", *gate_args(
             server, "--rollout-wave-soak", "2s", "--rollout-gate-ca-file", str(server.ca_file),
             "--rollout-gate-credentials-secret", "gate-creds"))
         assert "metric gate query not checked" not in op.log_text()  # asked, and it parsed
-        fleet.tenant(fleet.home, unique("h"))
-        fleet.tenant(fleet.remote, unique("r"))
-        wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
-                 what="rollout complete")
-        for cluster in ("home", "remote"):
-            assert op.metric("krypton_rollout_gate_evaluations_total", cluster=cluster,
-                             result="passed") >= 1
+        rolled_out(fleet)
+        assert passed_on(op, "home", "remote")
         assert op.metric("krypton_rollout_gate_evaluations_total", result="unanswered") == 0
         assert GATE_PASSWORD not in op.log_text()
     finally:
@@ -184,11 +195,7 @@ def test_under_sharding_the_gate_is_evaluated_once_for_the_fleet(
         prometheus: PrometheusServer) -> None:
     """Two replicas split the fleet; the rollout controller, and with it the gate, runs on
     the replica holding the leader Lease only."""
-    for cluster in ("home", "remote"):
-        exporter.set(cluster, 0.01)
-    wait_for(lambda: prometheus.has(f'{METRIC}{{cluster="remote"}}'), 30, what="scraped")
-    fleet.register("home", fleet.home)
-    fleet.register("remote", fleet.remote)
+    good_fleet(fleet, exporter, prometheus)
     args = fleet.args("--sharding", "--leader-election-id", unique("gate"),
                       "--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s",
                       *gate_args(prometheus, "--rollout-wave-soak", "2s"), version="0.2.0")
@@ -200,9 +207,6 @@ def test_under_sharding_the_gate_is_evaluated_once_for_the_fleet(
         ops.append(op)
     for op in ops:
         op.wait_ready()
-    fleet.tenant(fleet.home, unique("h"))
-    fleet.tenant(fleet.remote, unique("r"))
-    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
-             what="rollout complete")
+    rolled_out(fleet)
     evaluated = sorted(op.metric("krypton_rollout_gate_evaluations_total") for op in ops)
     assert evaluated[0] == 0 and evaluated[1] >= 2, evaluated  # one replica, both waves
