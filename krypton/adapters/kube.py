@@ -15,7 +15,6 @@ exceptions.
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto
 import datetime as dt
 import hashlib
 import json
@@ -36,7 +35,7 @@ from kubernetes.aio import config as k8s_config
 from kubernetes.aio.config.kube_config import KubeConfigLoader
 
 from krypton import __version__
-from krypton.adapters import metrics
+from krypton.adapters import metrics, tlsconn
 from krypton.decisions import retry
 from krypton.decisions.errors import (
     AlreadyExists,
@@ -53,11 +52,7 @@ from krypton.decisions.errors import (
 from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
-# asyncio gives every TLS connection a receive buffer of SSLProtocol.max_size (256 KiB),
-# allocated and zero-filled when the connection opens: with two watches and a pooled request
-# connection per cluster that alone was about 0.7 MiB per engaged cluster (750 MiB at 1000).
-# 16 KiB holds a full TLS record; larger answers are read in more, smaller pieces.
-asyncio.sslproto.SSLProtocol.max_size = 16 * 1024
+tlsconn.install()  # less memory per TLS connection (see tlsconn)
 
 Obj = dict[str, Any]
 EventHandler = Callable[[str, Obj], None]

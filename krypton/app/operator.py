@@ -304,17 +304,19 @@ class Operator:
             if not self.stopping.is_set():
                 log.warning("rollout leadership lost; standing by for the leader Lease")
 
-    def _discovered(self) -> set[str] | None:
+    def _discovered(self) -> frozenset[str] | None:
         """Every discovered cluster's name, as the discovery loop last sorted the Secrets;
         None until discovery listed them (asked on reconcile passes: no work of its own
-        once the loop has run)."""
+        once the loop has run). One set shared by every caller until the names change, not
+        a copy each: every worker keeps the last one it looked at, and a copy per worker
+        grew with the square of the fleet (64 MiB at 1000 clusters)."""
         if self._names is not None:
-            return set(self._names)
+            return self._names
         d = self.discovery
         if d is None or not d.synced.is_set():
             return None
         accepted, _ = by_label(list(d.store.values()), self.settings.kubeconfig_label)
-        return {str(sec["metadata"]["name"]) for sec in accepted}
+        return frozenset(str(sec["metadata"]["name"]) for sec in accepted)
 
     async def _labelled(self, events: EventRecorder) -> list[dict[str, Any]]:
         """The cluster Secrets (label value "true"); a Secret labelled with another value is
@@ -335,7 +337,9 @@ class Operator:
                                               meta.get("uid")),
                               "Warning", "KubeconfigLabelIgnored", message)
         self._ignored = now
-        self._names = frozenset(str(sec["metadata"]["name"]) for sec in accepted)
+        names = frozenset(str(sec["metadata"]["name"]) for sec in accepted)
+        if names != self._names:
+            self._names = names
         return accepted
 
     async def _share(self, shards: Shards, secrets: list[dict[str, Any]]

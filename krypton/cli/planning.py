@@ -57,14 +57,14 @@ async def collect_plan(settings: Settings) -> list[Row]:
         chart = _chart_source(settings, tmp, home)
         gate = await _rollout_gate(home, settings, chart)
         rows: list[Row] = []
+        known = frozenset(h.name for h in clusters)
         for c in clusters:
             if c.kube is None:
                 rows.append(Row(c.name, "", "", action="blocked", reason="KubeconfigRejected",
                                 detail=c.error))
                 continue
             try:
-                rows += await _plan_cluster(c, c.kube, settings, chart,
-                                            {h.name for h in clusters}, gate)
+                rows += await _plan_cluster(c, c.kube, settings, chart, known, gate)
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
                                 detail=str(exc)))
@@ -72,7 +72,7 @@ async def collect_plan(settings: Settings) -> list[Row]:
 
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                        chart: ChartSource, known: set[str],
+                        chart: ChartSource, known: frozenset[str],
                         gate: Callable[[str], RolloutGate]) -> list[Row]:
     tenants = await tenants_of(kube, settings)
     view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,

@@ -78,7 +78,7 @@ class Shards:
                                self._owner_event, label_selector=f"{CLUSTER_LABEL}={group}")
         self.lost = False
         # every discovered cluster's name, None until known (set by the operator)
-        self.discovered: Callable[[], set[str] | None] = lambda: None
+        self.discovered: Callable[[], frozenset[str] | None] = lambda: None
 
     # -- membership ------------------------------------------------------------------------
 

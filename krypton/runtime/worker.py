@@ -68,7 +68,7 @@ class Shared:
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()  # rollout (F1)
     fence: Callable[[], bool] = lambda: True  # still the leader? (checked before every helm start)
     owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
-    discovered: Callable[[], set[str] | None] = lambda: None  # every discovered cluster's name
+    discovered: Callable[[], frozenset[str] | None] = lambda: None  # every discovered cluster's name
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
 
 
@@ -248,8 +248,7 @@ class Worker:
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
-            for i in range(settings.max_concurrent_reconciles):
-                group.create_task(self._consume(reconciler), name=f"{self.name}-consumer-{i}")
+            group.create_task(self._consume(reconciler, group), name=f"{self.name}-consumer")
             group.create_task(self._check_credentials(), name=f"{self.name}-credentials")
             group.create_task(self._report_orphans(), name=f"{self.name}-orphans")
             await self._resync(reconciler, tenants.store)
@@ -277,7 +276,7 @@ class Worker:
         own = self.shared.settings.shared_release_namespace is None
         while True:
             known = self.shared.discovered()
-            state = (frozenset(known), self._release_changes) if known is not None else None
+            state = (known, self._release_changes) if known is not None else None
             if state is not None and state != looked:
                 looked = state
                 found = orphaned(rt.releases.clusters(), self.name, state[0], own_namespace=own)
@@ -461,41 +460,55 @@ class Worker:
                 # the release that went may have owned what this Tenant was refused
                 self.queue.add(TenantKey(ns, name), urgent=True)
 
-    async def _consume(self, reconciler: Reconciler) -> None:
+    async def _consume(self, reconciler: Reconciler, group: asyncio.TaskGroup) -> None:
+        """Hand each queued key to a task of its own, at most --max-concurrent-reconciles at
+        once: an idle cluster keeps one waiting task, not one per allowed reconcile."""
+        slots = asyncio.Semaphore(self.shared.settings.max_concurrent_reconciles)
         while True:
+            await slots.acquire()
             try:
                 key = await self.queue.get()
             except asyncio.CancelledError:
                 return
             self._busy += 1
             self._idle.clear()
-            metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
-            start = time.monotonic()
-            try:
-                outcome = await reconciler.reconcile(key)
-                if outcome.retry:
-                    self.queue.retry(key)
-                else:
-                    self.queue.forget(key)
-                    if outcome.requeue_after:
-                        self.queue.add_after(key, outcome.requeue_after)
-            except KryptonError as exc:
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels(self.name, exc.reason).inc()
-                self.log.warning("reconcile failed", tenant=str(key), reason=exc.reason,
-                                 error=str(exc), retry_in=delay)
-            except Exception:  # noqa: BLE001 - a defect must not kill the worker
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels(self.name, "Internal").inc()
-                self.log.exception("reconcile crashed", tenant=str(key), retry_in=delay)
-            finally:
-                self.reconciles += 1
-                metrics.RECONCILES.labels(self.name).inc()
-                metrics.RECONCILE_SECONDS.labels(self.name).observe(time.monotonic() - start)
-                self._busy -= 1
-                if not self._busy:
-                    self._idle.set()
-                self.queue.done(key)
+            task = group.create_task(self._reconcile(reconciler, key),
+                                     name=f"{self.name}-reconcile")
+            task.add_done_callback(lambda _, key=key: self._reconciled(slots, key))
+
+    def _reconciled(self, slots: asyncio.Semaphore, key: TenantKey) -> None:
+        """A reconcile task ended (also one cancelled before it ran): its slot and key are
+        free again."""
+        slots.release()
+        self._busy -= 1
+        if not self._busy:
+            self._idle.set()
+        self.queue.done(key)
+
+    async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
+        start = time.monotonic()
+        try:
+            outcome = await reconciler.reconcile(key)
+            if outcome.retry:
+                self.queue.retry(key)
+            else:
+                self.queue.forget(key)
+                if outcome.requeue_after:
+                    self.queue.add_after(key, outcome.requeue_after)
+        except KryptonError as exc:
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels(self.name, exc.reason).inc()
+            self.log.warning("reconcile failed", tenant=str(key), reason=exc.reason,
+                             error=str(exc), retry_in=delay)
+        except Exception:  # noqa: BLE001 - a defect must not kill the worker
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels(self.name, "Internal").inc()
+            self.log.exception("reconcile crashed", tenant=str(key), retry_in=delay)
+        finally:
+            self.reconciles += 1
+            metrics.RECONCILES.labels(self.name).inc()
+            metrics.RECONCILE_SECONDS.labels(self.name).observe(time.monotonic() - start)
 
     def _workload_turned(self, key: TenantKey) -> None:
         """A followed workload became ready or stopped being ready: look at it now (a

@@ -312,3 +312,60 @@ def test_only_the_label_value_true_makes_a_cluster_and_the_rest_is_named() -> No
     assert [s["metadata"]["name"] for s in accepted] == ["a", "g"]
     assert [(s["metadata"]["name"], v) for s, v in ignored] == \
         [("b", "True"), ("c", "yes"), ("d", "1"), ("e", "")]
+
+
+def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
+        tmp_path: Path) -> None:
+    """--max-concurrent-reconciles passes at once (never more), each queued key once, and
+    an idle cluster holds one waiting task instead of one per allowed pass."""
+    import dataclasses
+
+    from krypton.decisions.model import TenantKey
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.reconcile.model import Outcome
+    from krypton.runtime.worker import Shared, Worker
+
+    limit, keys = 3, [TenantKey("ns", f"t{i}") for i in range(10)]
+    settings = dataclasses.replace(Settings(), max_concurrent_reconciles=limit)
+    shared = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
+                    workdir=tmp_path)
+    worker = Worker("c1", None, {}, shared)  # type: ignore[arg-type]
+
+    class Counting:
+        def __init__(self) -> None:
+            self.running, self.most, self.seen = 0, 0, []
+            self.release = asyncio.Event()
+
+        async def reconcile(self, key: TenantKey) -> Outcome:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.seen.append(key)
+            await self.release.wait()
+            self.running -= 1
+            return Outcome()
+
+    async def scenario() -> tuple[Counting, int, int]:
+        reconciler = Counting()
+        async with asyncio.TaskGroup() as group:
+            consumer = group.create_task(worker._consume(reconciler, group))  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+            idle_tasks = len(asyncio.all_tasks()) - 1  # without this test's own task
+            for key in keys:
+                worker.queue.add(key)
+            while reconciler.running < limit:
+                await asyncio.sleep(0)
+            for _ in range(20):  # let anything over the limit start, if it could
+                await asyncio.sleep(0)
+            busy_at_limit = reconciler.running
+            reconciler.release.set()
+            while len(reconciler.seen) < len(keys) or reconciler.running:
+                await asyncio.sleep(0)
+            await worker.queue.close()
+            await consumer
+        return reconciler, idle_tasks, busy_at_limit
+
+    reconciler, idle_tasks, busy_at_limit = asyncio.run(scenario())
+    assert idle_tasks == 1
+    assert busy_at_limit == limit and reconciler.most == limit
+    assert sorted(reconciler.seen) == sorted(keys)
+    assert worker.reconciles == len(keys) and worker._idle.is_set()

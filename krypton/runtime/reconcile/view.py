@@ -67,7 +67,7 @@ class ClusterView:
     # per Tenant without a lastAppliedTime: when it was first seen so (monotonic)
     unapplied_since: dict[TenantKey, float] = field(default_factory=dict)
     # every discovered cluster's name; None until known
-    known_clusters: Callable[[], set[str] | None] = lambda: None
+    known_clusters: Callable[[], frozenset[str] | None] = lambda: None
 
     async def desired_chart(self) -> ChartTarget | ChartProblem:
         try:
@@ -218,8 +218,7 @@ class ClusterView:
         planner names them when it targets none of them); None for any other Tenant."""
         if not view.target_cluster or view.target_cluster == self.name:
             return None
-        known = self.known_clusters()
-        return None if known is None else frozenset(known)
+        return self.known_clusters()
 
     def tenant_with_uid(self, uid: str | None) -> str:
         """"<namespace>/<name>" of the Tenant with `uid` on this cluster, "" if none is."""
