@@ -41,12 +41,8 @@ _shared = _PerThread()
 
 
 class LeanSSLProtocol(_BaseProtocol):  # type: ignore[misc,valid-type]
-    # what __init__ allocates before the shared buffer replaces it (freed at once)
-    max_size = 1024
-
     def __init__(self, loop: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> None:
-        super().__init__(loop, *args, **kwargs)
-        self.max_size = SIZE
+        super().__init__(loop, *args, **kwargs)  # its own buffer, dropped here at once
         if isinstance(loop, asyncio.SelectorEventLoop):
             self._ssl_buffer, self._ssl_buffer_view = _shared.buffer, _shared.view
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -474,9 +475,9 @@ class Worker:
             self._idle.clear()
             task = group.create_task(self._reconcile(reconciler, key),
                                      name=f"{self.name}-reconcile")
-            task.add_done_callback(lambda _, key=key: self._reconciled(slots, key))
+            task.add_done_callback(functools.partial(self._reconciled, slots, key))
 
-    def _reconciled(self, slots: asyncio.Semaphore, key: TenantKey) -> None:
+    def _reconciled(self, slots: asyncio.Semaphore, key: TenantKey, _task: object) -> None:
         """A reconcile task ended (also one cancelled before it ran): its slot and key are
         free again."""
         slots.release()
