@@ -250,15 +250,28 @@ class Worker:
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
             group.create_task(self._consume(reconciler, group), name=f"{self.name}-consumer")
-            group.create_task(self._check_credentials(), name=f"{self.name}-credentials")
-            group.create_task(self._report_orphans(), name=f"{self.name}-orphans")
-            await self._resync(reconciler, tenants.store)
+            await self._housekeeping(reconciler, tenants.store)
 
-    async def _resync(self, reconciler: Reconciler,
-                      store: dict[tuple[str, str], dict[str, Any]]) -> None:
+    async def _housekeeping(self, reconciler: Reconciler,
+                            store: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """The engaged cluster's periodic work, in one task: the phase gauges every few
+        seconds, every Tenant queued again each --resync-period, a look for orphaned
+        releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
+        every CREDENTIALS_CHECK seconds."""
         settings = self.shared.settings
-        next_resync = time.monotonic() + settings.resync_period
+        now = time.monotonic()
+        next_resync, next_orphans = now + settings.resync_period, now
+        next_credentials = now + CREDENTIALS_CHECK
+        looked: tuple[frozenset[str], int] | None = None
+        warned = now if self.kc.warnings else -REPEAT_WARNING  # said at engagement
         while True:
+            now = time.monotonic()
+            if now >= next_orphans:
+                next_orphans = now + ORPHAN_CHECK
+                looked = await self._look_for_orphans(looked)
+            if now >= next_credentials:
+                next_credentials = now + CREDENTIALS_CHECK
+                warned = await self._judge_credentials(warned)
             await asyncio.sleep(min(5.0, settings.resync_period))
             self._count_phases(reconciler)
             if time.monotonic() >= next_resync:
@@ -266,48 +279,43 @@ class Worker:
                 for ns, name in list(store):
                     self.queue.add(TenantKey(ns, name), urgent=False)
 
-    async def _report_orphans(self) -> None:
+    async def _look_for_orphans(self, looked: tuple[frozenset[str], int] | None
+                                ) -> tuple[frozenset[str], int] | None:
         """Releases here that were made for a cluster name no longer discovered (issue
-        25.3): looked for when the release records or the discovered names changed, at most
-        every ORPHAN_CHECK seconds; a change of what is found is a Warning Event on the
-        cluster's Secret (with the commands that remove them) and a metric, and their end a
-        Normal Event. krypton neither adopts nor removes them."""
+        25.3), looked for when the release records or the discovered names changed since
+        `looked`: a change of what is found is a Warning Event on the cluster's Secret (with
+        the commands that remove them) and a metric, and their end a Normal Event. krypton
+        neither adopts nor removes them. Returns what was looked at."""
         assert self.runtime is not None
-        rt, looked = self.runtime, None
+        known = self.shared.discovered()
+        if known is None or (known, self._release_changes) == looked:
+            return looked
+        looked = (known, self._release_changes)
         own = self.shared.settings.shared_release_namespace is None
-        while True:
-            known = self.shared.discovered()
-            state = (known, self._release_changes) if known is not None else None
-            if state is not None and state != looked:
-                looked = state
-                found = orphaned(rt.releases.clusters(), self.name, state[0], own_namespace=own)
-                if found != self.orphans:
-                    self.orphans = found
-                    metrics.ORPHANED_RELEASES.labels(self.name).set(len(found))
-                    if found:
-                        message = orphan_message(found)
-                        self.log.warning("orphaned releases", detail=message)
-                        await self.shared.report(self.name, "Warning", "OrphanedReleases",
-                                                 message)
-                    else:
-                        await self.shared.report(self.name, "Normal", "OrphanedReleasesGone",
-                                                 "no release of an undiscovered cluster is left")
-            await asyncio.sleep(ORPHAN_CHECK)
+        found = orphaned(self.runtime.releases.clusters(), self.name, known, own_namespace=own)
+        if found != self.orphans:
+            self.orphans = found
+            metrics.ORPHANED_RELEASES.labels(self.name).set(len(found))
+            if found:
+                message = orphan_message(found)
+                self.log.warning("orphaned releases", detail=message)
+                await self.shared.report(self.name, "Warning", "OrphanedReleases", message)
+            else:
+                await self.shared.report(self.name, "Normal", "OrphanedReleasesGone",
+                                         "no release of an undiscovered cluster is left")
+        return looked
 
-    async def _check_credentials(self) -> None:
-        """Judge the client certificate's expiry again every CREDENTIALS_CHECK seconds while
-        engaged, not only at engagement: one that enters its last 14 days (or expires) raises
-        CredentialsExpiringSoon then, again at most once a day."""
-        last = time.monotonic() if self.kc.warnings else -REPEAT_WARNING  # said at engagement
-        while True:
-            await asyncio.sleep(CREDENTIALS_CHECK)
-            warnings = expiry_warnings(self.kc)
-            if warnings and time.monotonic() - last >= REPEAT_WARNING:
-                last = time.monotonic()
-                for warning in warnings:
-                    self.log.warning("credentials expiring soon", detail=warning)
-                    await self.shared.report(self.name, "Warning", "CredentialsExpiringSoon",
-                                             warning)
+    async def _judge_credentials(self, warned: float) -> float:
+        """Judge the client certificate's expiry again (not only at engagement): one that
+        enters its last 14 days (or expires) raises CredentialsExpiringSoon, again at most
+        once a day after `warned`. Returns when it was last said."""
+        warnings = expiry_warnings(self.kc)
+        if not warnings or time.monotonic() - warned < REPEAT_WARNING:
+            return warned
+        for warning in warnings:
+            self.log.warning("credentials expiring soon", detail=warning)
+            await self.shared.report(self.name, "Warning", "CredentialsExpiringSoon", warning)
+        return time.monotonic()
 
     # -- failures after engagement (D8) ----------------------------------------------------
 
