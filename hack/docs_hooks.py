@@ -187,10 +187,15 @@ def _plt() -> Any:
 
 def bench_clusters_figure() -> str:
     plt = _plt()
-    runs = _results()["clusters"]
+    idle = _results()["operator_cost"]["idle_memory"]
+    runs, before = idle["after"]["clusters"], idle["before"]["clusters"]
     n = [r["clusters"] for r in runs]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o")
+    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label="now")
+    left.plot([r["clusters"] for r in before], [r["peak_rss_mib"] for r in before],
+              marker="s", linestyle="none", color="tab:gray", label="before issue 31's idle work")
+    left.axhline(250, color="tab:red", linewidth=0.8, linestyle="--", label="goal at 1000")
+    left.legend(fontsize="small")
     left.set(xscale="log", xlabel="clusters (idle)", ylabel="peak RSS (MiB)",
              title="operator memory")
     right.plot(n, [r["seconds_to_engage"] for r in runs], marker="o", color="tab:orange")
