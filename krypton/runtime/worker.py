@@ -53,6 +53,7 @@ from krypton.runtime.workqueue import WorkQueue
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
+FIRST_LISTS = 32  # clusters making their first lists at once
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
 REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
 
@@ -71,6 +72,8 @@ class Shared:
     owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
     discovered: Callable[[], frozenset[str] | None] = lambda: None  # every discovered cluster's name
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
+    # turns for a cluster's first lists (see Worker._first_list)
+    first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
 
 
 class Worker:
@@ -237,14 +240,12 @@ class Worker:
                             on_list=self._releases_listed, on_error=self._watch_failed,
                             on_healthy=self._watch_restored)
         async with asyncio.TaskGroup() as group:
-            group.create_task(releases.run(), name=f"{self.name}-releases")
             # Release records first, so the first Tenant passes see real release state:
             # before that list every release looks missing, and "missing" means install.
-            await self._await_sync(releases, "Helm release records")
-            group.create_task(tenants.run(), name=f"{self.name}-tenants")
+            await self._first_list(group, releases, "Helm release records")
             # Engaged means its Tenants are known: before their first list a cluster looks
             # empty, and an empty cluster would count as a finished rollout wave (F1).
-            await self._await_sync(tenants, "Tenants")
+            await self._first_list(group, tenants, "Tenants")
             self.engaged = True
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
@@ -352,6 +353,19 @@ class Worker:
         task = asyncio.ensure_future(report)
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
+
+    async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
+                          ) -> None:
+        """Start `informer` and wait until it has listed once. At most FIRST_LISTS clusters
+        make their first list at once: 1000 clusters starting together each held a list
+        answer in memory at the same moment (the peak of the whole run when each cluster has
+        hundreds of release records). A cluster holds its turn for at most --api-timeout,
+        so one that does not answer delays no other for longer."""
+        async with self.shared.first_lists:
+            group.create_task(informer.run(), name=f"{self.name}-{informer.what}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(informer.synced.wait(), self.shared.settings.api_timeout)
+        await self._await_sync(informer, what)
 
     async def _await_sync(self, informer: Informer, what: str) -> None:
         """Wait, however long it takes, until `informer` has listed once; no Tenant is

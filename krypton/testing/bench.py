@@ -368,13 +368,18 @@ def release_index_bytes(releases: int = 2000, revisions: int = 2) -> float:
                                   "mesh.openkcm.io/cluster": "home"}}}
                 for i in range(releases) for r in range(1, revisions + 1)]
 
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    index = ReleaseIndex()
-    index.replace(records())  # the records (as a list hands them over) are dropped after
-    kept = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    return round(kept / (releases * revisions), 1) if index.names() else 0.0
+    def once() -> float:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        index = ReleaseIndex()
+        index.replace(records())  # the records (as a list hands them over) are dropped after
+        kept = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        return kept / (releases * revisions) if index.names() else 0.0
+
+    # the least of three: whatever another thread of this process allocates meanwhile (the
+    # memory sampler, a wait) is counted too, and only ever adds
+    return round(min(once() for _ in range(3)), 1)
 
 
 def requests_by_kind(op: OperatorProcess) -> dict[str, float]:

@@ -7,6 +7,7 @@ import asyncio
 import base64
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -369,3 +370,65 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
     assert busy_at_limit == limit and reconciler.most == limit
     assert sorted(reconciler.seen) == sorted(keys)
     assert worker.reconciles == len(keys) and worker._idle.is_set()
+
+
+def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
+    """At most FIRST_LISTS clusters list at once; a cluster whose list never answers gives
+    its turn up after --api-timeout and keeps waiting for its list without one."""
+    import dataclasses
+
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.worker import Shared, Worker
+
+    settings = dataclasses.replace(Settings(), api_timeout=0.2)
+    count = {"started": 0, "answering": 0, "most": 0}
+
+    class Informer:
+        def __init__(self, answers: bool) -> None:
+            self.what, self.answers = "helm-releases", answers
+            self.synced, self.release = asyncio.Event(), asyncio.Event()
+
+        async def run(self) -> None:
+            count["started"] += 1
+            if self.answers:
+                count["answering"] += 1
+                count["most"] = max(count["most"], count["answering"])
+                await self.release.wait()
+                self.synced.set()
+                count["answering"] -= 1
+            await asyncio.Event().wait()  # the watch that follows (or a list never answered)
+
+    class Group:
+        def __init__(self) -> None:
+            self.tasks: list[asyncio.Task[None]] = []
+
+        def create_task(self, coro: Any, name: str = "") -> asyncio.Task[None]:
+            self.tasks.append(asyncio.create_task(coro, name=name))
+            return self.tasks[-1]
+
+    async def scenario() -> tuple[int, list[bool]]:
+        shared = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
+                        workdir=tmp_path, first_lists=asyncio.Semaphore(2))
+        informers = [Informer(answers=False) for _ in range(2)] + \
+            [Informer(answers=True) for _ in range(4)]
+        workers = [Worker(f"c{i}", None, {}, shared) for i in range(6)]  # type: ignore[arg-type]
+        group = Group()
+        waits = [asyncio.create_task(w._first_list(group, i, "Helm release records"))  # type: ignore[arg-type]
+                 for w, i in zip(workers, informers, strict=True)]
+        while count["started"] < 2:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)  # well within --api-timeout: nobody else may start
+        at_once = count["started"]
+        for informer in informers[2:]:
+            informer.release.set()
+        # the two that never answer give their turns up, so the others get theirs
+        await asyncio.wait_for(asyncio.gather(*waits[2:]), 5)
+        done = [w.done() for w in waits]  # the two still wait for their lists
+        for task in [*waits, *group.tasks]:
+            task.cancel()
+        await asyncio.gather(*waits, *group.tasks, return_exceptions=True)
+        return at_once, done
+
+    at_once, done = asyncio.run(scenario())
+    assert at_once == 2 and count["most"] <= 2
+    assert done == [False, False, True, True, True, True]
