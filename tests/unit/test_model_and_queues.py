@@ -324,13 +324,10 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
     from krypton.decisions.model import TenantKey
     from krypton.decisions.settings import Settings
     from krypton.runtime.reconcile.model import Outcome
-    from krypton.runtime.worker import Shared, Worker
 
     limit, keys = 3, [TenantKey("ns", f"t{i}") for i in range(10)]
     settings = dataclasses.replace(Settings(), max_concurrent_reconciles=limit)
-    shared = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
-                    workdir=tmp_path)
-    worker = Worker("c1", None, {}, shared)  # type: ignore[arg-type]
+    worker = _workers(tmp_path, settings, 1)[0]
 
     class Counting:
         def __init__(self) -> None:
@@ -378,7 +375,6 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
     import dataclasses
 
     from krypton.decisions.settings import Settings
-    from krypton.runtime.worker import Shared, Worker
 
     settings = dataclasses.replace(Settings(), api_timeout=0.2)
     count = {"started": 0, "answering": 0, "most": 0}
@@ -407,11 +403,9 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
             return self.tasks[-1]
 
     async def scenario() -> tuple[int, list[bool]]:
-        shared = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
-                        workdir=tmp_path, first_lists=asyncio.Semaphore(2))
+        workers = _workers(tmp_path, settings, 6, first_lists=asyncio.Semaphore(2))
         informers = [Informer(answers=False) for _ in range(2)] + \
             [Informer(answers=True) for _ in range(4)]
-        workers = [Worker(f"c{i}", None, {}, shared) for i in range(6)]  # type: ignore[arg-type]
         group = Group()
         waits = [asyncio.create_task(w._first_list(group, i, "Helm release records"))  # type: ignore[arg-type]
                  for w, i in zip(workers, informers, strict=True)]
@@ -432,3 +426,13 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
     at_once, done = asyncio.run(scenario())
     assert at_once == 2 and count["most"] <= 2
     assert done == [False, False, True, True, True, True]
+
+
+def _workers(tmp_path: Path, settings: Any, n: int, **shared: Any) -> list[Any]:
+    """`n` cluster workers sharing `settings` and nothing else of the operator's (no chart,
+    helm slots or reporter: what the tests of a worker's own scheduling need)."""
+    from krypton.runtime.worker import Shared, Worker
+
+    common = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
+                    workdir=tmp_path, **shared)
+    return [Worker(f"c{i}", None, {}, common) for i in range(n)]  # type: ignore[arg-type]
