@@ -191,9 +191,12 @@ def bench_clusters_figure() -> str:
     runs, before = idle["after"]["clusters"], idle["before"]["clusters"]
     n = [r["clusters"] for r in runs]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label="now")
+    turns = idle["first_lists_in_turns"]["clusters"]
+    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label="shared state (07ea376)")
+    left.plot([r["clusters"] for r in turns], [r["peak_rss_mib"] for r in turns], marker="^",
+              linestyle="none", color="tab:green", label="+ first lists in turns (1bc78d2)")
     left.plot([r["clusters"] for r in before], [r["peak_rss_mib"] for r in before],
-              marker="s", linestyle="none", color="tab:gray", label="before issue 31's idle work")
+              marker="s", linestyle="none", color="tab:gray", label="before (4360b19)")
     left.axhline(250, color="tab:red", linewidth=0.8, linestyle="--", label="goal at 1000")
     left.legend(fontsize="small")
     left.set(xscale="log", xlabel="clusters (idle)", ylabel="peak RSS (MiB)",
