@@ -436,3 +436,53 @@ def _workers(tmp_path: Path, settings: Any, n: int, **shared: Any) -> list[Any]:
     common = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
                     workdir=tmp_path, **shared)
     return [Worker(f"c{i}", None, {}, common) for i in range(n)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("owner", "adopt", "outcome"), [
+    ("ns/t1", False, None),  # made by another pass of the same Tenant (a second cluster name)
+    ("other/t1", False, "NamespaceConflict"),  # another Tenant's
+    (None, False, "NamespaceConflict"),  # someone else's, and no --adopt-namespaces
+    (None, True, "adopted"),
+    ("gone", False, "TemporaryError"),  # deleted again in between
+])
+def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
+        owner: str | None, adopt: bool, outcome: str | None) -> None:
+    """Two names of one cluster (--allow-duplicate-clusters) install the same Tenant side by
+    side: the pass whose create loses the race must not take the other's namespace for one
+    krypton did not create (a permanent NamespaceConflict stopped that Tenant for good)."""
+    from types import SimpleNamespace
+
+    import structlog
+
+    from krypton.decisions.errors import AlreadyExists, TemporaryError
+    from krypton.decisions.model import OWNER_ANNOTATION, NamespaceState, TenantKey
+    from krypton.runtime.reconcile.install import ensure_namespace
+    from krypton.runtime.reconcile.model import NamespaceNotOwned
+
+    patched: list[Any] = []
+
+    class Kube:
+        async def create_namespace(self, *_: Any) -> None:
+            raise AlreadyExists("namespaces \"t1\" already exists")
+
+        async def get_namespace(self, name: str) -> Any:
+            if owner == "gone":
+                return None
+            notes = {OWNER_ANNOTATION: owner} if owner else {}
+            return {"metadata": {"name": name, "annotations": notes}}
+
+        async def patch_namespace(self, name: str, body: Any) -> None:
+            patched.append(body)
+
+    rt = SimpleNamespace(kube=Kube(), name="w3", log=structlog.get_logger(),
+                         settings=SimpleNamespace(adopt_namespaces=adopt))
+    run = ensure_namespace(rt, TenantKey("ns", "t1"), NamespaceState.ABSENT)  # type: ignore[arg-type]
+    if outcome == "NamespaceConflict":
+        with pytest.raises(NamespaceNotOwned):
+            asyncio.run(run)
+    elif outcome == "TemporaryError":
+        with pytest.raises(TemporaryError):
+            asyncio.run(run)
+    else:
+        asyncio.run(run)
+        assert bool(patched) == (outcome == "adopted")

@@ -25,6 +25,7 @@ from krypton.decisions.errors import (
     HelmFailed,
     KryptonError,
     ReleaseLocked,
+    TemporaryError,
 )
 from krypton.decisions.model import (
     ADOPTED_ANNOTATION,
@@ -39,7 +40,14 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
 from krypton.runtime.reconcile import look, reports, status
-from krypton.runtime.reconcile.model import NamespaceNotOwned, Outcome, Pass, Report, release_labels
+from krypton.runtime.reconcile.model import (
+    NamespaceNotOwned,
+    Outcome,
+    Pass,
+    Report,
+    namespace_state,
+    release_labels,
+)
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
 ANNOUNCE_AFTER = 2.0  # seconds a helm run may take before the status says it is under way
@@ -253,7 +261,17 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
             rt.log.info("workspace namespace created", tenant=str(key), namespace=key.name)
             return
         except AlreadyExists:
-            state = NamespaceState.UNMANAGED
+            # made since it was looked at: by another pass of this Tenant (a second name of
+            # the same cluster), by another Tenant, or by someone else; judged like any other
+            state, owner = namespace_state(await rt.kube.get_namespace(key.name), key)
+            if state is NamespaceState.OWNED:
+                return
+            if state is NamespaceState.CONFLICT:
+                raise NamespaceNotOwned(
+                    f"namespace {key.name!r} is owned by Tenant {owner}") from None
+            if state is NamespaceState.ABSENT:
+                raise TemporaryError(f"namespace {key.name!r} went again while it was being "
+                                     "created; trying again") from None
     if state is NamespaceState.UNMANAGED:
         if not rt.settings.adopt_namespaces:
             raise NamespaceNotOwned(f"namespace {key.name!r} exists and was not created by "
