@@ -179,7 +179,8 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
     try:
         proc.terminate()
         try:
-            await asyncio.wait_for(proc.wait(), grace)
+            async with asyncio.timeout(grace):
+                await proc.wait()
             return
         except TimeoutError:
             proc.kill()
@@ -203,7 +204,8 @@ class Helm:
         start, result = time.monotonic(), "success"
         try:
             # helm enforces --timeout itself; this guards against a hung process.
-            return await asyncio.wait_for(coro, self.timeout + 60)
+            async with asyncio.timeout(self.timeout + 60):
+                return await coro
         except TimeoutError as exc:
             result = "error"
             raise HelmFailed(f"helm {operation} did not finish in {self.timeout + 60:.0f}s") from exc
@@ -308,7 +310,8 @@ class Helm:
         try:
             command = _Command(executable=self._command._executable)  # noqa: SLF001
             try:
-                await asyncio.wait_for(command.run(argv), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    await command.run(argv)
             except TimeoutError as exc:
                 raise ChartNotLoaded(f"pulling chart {name} {version} timed out") from exc
             except helm_errors.ChartNotFoundError as exc:

@@ -122,7 +122,8 @@ class HealthServer:
         waiting[me] = time.monotonic()
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+                async with asyncio.timeout(READ_TIMEOUT):
+                    head = await reader.readuntil(b"\r\n\r\n")
             finally:
                 waiting.pop(me, None)
             parts = head.split(b"\r\n", 1)[0].split()
@@ -131,7 +132,8 @@ class HealthServer:
             writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
                          b"Connection: close\r\n\r\n" % (
                              code, _REASONS[code], ctype.encode(), len(body)) + body)
-            await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
+            async with asyncio.timeout(READ_TIMEOUT):
+                await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ConnectionError, asyncio.CancelledError):
             pass

@@ -227,7 +227,8 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             return  # a cluster came or went since the fleet was opened
         while not reopen.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), WATCH_REFRESH)
+                async with asyncio.timeout(WATCH_REFRESH):
+                    await changed.wait()
             await asyncio.sleep(WATCH_DEBOUNCE)
             changed.clear()
             failing = failing_clusters(events.store.values(), time.time())

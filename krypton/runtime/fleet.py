@@ -28,6 +28,7 @@ from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")
 HEALTHY_RUN = 60.0  # a worker that ran this long before failing restarts from the minimum delay
+CANCEL_AGAIN = 60.0  # seconds a cancelled worker has to end before it is cancelled once more
 
 
 @dataclass
@@ -36,6 +37,25 @@ class Engaged:
     worker: Worker | None
     task: asyncio.Task[None] | None
     problem: str = ""  # why the cluster is not serving: rejected, failing, ... ("" = fine)
+
+
+async def end_task(task: asyncio.Task[None], *, cluster: str) -> None:
+    """Cancel a cluster's worker and wait until it has ended.
+
+    A cancellation can be lost: code that catches CancelledError, or an await that returns
+    what it waited for when that finished at the moment of the cancel (Python 3.11's
+    asyncio.wait_for does). A worker that kept running then kept its cluster for good: never
+    released to the replica it was handed to, never engaged again. So one still running
+    CANCEL_AGAIN seconds after its cancel (well past the grace a cancelled helm gets) is
+    cancelled again, with a warning."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN)
+        if not task.done():
+            log.warning("worker still running after it was cancelled; cancelling it again",
+                        cluster=cluster, waited=CANCEL_AGAIN)
+    if not task.cancelled():
+        task.exception()  # retrieved: the supervisor reported it already
 
 
 class Fleet:
@@ -189,8 +209,7 @@ class Fleet:
         if engaged.worker is not None:
             await engaged.worker.stop(grace)
         if engaged.task is not None:
-            engaged.task.cancel()
-            await asyncio.gather(engaged.task, return_exceptions=True)
+            await end_task(engaged.task, cluster=name)
         if removed:
             metrics.forget_cluster(name)
         log.info("cluster removed from the fleet" if removed else "cluster stopped", cluster=name)

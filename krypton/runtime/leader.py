@@ -43,7 +43,8 @@ async def keep_renewed(stopping: asyncio.Event, *, every: float, deadline: Calla
         left = deadline() - time.monotonic()
         try:
             if left > 0:
-                await asyncio.wait_for(renew(), left)
+                async with asyncio.timeout(left):
+                    await renew()
         except (TemporaryError, TimeoutError) as exc:
             logger.warning(f"{what} renewal failed", error=str(exc) or type(exc).__name__)
         if not holds():

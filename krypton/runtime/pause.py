@@ -8,7 +8,8 @@ import asyncio
 async def pause(stopping: asyncio.Event, seconds: float) -> bool:
     """Sleep `seconds` or until `stopping` is set; True when it was set."""
     try:
-        await asyncio.wait_for(stopping.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await stopping.wait()
         return True
     except TimeoutError:
         return False

@@ -49,7 +49,7 @@ from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
 from krypton.runtime.slots import FairSlots
-from krypton.runtime.workqueue import WorkQueue
+from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
@@ -121,7 +121,8 @@ class Worker:
         await self.queue.close()
         if grace > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self._idle.wait()
 
     async def _engage_with_backoff(self) -> None:
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(KryptonError),
@@ -364,7 +365,8 @@ class Worker:
         async with self.shared.first_lists:
             group.create_task(informer.run(), name=f"{self.name}-{informer.what}")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(informer.synced.wait(), self.shared.settings.api_timeout)
+                async with asyncio.timeout(self.shared.settings.api_timeout):
+                    await informer.synced.wait()
         await self._await_sync(informer, what)
 
     async def _await_sync(self, informer: Informer, what: str) -> None:
@@ -374,7 +376,8 @@ class Worker:
         timeout = self.shared.settings.api_timeout
         while True:
             try:
-                await asyncio.wait_for(informer.synced.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await informer.synced.wait()
                 return
             except TimeoutError:
                 waited += timeout
@@ -399,7 +402,8 @@ class Worker:
                                             f"{obj['metadata'].get('name')}", error=str(exc))
 
         try:
-            await asyncio.wait_for(forget_all(), timeout)
+            async with asyncio.timeout(timeout):
+                await forget_all()
         except TimeoutError:
             self.log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
         self.log.info("cluster cleared from its Tenants")
@@ -491,7 +495,7 @@ class Worker:
             await slots.acquire()
             try:
                 key = await self.queue.get()
-            except asyncio.CancelledError:
+            except QueueClosed:
                 return
             self._busy += 1
             self._idle.clear()

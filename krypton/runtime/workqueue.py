@@ -19,6 +19,10 @@ from krypton.decisions import retry
 K = TypeVar("K", bound=Hashable)
 
 
+class QueueClosed(Exception):
+    """The queue was closed (draining): no key is handed out any more."""
+
+
 class WorkQueue(Generic[K]):
     def __init__(self, *, policy: retry.Policy = retry.RECONCILE) -> None:
         self._queue: deque[K] = deque()
@@ -90,7 +94,7 @@ class WorkQueue(Generic[K]):
         async with self._ready:
             await self._ready.wait_for(lambda: bool(self._queue) or self._closed)
             if self._closed:  # draining: queued keys wait for the next leader or start
-                raise asyncio.CancelledError("queue closed")
+                raise QueueClosed
             key = self._queue.popleft()
             self._dirty.discard(key)
             self._urgent.discard(key)

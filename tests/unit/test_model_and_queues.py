@@ -17,7 +17,7 @@ from krypton.decisions.model import ReleaseStatus, is_valid_namespace_name, rele
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.retry import Policy
 from krypton.runtime.slots import FairSlots
-from krypton.runtime.workqueue import WorkQueue
+from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_a_closed_queue_hands_out_no_key() -> None:
         await q.close()
         try:
             await q.get()
-        except asyncio.CancelledError:
+        except QueueClosed:
             return True
         return False
 
