@@ -293,7 +293,10 @@ def _plan(obs: Observation) -> Plan:
                     "the fleet-wide rollout is halted; this cluster stays on its version"
                     if obs.rollout.reason == "RolloutHalted" else
                     "the fleet-wide rollout has not reached this cluster yet")
-    if (blocked := _namespace_rules(obs)) is not None:
+    # A release labelled as this Tenant's is in this Tenant's namespace: the namespace was
+    # judged before the release was made there, and whoever could forge the label (write
+    # Secrets in that namespace) could rewrite the release itself. Not looked up again.
+    if rel.owner_uid != t.uid and (blocked := _namespace_rules(obs)) is not None:
         return blocked
     if state is ReleaseState.LOCKED:
         return _locked(rel)

@@ -96,8 +96,9 @@ class ReleaseIndex:
     def __init__(self) -> None:
         self._entries: dict[Key, Entry] = {}
         self._noted: dict[Key, tuple[int, ReleaseStatus, str | None]] = {}
-        # the last revision our own helm runs produced, and the fingerprint it applied
-        self._ours: dict[Key, tuple[int, str]] = {}
+        # the last revision our own helm runs produced, the fingerprint it applied and the
+        # owner it labelled the release with
+        self._ours: dict[Key, tuple[int, str, str | None]] = {}
 
     def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
         """Apply one watch event; returns the (namespace, release) it concerns."""
@@ -131,7 +132,7 @@ class ReleaseIndex:
         """Record the outcome of our own helm run until the watch catches up; `owner` is
         the UID of the Tenant it labelled the release with."""
         self._noted[(namespace, release)] = (revision, status, owner)
-        self._ours[(namespace, release)] = (revision, fingerprint)
+        self._ours[(namespace, release)] = (revision, fingerprint, owner)
         entry = self._entries.get((namespace, release))
         if owner and entry is not None:
             self._entries[(namespace, release)] = entry._replace(owner=sys.intern(owner))
@@ -155,7 +156,19 @@ class ReleaseIndex:
     def ours(self, namespace: str, release: str) -> tuple[int, str] | None:
         """The revision krypton's last helm run on this release produced and the fingerprint
         it applied, if any."""
-        return self._ours.get((namespace, release))
+        ours = self._ours.get((namespace, release))
+        return None if ours is None else ours[:2]
+
+    def settled(self, namespace: str, release: str) -> bool:
+        """Whether the release's records say what krypton's last helm run of it left: its
+        newest revision is that run's, deployed, labelled with the owner the run gave it.
+        Older revisions may change (helm supersedes and prunes them) without it mattering."""
+        ours, entry = self._ours.get((namespace, release)), self._entries.get((namespace, release))
+        if ours is None or entry is None:
+            return False
+        latest = entry.revisions[-1]
+        return (latest >> _BITS == ours[0] and entry.owner == ours[2]
+                and STATUSES[latest & ((1 << _BITS) - 1)] is ReleaseStatus.DEPLOYED)
 
     def observe(self, namespace: str, release: str, *, now: float = 0.0,
                 lock_timeout: float = 0.0) -> ReleaseObservation:

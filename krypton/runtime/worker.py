@@ -48,6 +48,7 @@ from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
+from krypton.runtime.reconcile.view import OwnWrites
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
@@ -88,6 +89,8 @@ class Worker:
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
+        # Tenant events that came while a pass of theirs ran: (resourceVersions, urgent)
+        self._deferred: dict[TenantKey, tuple[tuple[str, ...], bool]] = {}
         # Tenant name -> the namespaces a Tenant of that name is in (a release's namespace is
         # its Tenant's name): who to look at when a release changes, without a scan
         self._namespaces_with: dict[str, set[str]] = {}
@@ -211,26 +214,8 @@ class Worker:
         settings = self.shared.settings
         rt = self.runtime
 
-        def on_tenant(type_: str, obj: dict[str, Any]) -> None:
-            meta = obj["metadata"]
-            key = TenantKey(meta["namespace"], meta["name"])
-            # Only a change of the Tenant itself (not of its status) cuts a backoff short.
-            signature = (meta.get("generation"), meta.get("deletionTimestamp"),
-                         tuple(sorted((meta.get("annotations") or {}).items())),
-                         tuple(meta.get("finalizers") or ()))
-            urgent = type_ == "DELETED" or self._signatures.get(key) != signature
-            self._signatures[key] = signature
-            if type_ == "DELETED":
-                names = self._namespaces_with.get(key.name, set())
-                names.discard(key.namespace)
-                if not names:
-                    self._namespaces_with.pop(key.name, None)
-            else:
-                self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
-            self.queue.add(key, urgent=urgent)
-
         tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
-                           on_tenant, on_error=self._watch_failed,
+                           self._tenant_changed, on_error=self._watch_failed,
                            on_healthy=self._watch_restored)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
@@ -253,6 +238,38 @@ class Worker:
             reconciler = Reconciler(rt)
             group.create_task(self._consume(reconciler, group), name=f"{self.name}-consumer")
             await self._housekeeping(reconciler, tenants.store)
+
+    def _tenant_changed(self, type_: str, obj: dict[str, Any]) -> None:
+        """A Tenant watch event: its key is queued, unless the event is the echo of this
+        cluster's own write. Only a change of the Tenant itself (not of its status) is
+        urgent: it cuts a backoff short."""
+        assert self.runtime is not None
+        meta = obj["metadata"]
+        key = TenantKey(meta["namespace"], meta["name"])
+        signature = (meta.get("generation"), meta.get("deletionTimestamp"),
+                     tuple(sorted((meta.get("annotations") or {}).items())),
+                     tuple(meta.get("finalizers") or ()))
+        urgent = type_ == "DELETED" or self._signatures.get(key) != signature
+        if type_ == "DELETED":
+            self._signatures.pop(key, None)
+            self.runtime.own_writes.forget(key)
+            names = self._namespaces_with.get(key.name, set())
+            names.discard(key.namespace)
+            if not names:
+                self._namespaces_with.pop(key.name, None)
+        else:
+            self._signatures[key] = signature
+            self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
+            version = str(meta.get("resourceVersion"))
+            if self.queue.processing(key):
+                # a pass of it is running: whether this is the echo of one of its writes is
+                # known when it ends (a write's answer may come after its event)
+                versions, was_urgent = self._deferred.get(key, ((), False))
+                self._deferred[key] = ((*versions, version), was_urgent or urgent)
+                return
+            if self.runtime.own_writes.echo(key, version):
+                return  # this cluster's own write: the pass that made it knew the result
+        self.queue.add(key, urgent=urgent)
 
     async def _housekeeping(self, reconciler: Reconciler,
                             store: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -457,7 +474,7 @@ class Worker:
         assert self.runtime is not None
         key = self.runtime.releases.on_event(type_, obj)
         if key is not None:
-            self._release_moved(key[0], gone=type_ == "DELETED")
+            self._release_moved(*key, gone=type_ == "DELETED")
 
     def _releases_listed(self, records: list[dict[str, Any]]) -> None:
         """A list or relist of the release records: the index is rebuilt from it, and the
@@ -465,15 +482,17 @@ class Worker:
         assert self.runtime is not None
         releases = self.runtime.releases
         for namespace, release in sorted(releases.replace(records)):
-            self._release_moved(namespace, gone=not releases.has(namespace, release))
+            self._release_moved(namespace, release, gone=not releases.has(namespace, release))
 
-    def _release_moved(self, namespace: str, *, gone: bool) -> None:
+    def _release_moved(self, namespace: str, release: str, *, gone: bool) -> None:
         """A release in `namespace` changed (or went): its Tenant is looked at, and when one
         went, the Tenants refused for SharedObjects (it may have owned what they need)."""
         assert self.runtime is not None
         self._release_changes += 1
         refused = f"ClusterError/{self.name}"
         if not gone:
+            if self.runtime.own_release_change(namespace, release):
+                return  # its own helm run's records: that pass tells the outcome
             for ns in self._namespaces_with.get(namespace, ()):
                 self.queue.add(TenantKey(ns, namespace), urgent=False)
             return
@@ -510,6 +529,11 @@ class Worker:
         self._busy -= 1
         if not self._busy:
             self._idle.set()
+        versions, urgent = self._deferred.pop(key, ((), False))
+        if versions:
+            own = self.runtime.own_writes if self.runtime is not None else OwnWrites()
+            if not all([own.echo(key, version) for version in versions]):
+                self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
         self.queue.done(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:

@@ -101,6 +101,10 @@ class WorkQueue(Generic[K]):
             self._processing.add(key)
             return key
 
+    def processing(self, key: K) -> bool:
+        """Whether `key` was handed out and is not done yet."""
+        return key in self._processing
+
     def done(self, key: K) -> None:
         self._processing.discard(key)
         not_before = self._not_before.get(key)

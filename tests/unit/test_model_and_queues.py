@@ -486,3 +486,78 @@ def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
     else:
         asyncio.run(run)
         assert bool(patched) == (outcome == "adopted")
+
+
+def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
+    """Issue 31: the watch events of the operator's own Tenant writes start no pass; an
+    event at any other resourceVersion (someone else's write) does, and so does one that
+    comes after a relist skipped the echoes."""
+    from krypton.decisions.model import TenantKey
+    from krypton.runtime.reconcile.view import OwnWrites
+
+    key = TenantKey("ns", "t1")
+
+    def tenant(rv: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": "t1", "resourceVersion": rv}}
+
+    own = OwnWrites()
+    own.wrote(tenant("10"))  # the finalizer
+    own.wrote(tenant("12"))  # the fingerprint annotation
+    own.wrote(tenant("13"))  # the status
+    assert own.echo(key, "10")
+    assert not own.echo(key, "11")  # someone else wrote in between
+    assert own.echo(key, "13")  # a relist skipped 12: it is not waited for any more
+    assert not own.echo(key, "12") and not own.echo(key, "13")  # each echo once
+    assert not own.echo(TenantKey("other", "t1"), "13")
+    own.wrote(tenant("20"))
+    own.forget(key)  # the Tenant went
+    assert not own.echo(key, "20")
+    for rv in range(100, 100 + 3 * OwnWrites.KEPT):  # bounded however many go unechoed
+        own.wrote(tenant(str(rv)))
+    assert not own.echo(key, "100")  # the oldest are not kept
+    assert own.echo(key, str(100 + 3 * OwnWrites.KEPT - OwnWrites.KEPT))
+
+
+def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes(
+        tmp_path: Path) -> None:
+    """Events of a Tenant that come while a pass of it runs wait for its end (the answer to
+    a write may come after the write's event): the pass's own writes start no pass, anyone
+    else's write does; an own write's echo coming after the pass starts none either."""
+    from types import SimpleNamespace
+
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.reconcile.view import OwnWrites
+
+    worker = _workers(tmp_path, Settings(), 1)[0]
+    own = OwnWrites()
+    worker.runtime = SimpleNamespace(own_writes=own)
+
+    def tenant(rv: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": "t1", "resourceVersion": rv}}
+
+    async def pass_(events: list[str], writes: list[str]) -> int:
+        """One pass: `events` come while it runs, its `writes` are answered after them;
+        returns how many keys are queued once it is done."""
+        slots = asyncio.Semaphore(1)
+        await slots.acquire()
+        key = await worker.queue.get()
+        worker._busy += 1
+        for rv in events:
+            worker._tenant_changed("MODIFIED", tenant(rv))
+        for rv in writes:
+            own.wrote(tenant(rv))
+        worker._reconciled(slots, key, None)
+        return len(worker.queue)
+
+    async def scenario() -> list[int]:
+        worker._tenant_changed("ADDED", tenant("1"))
+        counts = [await pass_(["2", "3"], ["2", "3"])]  # finalizer and status: echoes only
+        own.wrote(tenant("4"))  # a write answered before its event, after the pass
+        worker._tenant_changed("MODIFIED", tenant("4"))
+        counts.append(len(worker.queue))
+        worker._tenant_changed("MODIFIED", tenant("5"))  # someone else's write
+        counts.append(len(worker.queue))
+        counts.append(await pass_(["6", "7"], ["6"]))  # 7: someone else's, during the pass
+        return counts
+
+    assert asyncio.run(scenario()) == [0, 0, 1, 1]

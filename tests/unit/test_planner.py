@@ -208,6 +208,23 @@ CASES = [
     ("annotate its own labelled release: no look", obs(
         replace(RECORDED, uid=UID, applied_fingerprint=None), release=MINE,
         namespace=NamespaceState.UNKNOWN), Action.ANNOTATE, "NoChange", False),
+    # issue 31: an upgrade of the release labelled as this Tenant's does not look the
+    # namespace up again; any other release is judged by its namespace first
+    ("upgrade its own labelled release: no look", obs(
+        replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=MINE,
+        namespace=NamespaceState.UNKNOWN), Action.UPGRADE, "Upgrading", False),
+    ("upgrade an unlabelled release: namespace first", obs(
+        replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=DEPLOYED,
+        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+    ("upgrade another Tenant's labelled release: namespace first", obs(
+        replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=THEIRS,
+        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+    ("upgrade another Tenant's labelled release in its namespace", obs(
+        replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=THEIRS,
+        namespace=NamespaceState.CONFLICT), Action.BLOCKED, "NamespaceConflict", True),
+    ("install where the namespace is not looked at yet", obs(
+        OWNED, namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace",
+     False),
     # R18 / issue 26: a target whose helm runs failed before waits for its next attempt,
     # and stalls past --max-retries; any change of the target starts a fresh budget
     ("failed before, next attempt not due", replace(obs(FAILING, release=FAILED2),

@@ -157,3 +157,38 @@ def test_a_record_with_labels_helm_never_writes_is_ignored_or_unknown(
         assert index.observe("a", "r").status is ReleaseStatus.parse("no-such-status")
     else:
         assert key is None and index.names() == []
+
+
+def test_records_settle_only_as_our_own_run_left_them() -> None:
+    """A change of the records is an echo of krypton's own run (no pass) only while the
+    newest revision is that run's, deployed and labelled with the owner the run gave it;
+    anything else someone did to them (the newest record removed, failed or relabelled) is
+    looked at by a pass."""
+    from krypton.decisions.model import ReleaseStatus
+    from krypton.decisions.releases import ReleaseIndex
+
+    owner = {"mesh.openkcm.io/tenant-uid": "u1"}
+    index = ReleaseIndex()
+    index.on_event("ADDED", _record(1, "deployed", **owner))
+    assert not index.settled("a", "tenant-a-c1")  # no run of ours yet
+    index.on_event("ADDED", _record(2, "pending-upgrade", **owner))  # our run, under way
+    index.note("a", "tenant-a-c1", 2, ReleaseStatus.DEPLOYED, "f" * 64, "u1")
+    assert not index.settled("a", "tenant-a-c1")  # the watch has not caught up yet
+    index.on_event("MODIFIED", _record(2, "deployed", **owner))
+    assert index.settled("a", "tenant-a-c1")
+    index.on_event("MODIFIED", _record(1, "superseded", **owner))  # helm's own bookkeeping
+    assert index.settled("a", "tenant-a-c1")
+    index.on_event("DELETED", _record(1, "superseded", **owner))  # --history-max pruning
+    assert index.settled("a", "tenant-a-c1")
+
+    for change in (_record(2, "failed", **owner),
+                   _record(2, "deployed", **{"mesh.openkcm.io/tenant-uid": "u2"}),
+                   _record(3, "deployed", **owner)):
+        index.on_event("MODIFIED", change)
+        assert not index.settled("a", "tenant-a-c1"), change
+        index.on_event("DELETED", change)
+        index.on_event("ADDED", _record(2, "deployed", **owner))
+        assert index.settled("a", "tenant-a-c1")
+    index.on_event("ADDED", _record(1, "superseded", **owner))
+    index.on_event("DELETED", _record(2, "deployed", **owner))  # the newest record removed
+    assert not index.settled("a", "tenant-a-c1")

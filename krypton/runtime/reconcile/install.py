@@ -65,20 +65,25 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     verb = "Install" if installing else "Upgrade"
     fenced(rt)
     await ensure_namespace(rt, key, p.obs.namespace)
-    work = asyncio.ensure_future(run_helm(rt, p, verb))
+    # what the run does to the release's records is this pass's to tell, not a new pass's
+    rt.running.add((p.namespace, p.release))
     try:
-        if not announced(p.obs, p.plan):
-            done, _ = await asyncio.wait({work}, timeout=ANNOUNCE_AFTER)
-            if not done:
-                await announce(rt, p, verb)
-        outcome = await work
-    except BaseException:
-        work.cancel()  # the pass was cancelled (shutdown, fenced): so is its helm
-        await asyncio.gather(work, return_exceptions=True)
-        raise
-    if isinstance(outcome, Report):
-        return outcome
-    return await succeeded(rt, p, verb, installing, *outcome)
+        work = asyncio.ensure_future(run_helm(rt, p, verb))
+        try:
+            if not announced(p.obs, p.plan):
+                done, _ = await asyncio.wait({work}, timeout=ANNOUNCE_AFTER)
+                if not done:
+                    await announce(rt, p, verb)
+            outcome = await work
+        except BaseException:
+            work.cancel()  # the pass was cancelled (shutdown, fenced): so is its helm
+            await asyncio.gather(work, return_exceptions=True)
+            raise
+        if isinstance(outcome, Report):
+            return outcome
+        return await succeeded(rt, p, verb, installing, *outcome)
+    finally:
+        rt.running.discard((p.namespace, p.release))
 
 
 async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:

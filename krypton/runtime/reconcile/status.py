@@ -72,7 +72,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
                  "status": new}
         try:
             metrics.API_WRITES.labels(rt.name, "status").inc()
-            updated = await rt.kube.patch_tenant_status(key, patch)
+            updated = rt.wrote(await rt.kube.patch_tenant_status(key, patch))
             rt.written[key] = (_comparable(new),
                                _comparable(updated.get("status") or {}))
         except Conflict:
@@ -107,7 +107,7 @@ def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
 
 async def patch_meta(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]) -> dict[str, Any]:
     metrics.API_WRITES.labels(rt.name, "tenant").inc()
-    return await rt.kube.patch_tenant(key, patch)
+    return rt.wrote(await rt.kube.patch_tenant(key, patch))
 
 
 
@@ -178,9 +178,9 @@ async def forget(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
     phase = cond.servable(phase, rt.phases)
     if c in (status.get("clusters") or {}) or len(remaining) != len(status.get("conditions") or []):
         metrics.API_WRITES.labels(c, "status").inc()
-        obj = await rt.kube.patch_tenant_status(key, {
+        obj = rt.wrote(await rt.kube.patch_tenant_status(key, {
             "metadata": {"resourceVersion": meta["resourceVersion"]},
-            "status": {"phase": phase, "conditions": conditions, "clusters": {c: None}}})
+            "status": {"phase": phase, "conditions": conditions, "clusters": {c: None}}}))
     annotation = fingerprint_annotation(c)
     finalizers = list(obj["metadata"].get("finalizers") or [])
     if annotation in (obj["metadata"].get("annotations") or {}) or FINALIZER in finalizers:

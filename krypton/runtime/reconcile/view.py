@@ -272,6 +272,40 @@ class ClusterView:
         )
 
 
+class OwnWrites:
+    """The resourceVersions this cluster's writes gave each Tenant, until their watch
+    events come back: such an event is the write's echo, and the pass that wrote knew what
+    it says."""
+
+    KEPT = 8  # per Tenant (a pass makes at most 4 writes)
+
+    def __init__(self) -> None:
+        self._versions: dict[TenantKey, list[str]] = {}
+
+    def wrote(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion") and meta.get("name"):
+            key = TenantKey(str(meta.get("namespace") or ""), str(meta["name"]))
+            versions = self._versions.setdefault(key, [])
+            versions.append(str(meta["resourceVersion"]))
+            del versions[:-self.KEPT]
+
+    def echo(self, key: TenantKey, resource_version: str) -> bool:
+        """Whether an event of `key` at `resource_version` is the echo of an own write. A
+        Tenant's events come in the order of its versions, so the versions written before
+        it go too (a relist skips events)."""
+        versions = self._versions.get(key)
+        if not versions or resource_version not in versions:
+            return False
+        del versions[:versions.index(resource_version) + 1]
+        if not versions:
+            del self._versions[key]
+        return True
+
+    def forget(self, key: TenantKey) -> None:
+        self._versions.pop(key, None)
+
+
 @dataclass(kw_only=True)
 class ClusterRuntime(ClusterView):
     """A cluster view plus what a reconcile acts with."""
@@ -293,6 +327,11 @@ class ClusterRuntime(ClusterView):
         field(default_factory=dict)
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
+    # Echoes of krypton's own writes start no pass (issue 31): per Tenant, the
+    # resourceVersions its writes were given, until their watch events come back; and the
+    # releases a helm run of this cluster is working on now
+    own_writes: OwnWrites = field(default_factory=OwnWrites)
+    running: set[tuple[str, str]] = field(default_factory=set)
 
     @functools.cached_property
     def log(self) -> Any:
@@ -313,10 +352,21 @@ class ClusterRuntime(ClusterView):
         metrics.TENANT_RELEASE.labels(*labels).set(1)
         self.published[key] = labels
 
+    def wrote(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """`obj` is a Tenant as one of this cluster's writes left it. Returns `obj`."""
+        self.own_writes.wrote(obj)
+        return obj
+
+    def own_release_change(self, namespace: str, release: str) -> bool:
+        """Whether a change of the release's records is this cluster's own doing: a helm run
+        of it is under way, or the records say what its last run left."""
+        return (namespace, release) in self.running or self.releases.settled(namespace, release)
+
     def unpublish(self, key: TenantKey) -> None:
         if self.readiness is not None:
             self.readiness.forget(key)
         self.written.pop(key, None)
+        self.own_writes.forget(key)
         self.looked_at.pop(key, None)
         self.gone.pop(key, None)
         self.unapplied_since.pop(key, None)
