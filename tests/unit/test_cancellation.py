@@ -20,7 +20,8 @@ import pytest
 from krypton.decisions.settings import Settings
 from krypton.runtime import fleet
 from krypton.runtime.pause import pause
-from krypton.runtime.worker import Shared, Worker
+from krypton.runtime.worker import Worker
+from tests.unit.workers import Group, workers
 
 
 class _Informer:
@@ -35,27 +36,15 @@ class _Informer:
         await asyncio.Event().wait()  # the watch that follows the list
 
 
-class _Group:
-    def __init__(self) -> None:
-        self.tasks: list[asyncio.Task[None]] = []
-
-    def create_task(self, coro: Any, name: str = "") -> asyncio.Task[None]:
-        self.tasks.append(asyncio.create_task(coro, name=name))
-        return self.tasks[-1]
-
-
 def _worker(tmp_path: Path) -> Worker:
-    settings = dataclasses.replace(Settings(), api_timeout=30.0)
-    shared = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
-                    workdir=tmp_path)
-    return Worker("c0", None, {}, shared)  # type: ignore[arg-type]
+    return workers(tmp_path, dataclasses.replace(Settings(), api_timeout=30.0), 1)[0]  # type: ignore[no-any-return]
 
 
 Waiting = Callable[[Path], tuple[Coroutine[Any, Any, Any], Callable[[], None], list[Any]]]
 
 
 def _first_list(tmp_path: Path) -> tuple[Coroutine[Any, Any, Any], Callable[[], None], list[Any]]:
-    informer, group = _Informer(), _Group()
+    informer, group = _Informer(), Group()
     return _worker(tmp_path)._first_list(group, informer, "Tenants"), informer.synced.set, \
         group.tasks  # type: ignore[arg-type]
 

@@ -18,6 +18,7 @@ from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.retry import Policy
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import QueueClosed, WorkQueue
+from tests.unit.workers import Group, workers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -327,7 +328,7 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
 
     limit, keys = 3, [TenantKey("ns", f"t{i}") for i in range(10)]
     settings = dataclasses.replace(Settings(), max_concurrent_reconciles=limit)
-    worker = _workers(tmp_path, settings, 1)[0]
+    worker = workers(tmp_path, settings, 1)[0]
 
     class Counting:
         def __init__(self) -> None:
@@ -394,21 +395,13 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
                 count["answering"] -= 1
             await asyncio.Event().wait()  # the watch that follows (or a list never answered)
 
-    class Group:
-        def __init__(self) -> None:
-            self.tasks: list[asyncio.Task[None]] = []
-
-        def create_task(self, coro: Any, name: str = "") -> asyncio.Task[None]:
-            self.tasks.append(asyncio.create_task(coro, name=name))
-            return self.tasks[-1]
-
     async def scenario() -> tuple[int, list[bool]]:
-        workers = _workers(tmp_path, settings, 6, first_lists=asyncio.Semaphore(2))
+        clusters = workers(tmp_path, settings, 6, first_lists=asyncio.Semaphore(2))
         informers = [Informer(answers=False) for _ in range(2)] + \
             [Informer(answers=True) for _ in range(4)]
         group = Group()
         waits = [asyncio.create_task(w._first_list(group, i, "Helm release records"))  # type: ignore[arg-type]
-                 for w, i in zip(workers, informers, strict=True)]
+                 for w, i in zip(clusters, informers, strict=True)]
         while count["started"] < 2:
             await asyncio.sleep(0)
         await asyncio.sleep(0.05)  # well within --api-timeout: nobody else may start
@@ -426,16 +419,6 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
     at_once, done = asyncio.run(scenario())
     assert at_once == 2 and count["most"] <= 2
     assert done == [False, False, True, True, True, True]
-
-
-def _workers(tmp_path: Path, settings: Any, n: int, **shared: Any) -> list[Any]:
-    """`n` cluster workers sharing `settings` and nothing else of the operator's (no chart,
-    helm slots or reporter: what the tests of a worker's own scheduling need)."""
-    from krypton.runtime.worker import Shared, Worker
-
-    common = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
-                    workdir=tmp_path, **shared)
-    return [Worker(f"c{i}", None, {}, common) for i in range(n)]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("owner", "adopt", "outcome"), [
@@ -528,7 +511,7 @@ def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes(
     from krypton.decisions.settings import Settings
     from krypton.runtime.reconcile.view import OwnWrites
 
-    worker = _workers(tmp_path, Settings(), 1)[0]
+    worker = workers(tmp_path, Settings(), 1)[0]
     own = OwnWrites()
     worker.runtime = SimpleNamespace(own_writes=own)
 
