@@ -89,8 +89,7 @@ class Worker:
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
         self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
-        # Tenant events that came while a pass of theirs ran: (resourceVersions, urgent)
-        self._deferred: dict[TenantKey, tuple[tuple[str, ...], bool]] = {}
+        self.own_writes = OwnWrites()  # its Tenant writes, whose echoes start no pass
         # Tenant name -> the namespaces a Tenant of that name is in (a release's namespace is
         # its Tenant's name): who to look at when a release changes, without a scan
         self._namespaces_with: dict[str, set[str]] = {}
@@ -175,7 +174,7 @@ class Worker:
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants={}, values=self.values,
+            releases=ReleaseIndex(), tenants={}, values=self.values, own_writes=self.own_writes,
             gate=lambda cluster: self.shared.gate(cluster),
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
@@ -243,7 +242,6 @@ class Worker:
         """A Tenant watch event: its key is queued, unless the event is the echo of this
         cluster's own write. Only a change of the Tenant itself (not of its status) is
         urgent: it cuts a backoff short."""
-        assert self.runtime is not None
         meta = obj["metadata"]
         key = TenantKey(meta["namespace"], meta["name"])
         signature = (meta.get("generation"), meta.get("deletionTimestamp"),
@@ -252,7 +250,7 @@ class Worker:
         urgent = type_ == "DELETED" or self._signatures.get(key) != signature
         if type_ == "DELETED":
             self._signatures.pop(key, None)
-            self.runtime.own_writes.forget(key)
+            self.own_writes.forget(key)
             names = self._namespaces_with.get(key.name, set())
             names.discard(key.namespace)
             if not names:
@@ -262,12 +260,9 @@ class Worker:
             self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
             version = str(meta.get("resourceVersion"))
             if self.queue.processing(key):
-                # a pass of it is running: whether this is the echo of one of its writes is
-                # known when it ends (a write's answer may come after its event)
-                versions, was_urgent = self._deferred.get(key, ((), False))
-                self._deferred[key] = ((*versions, version), was_urgent or urgent)
+                self.own_writes.hold(key, version, urgent=urgent)
                 return
-            if self.runtime.own_writes.echo(key, version):
+            if self.own_writes.echo(key, version):
                 return  # this cluster's own write: the pass that made it knew the result
         self.queue.add(key, urgent=urgent)
 
@@ -529,11 +524,9 @@ class Worker:
         self._busy -= 1
         if not self._busy:
             self._idle.set()
-        versions, urgent = self._deferred.pop(key, ((), False))
-        if versions:
-            own = self.runtime.own_writes if self.runtime is not None else OwnWrites()
-            if not all([own.echo(key, version) for version in versions]):
-                self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
+        urgent = self.own_writes.settle(key)
+        if urgent is not None:
+            self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
         self.queue.done(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:

@@ -506,14 +506,11 @@ def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes(
     """Events of a Tenant that come while a pass of it runs wait for its end (the answer to
     a write may come after the write's event): the pass's own writes start no pass, anyone
     else's write does; an own write's echo coming after the pass starts none either."""
-    from types import SimpleNamespace
 
     from krypton.decisions.settings import Settings
-    from krypton.runtime.reconcile.view import OwnWrites
 
     worker = workers(tmp_path, Settings(), 1)[0]
-    own = OwnWrites()
-    worker.runtime = SimpleNamespace(own_writes=own)
+    own = worker.own_writes
 
     def tenant(rv: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": "t1", "resourceVersion": rv}}

@@ -275,12 +275,14 @@ class ClusterView:
 class OwnWrites:
     """The resourceVersions this cluster's writes gave each Tenant, until their watch
     events come back: such an event is the write's echo, and the pass that wrote knew what
-    it says."""
+    it says. Events that come while a pass of their Tenant runs are held until it ends: the
+    answer to a write may come after the write's event."""
 
     KEPT = 8  # per Tenant (a pass makes at most 4 writes)
 
     def __init__(self) -> None:
         self._versions: dict[TenantKey, list[str]] = {}
+        self._held: dict[TenantKey, tuple[tuple[str, ...], bool]] = {}  # (versions, urgent)
 
     def wrote(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -304,6 +306,18 @@ class OwnWrites:
 
     def forget(self, key: TenantKey) -> None:
         self._versions.pop(key, None)
+
+    def hold(self, key: TenantKey, resource_version: str, *, urgent: bool) -> None:
+        """An event of `key` came while a pass of it runs: judged when it ends (`settle`)."""
+        versions, was_urgent = self._held.get(key, ((), False))
+        self._held[key] = ((*versions, resource_version), was_urgent or urgent)
+
+    def settle(self, key: TenantKey) -> bool | None:
+        """The pass of `key` ended: None when every event held meanwhile was the echo of an
+        own write (or none came), else whether one of them was urgent."""
+        versions, urgent = self._held.pop(key, ((), False))
+        echoes = [self.echo(key, version) for version in versions]  # each one consumed
+        return None if all(echoes) else urgent
 
 
 @dataclass(kw_only=True)
