@@ -97,6 +97,7 @@ class ChartSource:
         self.index_ttl, self.failure_ttl = index_ttl, failure_ttl
         self.index_deadline = index_deadline
         self.access = access
+        self._spec_error: str | None = None  # why --chart-version is invalid; None: not parsed
         self._failures = 0  # consecutive failed loads: the cached failure lives longer each time
         self._lock = asyncio.Lock()
         self._resolved: ResolvedChart | None = None
@@ -134,7 +135,7 @@ class ChartSource:
 
     async def get(self) -> ResolvedChart:
         """The chart to install now; raises VersionInvalid, VersionNotFound or ChartNotLoaded."""
-        parse_constraint(self.spec)  # VersionInvalid before any network
+        self._constraint()  # VersionInvalid before any network
         cached = self._cached()
         if cached is not None:
             return cached
@@ -150,6 +151,18 @@ class ChartSource:
                 self._failure, self._failed_at = exc, time.monotonic()
                 self._failures += 1
                 raise
+
+    def _constraint(self) -> None:
+        """Raises VersionInvalid when --chart-version is not a version or range; parsed
+        once (the flag does not change while the process runs), not on every pass."""
+        if self._spec_error is None:
+            try:
+                parse_constraint(self.spec)
+                self._spec_error = ""
+            except VersionInvalid as exc:
+                self._spec_error = str(exc)
+        if self._spec_error:
+            raise VersionInvalid(self._spec_error)
 
     def _cached(self) -> ResolvedChart | None:
         """The resolved chart while fresh; the last failure (raised) while it is cached, for

@@ -235,6 +235,9 @@ class Observation:
     reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces
     adopt_namespaces: bool = False  # --adopt-namespaces: take over namespaces krypton did not create
     own_namespace: bool = True  # the release goes to a namespace named after the Tenant (R5)
+    # a first install creates the namespace, and judges it only if it exists (the operator;
+    # a dry run looks it up first, as it creates nothing)
+    create_namespace: bool = False
     rollout: RolloutGate = RolloutGate()
     # objects the chart claims that another release (or nobody) owns on the cluster, as
     # "<object> (owned by <owner>)"; None: not looked at yet

@@ -34,7 +34,10 @@ single decision table, in order:
    the release is locked)
 9. the rollout gate is closed and the Tenant would move to a new target -> Hold (drift
    repairs and first installs are not held: they restore or create, they move nothing)
-10. namespace unknown -> ObserveNamespace (the caller looks, then plans again)
+10. namespace unknown -> ObserveNamespace (the caller looks, then plans again); except for
+    a first install by the operator (`create_namespace`, the release absent, no shared
+    object in the way): the install creates the namespace and judges it, as below, only
+    if it already exists
 11. namespace owned by another Tenant, or existing and not created by krypton (unless
     adoption is allowed) -> Blocked NamespaceConflict (permanent)
 12. Locked           -> Wait (retry later, no writes)
@@ -296,7 +299,7 @@ def _plan(obs: Observation) -> Plan:
     # A release labelled as this Tenant's is in this Tenant's namespace: the namespace was
     # judged before the release was made there, and whoever could forge the label (write
     # Secrets in that namespace) could rewrite the release itself. Not looked up again.
-    if rel.owner_uid != t.uid and (blocked := _namespace_rules(obs)) is not None:
+    if rel.owner_uid != t.uid and (blocked := _namespace_rules(obs, _creates(obs))) is not None:
         return blocked
     if state is ReleaseState.LOCKED:
         return _locked(rel)
@@ -355,10 +358,20 @@ def _deleting(obs: Observation) -> Plan:
     return Plan(Action.UNINSTALL, "Deleting", "Tenant is being deleted: uninstall release")
 
 
-def _namespace_rules(obs: Observation) -> Plan | None:
-    """Look up the namespace, or refuse one that is not this Tenant's to use (R5, R16)."""
+def _creates(obs: Observation) -> bool:
+    """A first install may create the namespace without looking first: the create tells
+    whether it exists, and one that does is judged then by the same rules. Where shared
+    objects are in the way, the namespace is looked up first, so that a namespace that
+    is not the Tenant's is the reason given."""
+    return obs.create_namespace and obs.release.status is ReleaseStatus.ABSENT and \
+        not obs.shared
+
+
+def _namespace_rules(obs: Observation, creates: bool = False) -> Plan | None:
+    """Look up the namespace (unless the install `creates` it), or refuse one that is not
+    this Tenant's to use (R5, R16)."""
     t = obs.tenant
-    if obs.namespace is NamespaceState.UNKNOWN:
+    if obs.namespace is NamespaceState.UNKNOWN and not creates:
         return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
     if obs.namespace is NamespaceState.CONFLICT:
         return Plan(Action.BLOCKED, "NamespaceConflict",

@@ -150,11 +150,14 @@ def test_a_quick_install_costs_one_pass_one_helm_run_one_status_write_and_no_sta
         fleet: Fleet) -> None:
     """Issue 31: the pass that decides an install runs helm; a run over within 2 s is not
     announced, so each release costs one pass, one helm process and one status write (its
-    outcome), and the Tenant's Events say HelmInstalled without HelmInstallStart. The
-    watch events of the pass's own writes (finalizer, fingerprint, status) and of its
-    helm run's release records start no second pass."""
+    outcome), and the Tenant's Events say HelmInstalled without HelmInstallStart; no
+    namespace is read first. The watch events of the pass's own writes (finalizer,
+    fingerprint, status) and of its helm run's release records start no second pass."""
     fleet.register("remote", fleet.remote)
     op = fleet.start()
+    wait_for(lambda: op.metric("krypton_cluster_engaged", cluster="remote") == 1, 60,
+             what="remote engaged")
+    gets = op.metric("krypton_api_requests_total", cluster="remote", verb="get")
     names = [fleet.tenant(fleet.remote, unique("quick")) for _ in range(3)]
     for name in names:
         fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
@@ -177,5 +180,7 @@ def test_a_quick_install_costs_one_pass_one_helm_run_one_status_write_and_no_sta
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 0
     assert op.metric("krypton_api_writes_total", cluster="remote", kind="status") == \
         len(names) + len(marks)
+    # and no namespace read: an install creates its namespace, the create says if it exists
+    assert op.metric("krypton_api_requests_total", cluster="remote", verb="get") == gets
     reasons = {e.reason for name in names for e in fleet.remote.events(fleet.tenant_ns, name)}
     assert "HelmInstallStart" not in reasons

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from krypton.adapters.charts import ResolvedChart
+from krypton.decisions.errors import AlreadyExists
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, TenantKey
 from krypton.runtime import leader
@@ -87,6 +88,9 @@ class _Cluster:
 
     async def emit(self, _involved: object, type_: str, reason: str, _message: str) -> None:
         self.events.append((type_, reason))
+
+    async def create_namespace(self, name: str, *_a: object) -> None:
+        raise AlreadyExists(f"namespace {name!r} exists")
 
     async def get_namespace(self, name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "annotations": {OWNER_ANNOTATION: "ns/t"}}}

@@ -225,6 +225,23 @@ CASES = [
     ("install where the namespace is not looked at yet", obs(
         OWNED, namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace",
      False),
+    # issue 31: the operator's first install creates the namespace without looking; a dry
+    # run (no create_namespace), a release that exists, or shared objects in the way look first
+    ("operator's first install: the create looks", replace(obs(
+        OWNED, namespace=NamespaceState.UNKNOWN), create_namespace=True), Action.INSTALL,
+     "Installing", False),
+    ("operator's first install: shared objects still looked for", replace(obs(
+        OWNED, namespace=NamespaceState.UNKNOWN, shared=None), create_namespace=True),
+     Action.OBSERVE_SHARED, "ObserveShared", False),
+    ("operator's first install with shared objects in the way: namespace first", replace(obs(
+        OWNED, namespace=NamespaceState.UNKNOWN, shared=("CRD x (owned by a/b)",)),
+        create_namespace=True), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+    ("operator's first install, shared objects and a foreign namespace", replace(obs(
+        OWNED, namespace=NamespaceState.CONFLICT, shared=("CRD x (owned by a/b)",)),
+        create_namespace=True), Action.BLOCKED, "NamespaceConflict", True),
+    ("operator's reinstall of a failed release: namespace first", replace(obs(
+        OWNED, release=ReleaseObservation(R.FAILED, 1), namespace=NamespaceState.UNKNOWN),
+        create_namespace=True), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     # R18 / issue 26: a target whose helm runs failed before waits for its next attempt,
     # and stalls past --max-retries; any change of the target starts a fresh budget
     ("failed before, next attempt not due", replace(obs(FAILING, release=FAILED2),

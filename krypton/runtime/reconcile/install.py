@@ -257,9 +257,11 @@ async def apply_chart_crds(rt: ClusterRuntime, chart: ChartTarget, log: Any) -> 
 
 
 async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceState) -> None:
+    """The Tenant's namespace, made or adopted for the run. One not looked up (UNKNOWN: a
+    first install) is created, and judged by its owner only if it already exists."""
     labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: f"{key.namespace}.{key.name}"[:63]}
     annotations = {OWNER_ANNOTATION: str(key)}
-    if state is NamespaceState.ABSENT:
+    if state in (NamespaceState.ABSENT, NamespaceState.UNKNOWN):
         try:
             await rt.kube.create_namespace(key.name, labels, annotations)
             metrics.API_WRITES.labels(rt.name, "namespace").inc()

@@ -83,7 +83,7 @@ class Reconciler:
             return await look.look_in_sync(rt, obs)
 
         obj, obs, decided = await rt.decide(obj, rt.gate(rt.name), add_finalizer=add_finalizer,
-                                            look=look_in_sync)
+                                            look=look_in_sync, create_namespace=True)
         key = obs.tenant.key
         release = release_name(key.name, rt.name)
         return Pass(obj, obs, decided, release, rt.settings.release_namespace_for(key.name),

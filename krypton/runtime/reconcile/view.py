@@ -161,14 +161,19 @@ class ClusterView:
                      add_finalizer: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
                      | None = None,
                      look: Callable[[Observation], Awaitable[Observation | None]] | None = None,
+                     create_namespace: bool = False,
                      ) -> tuple[dict[str, Any], Observation, Plan]:
         """Observe and plan, for the operator and ``krypton plan`` alike. A plan that asks
         for a look at the cluster (the chart, the finalizer, the namespace, the shared
         objects, an in-sync release's workload) is a need, not an action: this one loop
         satisfies it and plans again, until the plan is an action. The operator passes the
         writes and reads only it makes (`add_finalizer`, `look`); without `add_finalizer`
-        the finalizer is taken as added (a dry run plans what the pass after it would do)."""
+        the finalizer is taken as added (a dry run plans what the pass after it would do).
+        With `create_namespace` (the operator) a first install does not look the namespace
+        up: its create says whether it exists."""
         obs = self.observe(obj, rollout)
+        if create_namespace:
+            obs = dataclasses.replace(obs, create_namespace=True)
         key = obs.tenant.key
         release = release_name(key.name, self.name)
         namespace = self.settings.release_namespace_for(key.name)
