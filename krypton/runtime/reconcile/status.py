@@ -141,13 +141,7 @@ async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log:
     if (meta.get("annotations") or {}).get(annotation) == fp:
         return obj
     try:
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(TemporaryError),
-            stop=stop_after_attempt(retry.FINGERPRINT_WRITE.attempts),
-            wait=retry.FINGERPRINT_WRITE.wait(), reraise=True,
-        ):
-            with attempt:
-                obj = await patch_meta(rt, key, {"metadata": {"annotations": {annotation: fp}}})
+        obj = await _write_fingerprint(rt, key, {"metadata": {"annotations": {annotation: fp}}})
     except KryptonError as exc:
         log.error("fingerprint update failed", error=str(exc))
         await rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
@@ -157,6 +151,24 @@ async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log:
                            f"{annotation}={fp}")
     return obj
 
+
+
+async def _write_fingerprint(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]
+                             ) -> dict[str, Any]:
+    """The annotation PATCH, retried on FINGERPRINT_WRITE after a temporary failure. The
+    first try, nearly always the only one, goes without the retry machinery: setting that
+    up costs more CPU than the request's own code."""
+    policy = retry.FINGERPRINT_WRITE
+    try:
+        return await patch_meta(rt, key, patch)
+    except TemporaryError:
+        await asyncio.sleep(policy.delay(1))
+    async for attempt in AsyncRetrying(retry=retry_if_exception_type(TemporaryError),
+                                       stop=stop_after_attempt(policy.attempts - 1),
+                                       wait=policy.wait(), reraise=True):
+        with attempt:
+            return await patch_meta(rt, key, patch)
+    raise AssertionError("unreachable: the last attempt's error is raised")
 
 
 async def forget(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
