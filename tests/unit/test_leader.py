@@ -12,7 +12,7 @@ import pytest
 from krypton.adapters.charts import ResolvedChart
 from krypton.decisions.errors import AlreadyExists
 from krypton.decisions.fingerprint import fingerprint
-from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, TenantKey
+from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, ReleaseStatus, TenantKey
 from krypton.runtime import leader
 from krypton.runtime.leader import LeaderElector
 
@@ -85,14 +85,17 @@ class _Cluster:
         self.written: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
         self.wrote = asyncio.Event()  # set by every status write
+        self.namespace_requests: list[str] = []  # "create", "get"
 
     async def emit(self, _involved: object, type_: str, reason: str, _message: str) -> None:
         self.events.append((type_, reason))
 
     async def create_namespace(self, name: str, *_a: object) -> None:
+        self.namespace_requests.append("create")
         raise AlreadyExists(f"namespace {name!r} exists")
 
     async def get_namespace(self, name: str) -> dict[str, Any]:
+        self.namespace_requests.append("get")
         return {"metadata": {"name": name, "annotations": {OWNER_ANNOTATION: "ns/t"}}}
 
     async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +167,32 @@ def test_a_quick_helm_run_costs_one_pass_and_one_status_write() -> None:
     assert cluster.written[0]["clusters"]["c1"]["fingerprint"] == fingerprint("r", "c", "1.0.0", {})
     reasons = [reason for _, reason in cluster.events]
     assert "HelmInstalled" in reasons and "HelmInstallStart" not in reasons
+
+
+def test_an_install_creates_the_namespace_first_and_an_upgrade_of_its_release_leaves_it(
+        ) -> None:
+    """Issue 31: a first install does not read the namespace before creating it (here it
+    exists, is the Tenant's, and is read only then); an upgrade of the release labelled as
+    the Tenant's neither reads nor creates it."""
+    from krypton.decisions.planner import Action
+
+    helm = _RecordingHelm()
+    rt, reconciler, cluster = _runtime(helm)
+    key = TenantKey("ns", "t")
+    rt.tenants[("ns", "t")] = TENANT
+    assert asyncio.run(reconciler.decide(TENANT)).plan.action is Action.INSTALL
+    asyncio.run(reconciler.reconcile(key))
+    assert cluster.namespace_requests == ["create", "get"]
+    old = "0" * 64
+    rt.releases.note("t", "tenant-t-c1", 1, ReleaseStatus.DEPLOYED, old, "u")
+    deployed = {**TENANT, "metadata": {**TENANT["metadata"], "annotations": {
+        "mesh.openkcm.io/fingerprint-c1": old}}}
+    rt.tenants[("ns", "t")] = deployed
+    assert asyncio.run(reconciler.decide(deployed)).plan.action is Action.UPGRADE
+    cluster.namespace_requests.clear()
+    asyncio.run(reconciler.reconcile(key))
+    assert helm.calls == ["install", "install"]  # (the fake's name for every run)
+    assert cluster.namespace_requests == []
 
 
 def test_a_helm_run_that_lasts_is_announced_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -428,11 +428,14 @@ def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
     (None, True, "adopted"),
     ("gone", False, "TemporaryError"),  # deleted again in between
 ])
+@pytest.mark.parametrize("looked", [True, False], ids=["looked-up-absent", "not-looked-up"])
 def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
-        owner: str | None, adopt: bool, outcome: str | None) -> None:
+        owner: str | None, adopt: bool, outcome: str | None, looked: bool) -> None:
     """Two names of one cluster (--allow-duplicate-clusters) install the same Tenant side by
     side: the pass whose create loses the race must not take the other's namespace for one
-    krypton did not create (a permanent NamespaceConflict stopped that Tenant for good)."""
+    krypton did not create (a permanent NamespaceConflict stopped that Tenant for good).
+    A first install that did not look the namespace up (issue 31) creates it and judges an
+    existing one the same way."""
     from types import SimpleNamespace
 
     import structlog
@@ -459,7 +462,8 @@ def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
 
     rt = SimpleNamespace(kube=Kube(), name="w3", log=structlog.get_logger(),
                          settings=SimpleNamespace(adopt_namespaces=adopt))
-    run = ensure_namespace(rt, TenantKey("ns", "t1"), NamespaceState.ABSENT)  # type: ignore[arg-type]
+    state = NamespaceState.ABSENT if looked else NamespaceState.UNKNOWN
+    run = ensure_namespace(rt, TenantKey("ns", "t1"), state, first=True)  # type: ignore[arg-type]
     if outcome == "NamespaceConflict":
         with pytest.raises(NamespaceNotOwned):
             asyncio.run(run)

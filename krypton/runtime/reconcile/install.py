@@ -64,7 +64,8 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     installing = p.plan.action in INSTALLING
     verb = "Install" if installing else "Upgrade"
     fenced(rt)
-    await ensure_namespace(rt, key, p.obs.namespace)
+    await ensure_namespace(rt, key, p.obs.namespace,
+                           first=p.obs.release.status is ReleaseStatus.ABSENT)
     # what the run does to the release's records is this pass's to tell, not a new pass's
     rt.running.add((p.namespace, p.release))
     try:
@@ -256,12 +257,15 @@ async def apply_chart_crds(rt: ClusterRuntime, chart: ChartTarget, log: Any) -> 
 
 
 
-async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceState) -> None:
-    """The Tenant's namespace, made or adopted for the run. One not looked up (UNKNOWN: a
-    first install) is created, and judged by its owner only if it already exists."""
+async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceState, *,
+                           first: bool) -> None:
+    """The Tenant's namespace, made or adopted for the run. Not looked up (UNKNOWN), it is
+    created for a `first` install (no release yet), and judged by its owner only if it
+    already exists; otherwise it holds the release labelled as the Tenant's, and is left
+    as it is."""
     labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: f"{key.namespace}.{key.name}"[:63]}
     annotations = {OWNER_ANNOTATION: str(key)}
-    if state in (NamespaceState.ABSENT, NamespaceState.UNKNOWN):
+    if state is NamespaceState.ABSENT or (state is NamespaceState.UNKNOWN and first):
         try:
             await rt.kube.create_namespace(key.name, labels, annotations)
             metrics.API_WRITES.labels(rt.name, "namespace").inc()
