@@ -71,7 +71,8 @@ OUT = Path(os.environ.get("KRYPTON_BENCH_OUT", ROOT / "bench" / "results.json"))
 SIZES = [int(x) for x in os.environ.get("KRYPTON_BENCH_N", "50,200").split(",")]
 CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000").split(",")]
 # measures to run: a (with b and c), d, e, f, g, h, i, j; on request: w (i with helm's own
-# wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput)
+# wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput),
+# u (what one request, one helm process and the process's start cost on their own)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
 OPERATOR_ARGS = os.environ.get("KRYPTON_BENCH_OPERATOR_ARGS", "").split()  # to every operator
 HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
@@ -436,6 +437,78 @@ def restart_settled(bed: Bed, discovery: str, ns: str, total: int) -> dict[str, 
               "api_writes": int(op.metric("krypton_api_writes_total"))}
     op.stop()
     log(f"(b) restart on the settled fleet: {result}")
+    return result
+
+
+def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
+    """(u) The pieces a release is made of, each on its own, in this process with nothing
+    else running: CPU per API request of each kind (krypton's own Kube against the home
+    control plane, three rounds of `n`), per helm process started and heard to its end (as
+    the operator starts them: pipes, exit through a pidfd) and of the operator's imports."""
+    import asyncio
+    import resource
+
+    from krypton.adapters.helm import watch_children_with_pidfds
+    from krypton.adapters.kube import Kube, configuration_from_file, core_path
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    ns = bed.namespace("bench-u", ("home",))
+    event = {"metadata": {"generateName": "t.", "namespace": ns},
+             "involvedObject": {"kind": "Tenant", "name": "t", "namespace": ns, "uid": "u"},
+             "type": "Normal", "reason": "HelmInstalled", "count": 1,
+             "message": "chart sample 0.2.0 installed as tenant-t-home revision 1"}
+    path = f"{core_path('namespaces')}/{ns}"
+    result: dict[str, list[float]] = {}
+
+    async def requests() -> None:
+        kube = Kube(await configuration_from_file(str(bed.home.kubeconfig)), name="home")
+        kinds = {
+            "get": lambda: kube.request("get namespace", "GET", path),
+            "merge_patch": lambda: kube.request(
+                "patch namespace", "PATCH", path, body={"metadata": {"labels": {"a": "b"}}},
+                content_type="application/merge-patch+json"),
+            "event_post": lambda: kube.create_event(ns, event),
+        }
+        for _ in range(200):  # connections made, caches warm
+            await kinds["get"]()
+        for _ in range(3):
+            for kind, call in kinds.items():
+                before = cpu()
+                for _ in range(n):
+                    await call()
+                result.setdefault(f"request_{kind}_ms", []).append(
+                    round(1000 * (cpu() - before) / n, 3))
+        await kube.close()
+
+    async def helm_processes() -> None:
+        watch_children_with_pidfds()
+        for _ in range(2):
+            before = cpu()
+            for _ in range(spawns):
+                proc = await asyncio.create_subprocess_exec(
+                    str(bed.tools / "helm"), "version", "--short",
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE)
+                await proc.communicate(b"{}")
+            result.setdefault("helm_process_ms", []).append(
+                round(1000 * (cpu() - before) / spawns, 3))
+
+    log("(u) one request, one helm process, the imports, each on its own")
+    asyncio.run(requests())
+    asyncio.run(helm_processes())
+    imports = []
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", "import resource, krypton.app.operator; "
+                              "r = resource.getrusage(resource.RUSAGE_SELF); "
+                              "print(r.ru_utime + r.ru_stime)"],
+                             check=True, capture_output=True, text=True)
+        imports.append(round(float(run.stdout), 3))
+    result["operator_imports_cpu_s"] = imports
+    bed.core("home").delete_namespace(ns)
+    log(f"(u) {result}")
     return result
 
 
@@ -853,9 +926,19 @@ def table(results: dict[str, Any]) -> str:
             rows.append((f"(b) no-op resync {n} x 2", f"{r['helm_processes']} helm, "
                          f"{r['api_requests']} API requests, {r['api_writes']} writes, "
                          f"{r['operator_cpu_seconds']} CPU s ({r['reconciles']} passes)"))
+            if "restart_settled" in run:
+                r = run["restart_settled"]
+                rows.append((f"(b) restart on the settled {n} x 2",
+                             f"{r['operator_cpu_seconds']} CPU s until every Tenant's first "
+                             f"pass ({r['seconds']} s)"))
             b = run["version_bump"]
             rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
                          f"({b['releases_per_second']} releases/s; {_cost(b)})"))
+    if "unit_costs" in results:
+        u = results["unit_costs"]
+        rows.append(("(u) CPU each, on its own", "; ".join(
+            f"{k.removesuffix('_ms').removesuffix('_s').replace('_', ' ')} "
+            f"{min(v)}-{max(v)}" for k, v in u.items())))
     for d in results.get("clusters", []):
         rows.append((f"(d) {d['clusters']} clusters", f"peak RSS {d['peak_rss_mib']} MiB, "
                      f"idle CPU {d['idle_cpu_percent']} %, {d['threads']} threads, engaged "
@@ -945,6 +1028,8 @@ def main() -> int:
                                               for c in bed.clusters},
                 "release_index_bytes_per_record": release_index_bytes(),
                 "runs": [cluster_scale(bed, m) for m in CLUSTER_COUNTS]}
+        if "u" in PARTS:
+            results["unit_costs"] = unit_costs(bed)
         if "k" in PARTS:
             results["helm_concurrency"] = [
                 {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm",
