@@ -36,8 +36,8 @@ single decision table, in order:
    repairs and first installs are not held: they restore or create, they move nothing)
 10. namespace unknown -> ObserveNamespace (the caller looks, then plans again); except for
     a first install by the operator (`create_namespace`, the release absent, no shared
-    object in the way): the install creates the namespace and judges it, as below, only
-    if it already exists
+    object in the way, not refused with NamespaceConflict before): the install creates the
+    namespace and judges it, as below, only if it already exists
 11. namespace owned by another Tenant, or existing and not created by krypton (unless
     adoption is allowed) -> Blocked NamespaceConflict (permanent)
 12. Locked           -> Wait (retry later, no writes)
@@ -362,9 +362,11 @@ def _creates(obs: Observation) -> bool:
     """A first install may create the namespace without looking first: the create tells
     whether it exists, and one that does is judged then by the same rules. Where shared
     objects are in the way, the namespace is looked up first, so that a namespace that
-    is not the Tenant's is the reason given."""
+    is not the Tenant's is the reason given; after a NamespaceConflict too, so that a
+    refused Tenant costs its resyncs one read, not a create and a read."""
+    error = obs.tenant.error
     return obs.create_namespace and obs.release.status is ReleaseStatus.ABSENT and \
-        not obs.shared
+        not obs.shared and (error is None or error[0] != "NamespaceConflict")
 
 
 def _namespace_rules(obs: Observation, creates: bool = False) -> Plan | None:

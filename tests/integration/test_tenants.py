@@ -48,6 +48,37 @@ def test_namespace_owned_by_another_tenant(fleet: Fleet) -> None:
     assert fleet.remote.release_records(first, release) == [(1, "deployed")]
 
 
+def test_a_namespace_found_by_the_create_is_refused_and_the_resyncs_stay_quiet(
+        fleet: Fleet) -> None:
+    """Issue 31: a first install creates its namespace without reading it first; one that
+    exists and is not the Tenant's is found by the create and refused (R16), permanently.
+    The resyncs that follow read the namespace once each, as before the change: no create,
+    no write, no helm run."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start("--resync-period", "2s")
+    name = unique("taken")
+    fleet.remote.core.create_namespace({"metadata": {"name": name}})
+    fleet.tenant(fleet.remote, name)
+    c = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                    "NamespaceConflict")
+    assert "not created by krypton" in c["message"]
+
+    def count(metric: str, **labels: str) -> float:
+        return op.metric(metric, cluster="remote", **labels)
+
+    creates, writes = count("krypton_api_requests_total", verb="create"), \
+        count("krypton_api_writes_total")
+    gets, passes = count("krypton_api_requests_total", verb="get"), \
+        count("krypton_reconciles_total")
+    wait_for(lambda: count("krypton_reconciles_total") >= passes + 3, 30,
+             what="three resyncs of the refused Tenant")
+    assert count("krypton_api_requests_total", verb="create") == creates
+    assert count("krypton_api_writes_total") == writes
+    assert count("krypton_api_requests_total", verb="get") > gets  # it does look, each time
+    assert op.metric("krypton_helm_processes_total", operation="install") == 0
+    assert fleet.remote.release_records(name, f"tenant-{name}-remote") == []
+
+
 def test_cluster_ref_to_another_cluster_is_skipped(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
     fleet.register("elsewhere", fleet.home)  # another cluster of the fleet

@@ -239,6 +239,10 @@ CASES = [
     ("operator's first install, shared objects and a foreign namespace", replace(obs(
         OWNED, namespace=NamespaceState.CONFLICT, shared=("CRD x (owned by a/b)",)),
         create_namespace=True), Action.BLOCKED, "NamespaceConflict", True),
+    ("operator's first install refused before: namespace first", replace(obs(
+        replace(OWNED, error=("NamespaceConflict", "namespace 't' is owned by Tenant x/t")),
+        namespace=NamespaceState.UNKNOWN), create_namespace=True), Action.OBSERVE_NAMESPACE,
+     "ObserveNamespace", False),
     ("operator's reinstall of a failed release: namespace first", replace(obs(
         OWNED, release=ReleaseObservation(R.FAILED, 1), namespace=NamespaceState.UNKNOWN),
         create_namespace=True), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
