@@ -168,6 +168,17 @@ class Fleet:
                  what=f"Tenant CRD on {cluster.name}")
         return name
 
+    def refused_tenant(self, cluster: Cluster, prefix: str) -> str:
+        """A Tenant whose namespace exists and was not made by krypton, once refused for
+        it (R16: NamespaceConflict, "not created by krypton")."""
+        name = unique(prefix)
+        cluster.core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
+        self.tenant(cluster, name)
+        c = cluster.wait_condition(self.tenant_ns, name, f"ClusterError/{cluster.name}",
+                                   "True", "NamespaceConflict")
+        assert "not created by krypton" in c["message"]
+        return name
+
 
 @pytest.fixture
 def fleet(home_cluster: Cluster, remote_cluster: Cluster, chart_repo: Any,

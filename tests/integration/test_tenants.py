@@ -56,12 +56,7 @@ def test_a_namespace_found_by_the_create_is_refused_and_the_resyncs_stay_quiet(
     no write, no helm run."""
     fleet.register("remote", fleet.remote)
     op = fleet.start("--resync-period", "2s")
-    name = unique("taken")
-    fleet.remote.core.create_namespace({"metadata": {"name": name}})
-    fleet.tenant(fleet.remote, name)
-    c = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
-                                    "NamespaceConflict")
-    assert "not created by krypton" in c["message"]
+    name = fleet.refused_tenant(fleet.remote, "taken")
 
     def count(metric: str, **labels: str) -> float:
         return op.metric(metric, cluster="remote", **labels)

@@ -482,12 +482,7 @@ def test_reserved_and_foreign_namespaces(fleet: Fleet) -> None:
              what="reserved Tenant deleted")
     assert fleet.home.core.read_namespace(fleet.discovery_ns).status.phase == "Active"
     # an existing namespace krypton did not create is not adopted
-    foreign = unique("foreign")
-    fleet.home.core.create_namespace({"metadata": {"name": foreign}})
-    fleet.tenant(fleet.home, foreign)
-    cond = fleet.home.wait_condition(fleet.tenant_ns, foreign, "ClusterError/home", "True",
-                                     "NamespaceConflict")
-    assert "not created by krypton" in cond["message"]
+    foreign = fleet.refused_tenant(fleet.home, "foreign")
     assert fleet.home.release_records(foreign, f"tenant-{foreign}-home") == []
     ok = fleet.tenant(fleet.home, unique("ok"))
     fleet.home.wait_phase(fleet.tenant_ns, ok, "Ready")

@@ -36,10 +36,9 @@ def _kubectl(fleet: Fleet, *args: str, stdin: str | None = None) -> str:
                           capture_output=True, text=True).stdout
 
 
-def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> None:
-    """Credentials that cannot list Helm's release records: the release cache never syncs.
-    Reconciling anyway would take every release for missing and install or upgrade it; the
-    operator waits instead (and says so in /readyz), and starts once the list succeeds."""
+def _limited(fleet: Fleet, rules: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A ServiceAccount on remote bound to a ClusterRole of `rules`, registered as cluster
+    "remote" with a kubeconfig of its token: the role's name and the ClusterRole."""
     sa, role = f"limited-{uuid.uuid4().hex[:5]}", f"krypton-limited-{uuid.uuid4().hex[:5]}"
     _kubectl(fleet, "create", "serviceaccount", sa, "-n", fleet.tenant_ns)
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -49,7 +48,7 @@ def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> Non
                "subjects": [{"kind": "ServiceAccount", "name": sa,
                              "namespace": fleet.tenant_ns}]}
     cluster_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": role}, "rules": RULES}
+                    "metadata": {"name": role}, "rules": rules}
     _kubectl(fleet, "apply", "-f", "-", stdin=yaml.safe_dump_all([cluster_role, binding]))
     token = _kubectl(fleet, "create", "token", sa, "-n", fleet.tenant_ns,
                      "--duration=1h").strip()
@@ -62,6 +61,14 @@ def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> Non
                   "contexts": [{"name": "limited", "context": {"cluster": "remote",
                                                                "user": sa}}]}
     fleet.register("remote", kubeconfig=yaml.safe_dump(kubeconfig))
+    return role, cluster_role
+
+
+def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> None:
+    """Credentials that cannot list Helm's release records: the release cache never syncs.
+    Reconciling anyway would take every release for missing and install or upgrade it; the
+    operator waits instead (and says so in /readyz), and starts once the list succeeds."""
+    role, cluster_role = _limited(fleet, RULES)
     op = fleet.start("--api-timeout", "2s")
     name = fleet.tenant(fleet.remote, unique("early"))
 
@@ -76,6 +83,32 @@ def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> Non
     cluster_role["rules"] = RULES + [SECRETS]
     _kubectl(fleet, "apply", "-f", "-", stdin=yaml.safe_dump(cluster_role))
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert op.metric("krypton_helm_processes_total", operation="install") == 1
+    _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
+
+
+def test_credentials_that_may_not_create_namespaces_install_into_one_made_for_them(
+        fleet: Fleet) -> None:
+    """Issue 31: a first install creates its namespace without reading it first. Where
+    krypton's credentials may not create namespaces and they are made for it (annotated with
+    their Tenant), the refused create is followed by a read, and the install goes ahead as
+    when the namespace was read first; a Tenant whose namespace was not made says why."""
+    no_create = [{"apiGroups": [""], "resources": ["namespaces"],
+                  "verbs": ["get", "list", "watch", "patch", "update", "delete"]}]
+    rules = [r for r in RULES if "namespaces" not in r["resources"]] + [
+        {"apiGroups": [""], "resources": ["events", "configmaps"], "verbs": ["*"]},
+        *no_create, SECRETS]
+    role, _ = _limited(fleet, rules)
+    op = fleet.start()
+    made, missing = unique("made"), unique("missing")
+    fleet.remote.core.create_namespace({"metadata": {"name": made, "annotations": {
+        "mesh.openkcm.io/owner": f"{fleet.tenant_ns}/{made}"}}})
+    for name in (made, missing):
+        fleet.tenant(fleet.remote, name)
+    fleet.remote.wait_phase(fleet.tenant_ns, made, "Ready")
+    assert fleet.remote.release_records(made, f"tenant-{made}-remote") == [(1, "deployed")]
+    c = fleet.remote.wait_condition(fleet.tenant_ns, missing, "ClusterError/remote", "True")
+    assert "forbidden" in c["message"], c
     assert op.metric("krypton_helm_processes_total", operation="install") == 1
     _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
 

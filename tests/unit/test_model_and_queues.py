@@ -475,6 +475,51 @@ def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
         assert bool(patched) == (outcome == "adopted")
 
 
+@pytest.mark.parametrize(("looked", "exists", "outcome"), [
+    (False, "ns/t1", None),  # made for krypton (its owner annotation): installed into
+    (False, None, "NamespaceConflict"),  # someone else's: refused as any other
+    (False, "gone", "Forbidden"),  # absent, and krypton may not create it: the error stands
+    (True, "ns/t1", "Forbidden"),  # looked up as absent: nothing to judge, not read again
+])
+def test_a_namespace_krypton_may_not_create_is_judged_when_it_exists(
+        looked: bool, exists: str | None, outcome: str | None) -> None:
+    """A first install creates its namespace without reading it (issue 31). Credentials
+    without the right to create namespaces, on a cluster where they are made for krypton,
+    must still install into one that exists and is the Tenant's, as when it was read first."""
+    from types import SimpleNamespace
+
+    import structlog
+
+    from krypton.decisions.errors import Forbidden
+    from krypton.decisions.model import OWNER_ANNOTATION, NamespaceState, TenantKey
+    from krypton.runtime.reconcile.install import ensure_namespace
+    from krypton.runtime.reconcile.model import NamespaceNotOwned
+
+    reads: list[str] = []
+
+    class Kube:
+        async def create_namespace(self, *_: Any) -> None:
+            raise Forbidden("create namespace t1: forbidden: cannot create resource")
+
+        async def get_namespace(self, name: str) -> Any:
+            reads.append(name)
+            if exists == "gone":
+                return None
+            notes = {OWNER_ANNOTATION: exists} if exists else {}
+            return {"metadata": {"name": name, "annotations": notes}}
+
+    rt = SimpleNamespace(kube=Kube(), name="w3", log=structlog.get_logger(),
+                         settings=SimpleNamespace(adopt_namespaces=False))
+    state = NamespaceState.ABSENT if looked else NamespaceState.UNKNOWN
+    run = ensure_namespace(rt, TenantKey("ns", "t1"), state, first=True)  # type: ignore[arg-type]
+    if outcome is None:
+        asyncio.run(run)
+    else:
+        with pytest.raises(Forbidden if outcome == "Forbidden" else NamespaceNotOwned):
+            asyncio.run(run)
+    assert reads == ([] if looked else ["t1"])
+
+
 def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
     """Issue 31: the watch events of the operator's own Tenant writes start no pass; an
     event at any other resourceVersion (someone else's write) does, and so does one that

@@ -22,6 +22,7 @@ from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     AlreadyExists,
     FieldConflict,
+    Forbidden,
     HelmFailed,
     KryptonError,
     ReleaseLocked,
@@ -271,9 +272,14 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
             metrics.API_WRITES.labels(rt.name, "namespace").inc()
             rt.log.info("workspace namespace created", tenant=str(key), namespace=key.name)
             return
-        except AlreadyExists:
-            # made since it was looked at: by another pass of this Tenant (a second name of
-            # the same cluster), by another Tenant, or by someone else; judged like any other
+        except (AlreadyExists, Forbidden) as exc:
+            # It exists: made since it was looked at (by another pass of this Tenant, a
+            # second name of the same cluster; by another Tenant; by someone else), or never
+            # looked at. Or, not looked at, krypton may not create namespaces on this cluster
+            # (credentials without that right, where namespaces are made for it): one that
+            # exists is judged like any other, and an absent one stays refused.
+            if isinstance(exc, Forbidden) and state is not NamespaceState.UNKNOWN:
+                raise
             state, owner = namespace_state(await rt.kube.get_namespace(key.name), key)
             if state is NamespaceState.OWNED:
                 return
@@ -281,6 +287,8 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
                 raise NamespaceNotOwned(
                     f"namespace {key.name!r} is owned by Tenant {owner}") from None
             if state is NamespaceState.ABSENT:
+                if isinstance(exc, Forbidden):
+                    raise
                 raise TemporaryError(f"namespace {key.name!r} went again while it was being "
                                      "created; trying again") from None
     if state is NamespaceState.UNMANAGED:
