@@ -170,11 +170,16 @@ def gpg_keyring(directory: Path, name: str = "krypton charts") -> tuple[Path, Pa
     home.mkdir(mode=0o700, exist_ok=True)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback",
            "--passphrase", ""]
-    subprocess.run([*gpg, "--quick-generate-key", name, "rsa2048", "sign", "never"],
-                   check=True, capture_output=True, timeout=120)
     secret, public = directory / "secring.gpg", directory / "pubring.gpg"
-    secret.write_bytes(subprocess.run([*gpg, "--export-secret-keys", name], check=True,
-                                      capture_output=True).stdout)
-    public.write_bytes(subprocess.run([*gpg, "--export", name], check=True,
-                                      capture_output=True).stdout)
+    try:
+        subprocess.run([*gpg, "--quick-generate-key", name, "rsa2048", "sign", "never"],
+                       check=True, capture_output=True, timeout=120)
+        secret.write_bytes(subprocess.run([*gpg, "--export-secret-keys", name], check=True,
+                                          capture_output=True).stdout)
+        public.write_bytes(subprocess.run([*gpg, "--export", name], check=True,
+                                          capture_output=True).stdout)
+    finally:
+        # gpg started an agent for this home that outlives it: stopped here, not left behind
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+                       check=False, capture_output=True, timeout=30)
     return secret, public
