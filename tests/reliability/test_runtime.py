@@ -7,6 +7,7 @@ import base64
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,11 @@ def test_credentials_that_may_not_create_namespaces_install_into_one_made_for_th
     assert fleet.remote.release_records(made, f"tenant-{made}-remote") == [(1, "deployed")]
     c = fleet.remote.wait_condition(fleet.tenant_ns, missing, "ClusterError/remote", "True")
     assert "forbidden" in c["message"], c
+    # retried on the work queue's growing schedule (1, 2, 4, 8 s ...), not in a loop: over
+    # 16 s at most 5 passes of the refused Tenant (the other one, Ready, has none), no helm
+    passes = op.metric("krypton_reconciles_total", cluster="remote")
+    time.sleep(16)  # a window to count retries in, not a synchronisation
+    assert op.metric("krypton_reconciles_total", cluster="remote") - passes <= 5
     assert op.metric("krypton_helm_processes_total", operation="install") == 1
     _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
 
