@@ -30,12 +30,9 @@ from urllib.parse import quote, urlencode
 import aiohttp
 import structlog
 import yaml
-from kubernetes.aio import client as k8s
-from kubernetes.aio import config as k8s_config
-from kubernetes.aio.config.kube_config import KubeConfigLoader
 
 from krypton import __version__
-from krypton.adapters import metrics, tlsconn
+from krypton.adapters import metrics, packages, tlsconn
 from krypton.decisions import retry
 from krypton.decisions.errors import (
     AlreadyExists,
@@ -53,6 +50,12 @@ from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
 tlsconn.install()  # less memory per TLS connection (see tlsconn)
+
+
+packages.without_init("kubernetes", "kubernetes.aio")  # the asyncio client's modules only
+from kubernetes.aio import client as k8s  # noqa: E402
+from kubernetes.aio import config as k8s_config  # noqa: E402
+from kubernetes.aio.config.kube_config import KubeConfigLoader  # noqa: E402
 
 Obj = dict[str, Any]
 EventHandler = Callable[[str, Obj], None]
