@@ -63,6 +63,7 @@ from .operator import (
     descendants,
     kubeconfig_secret,
     logged_at,
+    not_in_image,
     wait_for,
 )
 
@@ -137,6 +138,7 @@ class TreeMemory:
         self.pid, self.interval = pid, interval
         self.rss = self.pss = 0.0
         self.helm_at_peak = 0
+        self.operator = 0.0  # the operator's own PSS at the tree's peak (MiB)
         self.helm_private = 0.0  # the most any one helm process kept private (MiB)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -146,7 +148,8 @@ class TreeMemory:
         while not self._stop.wait(self.interval):
             tree = [self.pid, *descendants(self.pid)]
             rss = sum(_status_field(p, "VmRSS") for p in tree)
-            pss = sum(_pss_kib(p) for p in tree)
+            own = _pss_kib(self.pid)
+            pss = own + sum(_pss_kib(p) for p in tree[1:])
             helms = [p for p in tree[1:] if Path((cmdline(p) or ["x"])[0]).name == "helm"]
             for p in helms:
                 private = _rollup_kib(p, "Private_Clean") + _rollup_kib(p, "Private_Dirty")
@@ -154,12 +157,14 @@ class TreeMemory:
             if pss / 1024 > self.pss:
                 self.pss, self.rss = pss / 1024, rss / 1024
                 self.helm_at_peak = len(helms)
+                self.operator = own / 1024
 
     def peak(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join()
         return {"peak_tree_pss_mib": round(self.pss, 1), "peak_tree_rss_mib": round(self.rss, 1),
                 "helm_processes_at_peak": self.helm_at_peak,
+                "operator_pss_mib_at_peak": round(self.operator, 1),
                 "helm_private_mib_max": round(self.helm_private, 1)}
 
 
@@ -277,7 +282,7 @@ class Bed:
             "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
             "--chart-repo", self.repo.url,
             "--chart-name", chart, "--chart-version", version, "--log-level", "info",
-            *extra, *OPERATOR_ARGS], helm_dir=self.tools)
+            *extra, *OPERATOR_ARGS], helm_dir=self.tools, image_imports=True)
         return op.start()
 
     def stop(self) -> None:
@@ -499,17 +504,23 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     log("(u) one request, one helm process, the imports, each on its own")
     asyncio.run(requests())
     asyncio.run(helm_processes())
-    imports = []
-    for _ in range(3):
-        run = subprocess.run([sys.executable, "-c", "import resource, krypton.app.operator; "
-                              "r = resource.getrusage(resource.RUSAGE_SELF); "
-                              "print(r.ru_utime + r.ru_stime)"],
+    for _ in range(3):  # what `krypton run` imports, of the packages the image has
+        run = subprocess.run([sys.executable, "-c", IMPORTS, ",".join(not_in_image())],
                              check=True, capture_output=True, text=True)
-        imports.append(round(float(run.stdout), 3))
-    result["operator_imports_cpu_s"] = imports
+        cpu_s, pss, modules = run.stdout.split()
+        result.setdefault("operator_imports_cpu_s", []).append(round(float(cpu_s), 3))
+        result.setdefault("operator_imports_pss_mib", []).append(round(int(pss) / 1024, 1))
+        result.setdefault("operator_imports_modules", []).append(int(modules))
     bed.core("home").delete_namespace(ns)
     log(f"(u) {result}")
     return result
+
+
+IMPORTS = ("import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
+           "import resource, krypton.cli.main, krypton.app.operator;"
+           "r = resource.getrusage(resource.RUSAGE_SELF);"
+           "pss = next(ln.split()[1] for ln in open('/proc/self/smaps_rollup') if ln[:4] == 'Pss:');"
+           "print(r.ru_utime + r.ru_stime, pss, len(sys.modules))")
 
 
 def cluster_scale(bed: Bed, m: int) -> dict[str, Any]:
@@ -936,7 +947,7 @@ def table(results: dict[str, Any]) -> str:
                          f"({b['releases_per_second']} releases/s; {_cost(b)})"))
     if "unit_costs" in results:
         u = results["unit_costs"]
-        rows.append(("(u) CPU each, on its own", "; ".join(
+        rows.append(("(u) each on its own", "; ".join(
             f"{k.removesuffix('_ms').removesuffix('_s').replace('_', ' ')} "
             f"{min(v)}-{max(v)}" for k, v in u.items())))
     for d in results.get("clusters", []):
@@ -1006,7 +1017,8 @@ def _cost(run: dict[str, Any]) -> str:
     return (f"{run['cpu_ms_per_release']} CPU ms/release (operator "
             f"{run['operator_cpu_ms_per_release']}, helm {run['helm_cpu_ms_per_release']}); "
             f"peak tree PSS {run['peak_tree_pss_mib']} MiB, RSS sum {run['peak_tree_rss_mib']} "
-            f"MiB with {run['helm_processes_at_peak']} helm")
+            f"MiB with {run['helm_processes_at_peak']} helm, operator "
+            f"{run.get('operator_pss_mib_at_peak', '?')} MiB of it")
 
 
 def main() -> int:

@@ -9,8 +9,10 @@ file, captures its log, scrapes its Prometheus metrics and stops it like ``make 
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,12 +100,42 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
+IMAGE_LOCK = Path(__file__).resolve().parents[2] / "image" / "requirements.lock"
+
+# `python -m krypton`, with the modules named in its first argument made unimportable
+WITHOUT = ("import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
+           "from krypton.cli.main import main; sys.exit(main())")
+
+
+def not_in_image() -> list[str]:
+    """The top-level modules of the packages installed here that the operator's image does
+    not have (its ``image/requirements.lock``): the development tools, and what they bring
+    (rich, Pygments, colorama, bcrypt), which some libraries use when they find them. Empty
+    when the lock is not at hand."""
+    try:
+        lock = IMAGE_LOCK.read_text()
+    except OSError:
+        return []
+    pinned = {canonical(line.split("==", 1)[0]) for line in lock.splitlines()
+              if "==" in line and not line.lstrip().startswith("#")} | {"krypton"}
+    return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
+                  if not module.startswith("_") and module.isidentifier()
+                  and not any(canonical(d) in pinned for d in dists))
+
+
+def canonical(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower().strip()
+
+
 class OperatorProcess:
-    """``python -m krypton run`` in the background."""
+    """``python -m krypton run`` in the background. With `image_imports`, the packages of
+    this environment that the image does not have cannot be imported by it (see
+    :func:`not_in_image`): what the benchmarks measure is what the image would run."""
 
     def __init__(self, args: Sequence[str], *, helm_dir: str | Path,
                  env: dict[str, str] | None = None, log_path: Path | None = None,
-                 pid_file: Path | None = None) -> None:
+                 pid_file: Path | None = None, image_imports: bool = False) -> None:
+        self.image_imports = image_imports
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.args = [
@@ -124,8 +156,11 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         with self.log_path.open("ab") as out:
+            command = [sys.executable, "-m", "krypton"]
+            if self.image_imports:
+                command = [sys.executable, "-c", WITHOUT, ",".join(not_in_image())]
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "krypton", "run", *self.args], env=self.env,
+                [*command, "run", *self.args], env=self.env,
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self.pid_file.write_text(str(self.popen.pid))
