@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from krypton.decisions import retry
 from krypton.testing import ControlPlane
 from krypton.testing.operator import cmdline, descendants, wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
@@ -110,11 +111,13 @@ def test_credentials_that_may_not_create_namespaces_install_into_one_made_for_th
     assert fleet.remote.release_records(made, f"tenant-{made}-remote") == [(1, "deployed")]
     c = fleet.remote.wait_condition(fleet.tenant_ns, missing, "ClusterError/remote", "True")
     assert "forbidden" in c["message"], c
-    # retried on the work queue's growing schedule (1, 2, 4, 8 s ...), not in a loop: over
-    # 16 s at most 5 passes of the refused Tenant (the other one, Ready, has none), no helm
-    passes = op.metric("krypton_reconciles_total", cluster="remote")
-    time.sleep(16)  # a window to count retries in, not a synchronisation
-    assert op.metric("krypton_reconciles_total", cluster="remote") - passes <= 5
+    # retried on the work queue's growing schedule (R3), not in a loop: the refused Tenant
+    # (the other one, Ready, has no passes) has failed at least once, so of its next three
+    # passes the last two each wait at least the policy's second and third delays; no helm
+    passes, start = op.metric("krypton_reconciles_total", cluster="remote"), time.monotonic()
+    wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") >= passes + 3,
+             60, what="three more passes of the refused Tenant")
+    assert time.monotonic() - start >= retry.RECONCILE.delay(2) + retry.RECONCILE.delay(3)
     assert op.metric("krypton_helm_processes_total", operation="install") == 1
     _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
 
