@@ -61,9 +61,9 @@ from .operator import (
     cluster_holders,
     cmdline,
     descendants,
+    image_python,
     kubeconfig_secret,
     logged_at,
-    not_in_image,
     wait_for,
 )
 
@@ -527,7 +527,7 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     asyncio.run(requests())
     asyncio.run(helm_processes())
     for _ in range(3):  # what `krypton run` imports, of the packages the image has
-        run = subprocess.run([sys.executable, "-c", IMPORTS, ",".join(not_in_image())],
+        run = subprocess.run(image_python(IMPORTS),
                              check=True, capture_output=True, text=True)
         cpu_s, pss, modules = run.stdout.split()
         result.setdefault("operator_imports_cpu_s", []).append(round(float(cpu_s), 3))
@@ -538,8 +538,7 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     return result
 
 
-IMPORTS = ("import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
-           "import resource, krypton.cli.main, krypton.app.operator;"
+IMPORTS = ("import resource, krypton.cli.main, krypton.app.operator;"
            "r = resource.getrusage(resource.RUSAGE_SELF);"
            "pss = next(ln.split()[1] for ln in open('/proc/self/smaps_rollup') if ln[:4] == 'Pss:');"
            "print(r.ru_utime + r.ru_stime, pss, len(sys.modules))")

@@ -9,6 +9,7 @@ file, captures its log, scrapes its Prometheus metrics and stops it like ``make 
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.metadata
 import json
 import os
@@ -102,11 +103,14 @@ def cmdline(pid: int) -> list[str]:
 
 IMAGE_LOCK = Path(__file__).resolve().parents[2] / "image" / "requirements.lock"
 
-# `python -m krypton`, with the modules named in its first argument made unimportable
-WITHOUT = ("import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
-           "from krypton.cli.main import main; sys.exit(main())")
+def image_python(program: str) -> list[str]:
+    """``python -c program`` for which the packages of this environment that the image does
+    not have cannot be imported (:func:`not_in_image`)."""
+    block = "import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
+    return [sys.executable, "-c", block + program, ",".join(not_in_image())]
 
 
+@functools.cache
 def not_in_image() -> list[str]:
     """The top-level modules of the packages installed here that the operator's image does
     not have (its ``image/requirements.lock``): the development tools, and what they bring
@@ -158,7 +162,7 @@ class OperatorProcess:
         with self.log_path.open("ab") as out:
             command = [sys.executable, "-m", "krypton"]
             if self.image_imports:
-                command = [sys.executable, "-c", WITHOUT, ",".join(not_in_image())]
+                command = image_python("from krypton.cli.main import main; sys.exit(main())")
             self.popen = subprocess.Popen(
                 [*command, "run", *self.args], env=self.env,
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
