@@ -9,6 +9,7 @@ file, captures its log, scrapes its Prometheus metrics and stops it like ``make 
 from __future__ import annotations
 
 import base64
+import compileall
 import functools
 import importlib.metadata
 import json
@@ -101,13 +102,28 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-IMAGE_LOCK = Path(__file__).resolve().parents[2] / "image" / "requirements.lock"
+PACKAGE = Path(__file__).resolve().parents[1]
+IMAGE_LOCK = PACKAGE.parent / "image" / "requirements.lock"
+
 
 def image_python(program: str) -> list[str]:
     """``python -c program`` for which the packages of this environment that the image does
-    not have cannot be imported (:func:`not_in_image`)."""
+    not have cannot be imported (:func:`not_in_image`), with krypton's modules compiled as
+    the image has them (:func:`compile_like_image`)."""
+    compile_like_image()
     block = "import sys; sys.modules.update(dict.fromkeys(sys.argv.pop(1).split(',')));"
     return [sys.executable, "-c", block + program, ",".join(not_in_image())]
+
+
+@functools.cache
+def compile_like_image(package: Path = PACKAGE) -> None:
+    """Writes the bytecode of `package`'s modules (krypton's), as the image's build does. A
+    process started from the work tree where the environment says not to write bytecode
+    (``PYTHONDONTWRITEBYTECODE``, as on the development machine) would otherwise compile
+    every one of them at each start: about 0.08 s of CPU and 1.5 MiB that the image's
+    operator never spends. Stale or missing files only; the dependencies' bytecode was
+    written when they were installed."""
+    compileall.compile_dir(str(package), quiet=1)
 
 
 @functools.cache
