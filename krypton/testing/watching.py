@@ -13,6 +13,13 @@ from collections.abc import Callable, Mapping
 from .operator import wait_for
 
 HEADER = "krypton status --watch"
+# `python -m krypton`, taking Ctrl-C as a terminal delivers it: a process started with SIGINT
+# ignored (a background job of a shell without job control, as some CI runners start the
+# suite) passes that on to its children, and Python then leaves it ignored, so that Ctrl-C
+# would never reach the command.
+KRYPTON_TAKING_CTRL_C = ("import runpy, signal; "
+                         "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                         "runpy.run_module('krypton', run_name='__main__', alter_sys=True)")
 
 
 class Watching:
@@ -20,9 +27,10 @@ class Watching:
     starting with its header line, when it differs from the one before."""
 
     def __init__(self, *args: str, env: Mapping[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "krypton", "status", "--watch",
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, env=dict(env))
+        self.proc = subprocess.Popen([sys.executable, "-c", KRYPTON_TAKING_CTRL_C, "status",
+                                      "--watch", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                     env=dict(env))
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -44,10 +52,16 @@ class Watching:
         return wait_for(matching, timeout, what=what)
 
     def stop(self) -> int:
-        """Ctrl-C; the exit status."""
+        """Ctrl-C; the exit status. A command still running 30 s later is killed, and that
+        is an error."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(timeout=30)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
         self._reader.join(timeout=5)
         return code
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -153,7 +154,13 @@ def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
     fleet.start()
     first = fleet.tenant(fleet.remote, unique("first"))
     fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
-    watching = Watching("--wide", *run_flags(fleet), env=cli_env(fleet))
+    # started as some CI runners start the suite, with SIGINT ignored (children inherit
+    # that): Ctrl-C at the end must still stop it
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        watching = Watching("--wide", *run_flags(fleet), env=cli_env(fleet))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         # each wait is shorter than the 30 s refresh of --watch: a frame in time was caused
         # by a watch event
