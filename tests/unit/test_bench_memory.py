@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +32,8 @@ def parent() -> Iterator[tuple[int, int, int]]:
     same, other = (int(p) for p in proc.stdout.readline().split())
     yield proc.pid, same, other
     for pid in (same, other):
-        subprocess.run(["kill", str(pid)], check=False)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     proc.kill()
     proc.wait()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_the_operator_loads_only_the_modules_it_uses() -> None:
 
 
 @pytest.fixture
-def library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A package `lib` whose own __init__ (and its subpackage's) fail when run."""
     sub = tmp_path / "lib" / "sub"
     sub.mkdir(parents=True)
