@@ -60,8 +60,9 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
     if settings.watch_kubeconfig_secret:
         local_cfg = configuration_in_cluster()
         if local_cfg is None:
-            local_cfg = await configuration_from_file(user_kubeconfig_path(),
-                                                what="kubeconfig (to read the watch Secret)")
+            local_cfg = await configuration_from_file(
+                user_kubeconfig_path(), what="kubeconfig (to read the watch Secret)",
+                workdir=workdir / "local")
         local = Kube(local_cfg, name="local", timeout=timeout)
         namespace = settings.watch_kubeconfig_secret_namespace or settings.namespace
         ref = f"{namespace}/{settings.watch_kubeconfig_secret}"
@@ -89,7 +90,8 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
     if settings.watch_kubeconfig:
         return Kube(await configuration_from_file(settings.watch_kubeconfig,
                                                   settings.watch_context,
-                                                  what="invalid --watch-kubeconfig:"),
+                                                  what="invalid --watch-kubeconfig:",
+                                                  workdir=workdir / "watch"),
                     name="home", timeout=timeout)
     in_cluster = configuration_in_cluster()
     if in_cluster is not None:
@@ -98,5 +100,6 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
     if not os.path.isfile(path):
         raise SettingsError(f"no watch cluster: not in a pod and no kubeconfig at {path} "
                             "(set --watch-kubeconfig or $KUBECONFIG)")
-    return Kube(await configuration_from_file(path, settings.watch_context), name="home",
-                timeout=timeout)
+    return Kube(await configuration_from_file(path, settings.watch_context,
+                                              workdir=workdir / "watch"),
+                name="home", timeout=timeout)

@@ -12,22 +12,26 @@ import pytest
 
 from krypton.adapters import packages
 
-# What `python -m krypton run` imports, and one cluster's client built and opened
+# What `python -m krypton run` imports, and the watch cluster's client built and opened from
+# a kubeconfig file (argv[1]) as the operator builds it; then one file with a token file
+# (argv[2]), which only the client library's loader reads. Prints the modules loaded at each
+# of the two points, and the Authorization header each configuration sends.
 OPERATOR = """
-import asyncio, json, sys
+import asyncio, json, sys, tempfile
+from pathlib import Path
 import krypton.cli.main, krypton.app.operator
 from krypton.adapters import kube
-config = {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c",
-          "user": "u"}}], "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-          "users": [{"name": "u", "user": {"token": "t"}}]}
 async def main():
-    cfg = kube.k8s.Configuration()
-    await kube.KubeConfigLoader(config_dict=config).load_and_set(cfg)
-    client = kube.Kube(cfg, name="c")
-    client._session()
-    await client.close()
+    seen = []
+    for path in sys.argv[1:]:
+        cfg = await kube.configuration_from_file(path, workdir=Path(tempfile.mkdtemp()))
+        client = kube.Kube(cfg, name="c")
+        client._session()
+        await client.close()
+        seen.append({"modules": sorted(sys.modules),
+                     "authorization": (await cfg.auth_settings())["BearerToken"]["value"]})
+    print(json.dumps(seen))
 asyncio.run(main())
-print(json.dumps(sorted(sys.modules)))
 """
 
 # Modules krypton does not use, and their libraries, that the packages' __init__ load
@@ -35,17 +39,39 @@ UNUSED = ("kubernetes.client", "kubernetes.config", "kubernetes.watch", "kuberne
           "kubernetes.informer", "kubernetes.aio.watch", "kubernetes.aio.stream",
           "kubernetes.aio.dynamic", "requests", "oauthlib", "websocket", "urllib3",
           "pyhelm3.client", "pyhelm3.models")
+# What only the client library's kubeconfig loader needs: the generated API client and the
+# libraries of its models (a pod's service account and a self-contained file need none)
+LOADER = ("kubernetes.aio.config.kube_config", "kubernetes.aio.client.api_client", "pydantic",
+          "dateutil")
 
 
-def test_the_operator_loads_only_the_modules_it_uses() -> None:
-    run = subprocess.run([sys.executable, "-c", OPERATOR], capture_output=True, text=True,
-                         timeout=120, check=True)
-    loaded = set(json.loads(run.stdout))
-    assert {"kubernetes.aio.client.configuration", "kubernetes.aio.config.kube_config",
-            "pyhelm3.command", "pyhelm3.errors"} <= loaded
-    unused = sorted(m for m in loaded if m.split(".")[0] in UNUSED
-                    or any(m == u or m.startswith(u + ".") for u in UNUSED))
-    assert unused == []
+def kubeconfig(path: Path, user: dict[str, str]) -> str:
+    path.write_text(json.dumps({
+        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": user}]}))
+    return str(path)
+
+
+def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_the_operator_loads_only_the_modules_it_uses(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file")
+    plain = kubeconfig(tmp_path / "plain", {"token": "inline"})
+    with_file = kubeconfig(tmp_path / "with-file", {"tokenFile": str(tmp_path / "token")})
+    run = subprocess.run([sys.executable, "-c", OPERATOR, plain, with_file],
+                         capture_output=True, text=True, timeout=120, check=True)
+    first, second = json.loads(run.stdout)
+    assert {"kubernetes.aio.client.configuration", "kubernetes.aio.config.incluster_config",
+            "pyhelm3.command", "pyhelm3.errors"} <= set(first["modules"])
+    assert loaded(first["modules"], UNUSED) == []
+    assert loaded(first["modules"], LOADER) == []
+    assert first["authorization"] == "Bearer inline"
+    # a file reference is the library's to read, and its loader is imported for it
+    assert "kubernetes.aio.config.kube_config" in second["modules"]
+    assert second["authorization"] == "Bearer from-file"
 
 
 @pytest.fixture
