@@ -74,6 +74,14 @@ class BlackHole:
         self.sock.close()
 
 
+# Start failures of a moment, after which a process is started again: the port was taken
+# between choosing and binding it (another process of the machine was quicker), or a Go
+# program lost a race of its own start (kwok v0.8.0's stage controllers register their CEL
+# types from several goroutines at once, seen once in a clean `make test`: "fatal error:
+# concurrent map writes" in easycel's getTrait, before it listened).
+RETRIED_STARTS = ("address already in use", "fatal error: concurrent map")
+
+
 class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or to become ready."""
 
@@ -107,6 +115,21 @@ class _Process:
     def tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    def said_since(self, offset: int) -> str:
+        """What the process wrote to its log after `offset` bytes."""
+        try:
+            with self.log.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -376,11 +399,12 @@ class ControlPlane:
 
     def _start_listening(self, name: str, argv: Any, log: Path) -> _Process:
         """Start `name` with `argv(port)` on a free port and wait until it listens there. A
-        port taken between choosing and binding it ("address already in use": another
-        process of the machine was quicker) is chosen again, up to five times."""
+        start that failed for a reason of the moment (:data:`RETRIED_STARTS`) is tried again
+        on a new port, up to five times; any other failure is an error at once."""
         for _ in range(5):
             port = free_port()
             proc = _Process(name, argv(port), log)
+            offset = proc.log_size()
             proc.start()
             deadline = time.monotonic() + self.startup_timeout
             while proc.alive() and time.monotonic() < deadline:
@@ -390,9 +414,10 @@ class ControlPlane:
                 except OSError:
                     time.sleep(0.2)
             proc.stop()
-            if "address already in use" not in proc.tail(5):
+            if not any(cause in proc.said_since(offset) for cause in RETRIED_STARTS):
                 raise ControlPlaneError(f"{name} of {self.name} did not start:\n{proc.tail()}")
-        raise ControlPlaneError(f"{name} of {self.name}: no free port found")
+        raise ControlPlaneError(f"{name} of {self.name} did not start in five tries:\n"
+                                f"{proc.tail()}")
 
     def _start_controller_manager(self) -> None:
         w = self.workdir
