@@ -30,7 +30,10 @@ time.sleep(600)
 def start(tmp_path: Path, failing: str, message: str) -> tuple[ControlPlane, int]:
     cp = ControlPlane("t", tmp_path, workdir=tmp_path / "w", startup_timeout=20)
     count = tmp_path / "starts"
-    argv = lambda port: [sys.executable, "-c", FAKE, str(port), str(count), failing, message]  # noqa: E731
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-c", FAKE, str(port), str(count), failing, message]
+
     proc = cp._start_listening("fake", argv, tmp_path / "fake.log")
     try:
         assert proc.alive()
