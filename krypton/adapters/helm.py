@@ -177,9 +177,11 @@ class _Command(Command):
         raise error(proc.returncode, stdout, stderr)
 
 
-def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
     """The environment helm runs in: the operator's, with ``GOMAXPROCS=1`` unless the
-    operator's own environment sets it (then that value passes through).
+    operator's own environment sets it (then that value passes through). None where the
+    operator's environment already names it, as ``krypton run`` makes it do at its start:
+    helm then inherits that environment as it is, not a copy built for every run.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
@@ -187,9 +189,9 @@ def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
     at the same peak memory and in the same time (docs, Benchmarks, "The operator's own
     cost"); several helm processes still run side by side (``--max-concurrent-helm``)."""
-    env = dict(environ)
-    env.setdefault("GOMAXPROCS", "1")
-    return env
+    if "GOMAXPROCS" in environ:
+        return None
+    return {**environ, "GOMAXPROCS": "1"}
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import aiohttp
 import structlog
 import yaml
 
@@ -51,7 +50,8 @@ from krypton.decisions.errors import (
 from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
 tlsconn.install()  # less memory per TLS connection (see tlsconn)
-
+packages.import_without_ca_file("aiohttp")  # its default TLS contexts, unused (see packages)
+import aiohttp  # noqa: E402
 
 # The asyncio client's modules only, and of its configuration loaders the in-cluster one:
 # the kubeconfig loader needs the generated API client, which brings pydantic and dateutil

@@ -186,6 +186,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
     os.environ["HELM_DRIVER"] = settings.helm_driver  # inherited by every helm process
+    os.environ.setdefault("GOMAXPROCS", "1")  # the same (see adapters.helm.helm_environment)
     return asyncio.run(Operator(settings).run())
 
 

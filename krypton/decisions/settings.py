@@ -8,6 +8,7 @@ turns into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -353,10 +354,11 @@ class Settings:
         """The namespace of the release of the Tenant named `tenant`."""
         return self.shared_release_namespace or tenant
 
-    @property
+    @functools.cached_property
     def reserved_namespaces(self) -> frozenset[str]:
         """The operator's own namespaces (discovery, Lease, watch Secret, its pod's): a
-        Tenant of the same name would let krypton install into or delete them (SPEC R16)."""
+        Tenant of the same name would let krypton install into or delete them (SPEC R16).
+        Worked out once: every pass asks."""
         names = {self.namespace, self.leader_election_namespace,
                  self.watch_kubeconfig_secret_namespace, os.environ.get("POD_NAMESPACE", "")}
         return frozenset(n for n in names if n)
