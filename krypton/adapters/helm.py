@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -177,11 +177,15 @@ class _Command(Command):
         raise error(proc.returncode, stdout, stderr)
 
 
+GO_PROCESSORS = ("GOMAXPROCS", "1")  # helm's, unless the operator's environment names its own
+
+
 def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
     """The environment helm runs in: the operator's, with ``GOMAXPROCS=1`` unless the
     operator's own environment sets it (then that value passes through). None where the
-    operator's environment already names it, as ``krypton run`` makes it do at its start:
-    helm then inherits that environment as it is, not a copy built for every run.
+    operator's environment already names it, as :func:`inherit_go_processors` makes it do
+    at the start of ``krypton run``: helm then inherits that environment as it is, not a
+    copy built for every run.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
@@ -189,9 +193,16 @@ def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] 
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
     at the same peak memory and in the same time (docs, Benchmarks, "The operator's own
     cost"); several helm processes still run side by side (``--max-concurrent-helm``)."""
-    if "GOMAXPROCS" in environ:
+    name, value = GO_PROCESSORS
+    if name in environ:
         return None
-    return {**environ, "GOMAXPROCS": "1"}
+    return {**environ, name: value}
+
+
+def inherit_go_processors(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Puts helm's ``GOMAXPROCS`` into the operator's own environment unless it names one,
+    so that every helm process inherits it (:func:`helm_environment`)."""
+    environ.setdefault(*GO_PROCESSORS)
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters.helm import Helm
+from krypton.adapters.helm import Helm, helm_environment, inherit_go_processors
 
 # A stand-in for helm that prints what its environment says
 FAKE_HELM = "#!/bin/sh\nprintf '%s|%s' \"${GOMAXPROCS-unset}\" \"${KRYPTON_PROBE-unset}\"\n"
@@ -38,3 +38,13 @@ def test_the_operators_own_gomaxprocs_passes_through(fake_helm: str,
     monkeypatch.setenv("GOMAXPROCS", "3")
     monkeypatch.delenv("KRYPTON_PROBE", raising=False)
     assert seen_by_helm(fake_helm) == "3|unset"
+
+
+def test_the_operators_start_leaves_helm_nothing_to_copy() -> None:
+    unset: dict[str, str] = {"KRYPTON_PROBE": "kept"}
+    inherit_go_processors(unset)
+    assert unset == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1"}
+    assert helm_environment(unset) is None
+    own = {"GOMAXPROCS": "3"}
+    inherit_go_processors(own)
+    assert own == {"GOMAXPROCS": "3"}
