@@ -316,8 +316,14 @@ class Kube:
             timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
+        """The connection pool, made on first use (in the event loop). It keeps no cookies,
+        as client-go keeps none: a server of a cluster krypton does not control could
+        otherwise grow the jar with every answer and see every cookie back, and each
+        request would pay for looking the jar through."""
         rest = self.rest
         if rest.pool_manager is None:
+            self.config.client_session_kwargs = {**(self.config.client_session_kwargs or {}),
+                                                 "cookie_jar": aiohttp.DummyCookieJar()}
             rest.pool_manager = rest._create_pool_manager()
         return rest.pool_manager  # type: ignore[no-any-return]
 
