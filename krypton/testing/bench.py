@@ -76,6 +76,10 @@ CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000
 # u (what one request, one helm process and the process's start cost on their own)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
 OPERATOR_ARGS = os.environ.get("KRYPTON_BENCH_OPERATOR_ARGS", "").split()  # to every operator
+# NAME=VALUE pairs for every operator's environment only (helm inherits it; the control
+# planes do not), e.g. Go's memory settings for helm: "GOMEMLIMIT=16MiB"
+OPERATOR_ENV: dict[str, str] = dict(
+    pair.partition("=")[::2] for pair in os.environ.get("KRYPTON_BENCH_OPERATOR_ENV", "").split())
 HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
 CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
@@ -304,7 +308,7 @@ class Bed:
             "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
             "--chart-repo", self.repo.url,
             "--chart-name", chart, "--chart-version", version, "--log-level", "info",
-            *extra, *OPERATOR_ARGS], helm_dir=self.tools, image_imports=True)
+            *extra, *OPERATOR_ARGS], helm_dir=self.tools, env=OPERATOR_ENV, image_imports=True)
         return op.start()
 
     def stop(self) -> None:
@@ -1048,7 +1052,9 @@ def main() -> int:
                                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
                                "settings": {"max_concurrent_helm":
                                             Settings().max_concurrent_helm,
-                                            "max_concurrent_reconciles": 4, "helm_wait": False}}
+                                            "max_concurrent_reconciles": 4, "helm_wait": False,
+                                            "operator_args": OPERATOR_ARGS,
+                                            "operator_env": OPERATOR_ENV}}
     try:
         # (d) first, while the control planes hold no Helm release records: idle clusters
         if "d" in PARTS:
