@@ -2,20 +2,22 @@
 
 Chart directories are packaged with ``helm package`` (optionally under several versions),
 indexed with ``helm repo index`` and served over HTTP by a small threaded server. Stopping
-and starting the server again on the same port simulates a repository outage.
+and starting the server again on the same port simulates a repository outage. The port is
+the repository's from its making to its closing: while it does not serve, a socket bound to
+it (not listening) keeps any other server from taking it, so a client is refused there, not
+answered by someone else, and the repository can always start again.
 """
 
 from __future__ import annotations
 
 import functools
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-
-from .controlplane import free_port
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -29,6 +31,23 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    # SO_REUSEPORT: bound beside the repository's reservation of its port
+    allow_reuse_address = True
+    allow_reuse_port = True
+    daemon_threads = True
+
+
+def _reserve_port() -> socket.socket:
+    """A loopback TCP socket bound to a free port and not listening: connections to that
+    port are refused, and only a socket of this user that also sets SO_REUSEPORT (the
+    repository's own server) can bind it too."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 class ChartRepository:
     """Packages charts with a real helm and serves them as a chart repository."""
 
@@ -36,7 +55,8 @@ class ChartRepository:
         self.helm = str(helm)
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="krypton-charts-"))
-        self.port = free_port()
+        self._reservation = _reserve_port()
+        self.port: int = self._reservation.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._server: ThreadingHTTPServer | None = None
         self._requests = [0]
@@ -66,8 +86,7 @@ class ChartRepository:
             return self
         handler_cls = type("Handler", (_QuietHandler,), {"counter": self._requests})
         handler = functools.partial(handler_cls, directory=str(self.directory))
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._server = _Server(("127.0.0.1", self.port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name=f"chart-repo-{self.port}")
         self._thread.start()
@@ -79,7 +98,8 @@ class ChartRepository:
         return self._requests[0]
 
     def stop(self) -> None:
-        """Stop serving (the packaged charts stay, so start() brings the repo back)."""
+        """Stop serving: connections are refused (the packaged charts stay and the port
+        stays reserved, so start() brings the repository back)."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -89,8 +109,9 @@ class ChartRepository:
             self._thread = None
 
     def close(self) -> None:
-        """Stop and remove the packaged charts."""
+        """Stop, give the port up and remove the packaged charts."""
         self.stop()
+        self._reservation.close()
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -19,8 +19,7 @@ from typing import Any
 import yaml
 
 from krypton.testing import pki
-from krypton.testing.chartrepo import free_port
-from krypton.testing.controlplane import terminate
+from krypton.testing.controlplane import free_port, terminate
 
 METRIC = "krypton_test_error_ratio"
 

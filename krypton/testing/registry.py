@@ -19,8 +19,7 @@ import bcrypt
 import yaml
 
 from krypton.testing import pki
-from krypton.testing.chartrepo import free_port
-from krypton.testing.controlplane import terminate
+from krypton.testing.controlplane import free_port, terminate
 
 
 class OciRegistry:
