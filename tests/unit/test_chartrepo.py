@@ -1,7 +1,7 @@
 """The test bed's chart repository holds its port from its making to its closing: while it
 is down a client is refused there, no other server can take the port, and the repository
-starts again on it (an outage test once found the operator's own metrics server answering
-on the port of a repository that was not started yet)."""
+starts again on it (an outage test once found another server answering on the port of a
+repository that was not started yet)."""
 
 from __future__ import annotations
 
