@@ -32,10 +32,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
-    # SO_REUSEPORT: bound beside the repository's reservation of its port
-    allow_reuse_address = True
-    allow_reuse_port = True
-    daemon_threads = True
+    allow_reuse_port = True  # bound beside the repository's reservation of its port
 
 
 def _reserve_port() -> socket.socket:

@@ -52,4 +52,3 @@ def test_the_repository_holds_its_port_while_it_is_down(tmp_path: Path) -> None:
         assert answer(f"{repo.url}/index.yaml") == 200
     finally:
         repo.close()
-
