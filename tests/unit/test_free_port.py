@@ -1,0 +1,48 @@
+"""The test bed's servers get their ports from `free_port` and bind them later. The ports
+come from below the kernel's ephemeral range, so that the local port of an outgoing
+connection made in between cannot take them, and one process does not hand out a port twice
+in a row."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from krypton.testing import controlplane
+from krypton.testing.controlplane import free_port
+
+
+def ephemeral_range() -> tuple[int, int]:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(part) for part in f.read().split())
+    return low, high
+
+
+def test_ports_are_below_the_ephemeral_range_distinct_and_free() -> None:
+    low, _ = ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert all(controlplane._LOWEST_PORT <= port < low for port in ports), ports
+    assert len(set(ports)) == len(ports)
+    for port in ports:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", port))
+            server.listen()
+
+
+def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        monkeypatch.setattr(controlplane, "_next_port", port)
+        other = free_port()
+    assert other != port
+    assert controlplane._LOWEST_PORT <= other < ephemeral_range()[0]
+
+
+def test_the_kernel_chooses_when_there_is_no_room_below_the_range(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controlplane, "_ephemeral_range", lambda: (controlplane._LOWEST_PORT, 60999))
+    low, high = ephemeral_range()
+    assert low <= free_port() <= high
