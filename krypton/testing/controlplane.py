@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import functools
 import json
 import os
 import secrets
@@ -47,9 +48,11 @@ _LOWEST_PORT = 10000
 _next_port = _LOWEST_PORT + secrets.randbelow(20000)
 
 
-def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+@functools.cache
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        low, high = (int(part) for part in Path(path).read_text().split())
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = (int(part) for part in text.split())
     except (OSError, ValueError):
         return 32768, 60999  # Linux's default
     return low, high
@@ -67,7 +70,7 @@ def free_port() -> int:
     global _next_port
     low, _ = _ephemeral_range()
     span = low - _LOWEST_PORT
-    for _ in range(min(max(span, 0), 2000)):
+    for _ in range(min(span, 2000)):  # none where span <= 0
         port = _LOWEST_PORT + (_next_port - _LOWEST_PORT) % span
         _next_port = port + 1
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
