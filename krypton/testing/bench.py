@@ -141,14 +141,17 @@ def _exe(pid: int) -> str:
         return ""
 
 
-def spawned(pid: int) -> list[int]:
-    """The descendants of `pid` that run programs of their own. A child that still runs the
-    parent's executable is one being started: Python starts programs with vfork, so until
-    its exec the child shares the parent's memory, and /proc shows the parent's memory in
-    it a second time (seen: a "python" child of 58.9 MiB PSS beside an operator of 58.9 MiB
-    at a tree's peak)."""
+def spawned(pid: int) -> dict[int, str]:
+    """The descendants of `pid` that run programs of their own, with each one's program name
+    as it was when listed. A child that still runs the parent's executable is one being
+    started: Python starts programs with vfork, so until its exec the child shares the
+    parent's memory, and /proc shows the parent's memory in it a second time (seen: a
+    "python" child of 58.9 MiB PSS beside an operator of 58.9 MiB at a tree's peak). The
+    name is read before the memory: a helm process that ends in between is still counted as
+    helm (its memory was read while it ran), not as a process without a name."""
     exe = _exe(pid)
-    return [p for p in descendants(pid) if _exe(p) != exe]
+    programs = {p: _exe(p) for p in descendants(pid)}
+    return {p: Path(program).name for p, program in programs.items() if program != exe}
 
 
 class TreeMemory:
@@ -168,11 +171,11 @@ class TreeMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            tree = [self.pid, *spawned(self.pid)]
+            names = spawned(self.pid)
+            tree = [self.pid, *names]
             rss = sum(_status_field(p, "VmRSS") for p in tree)
             sizes = {p: _pss_kib(p) for p in tree}
-            names = {p: Path((cmdline(p) or ["gone"])[0]).name for p in tree[1:]}
-            helms = [p for p in tree[1:] if names[p] == "helm"]
+            helms = [p for p in names if names[p] == "helm"]
             for p in helms:
                 private = _rollup_kib(p, "Private_Clean") + _rollup_kib(p, "Private_Dirty")
                 self.helm_private = max(self.helm_private, private / 1024)
