@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -724,6 +725,39 @@ def without_managed_fields(obj: Obj) -> Obj:
     if isinstance(meta, dict) and "managedFields" in meta:
         obj = dict(obj, metadata={k: v for k, v in meta.items() if k != "managedFields"})
     return obj
+
+
+# Strings up to this length are shared between cached objects (names, reasons, versions,
+# condition messages, fingerprints), and mappings and lists down to this depth are walked
+# (a Tenant's own fields are 4 deep; deeper values, such as a chart's values, stay as they are).
+SHARED_STRING_LENGTH = 128
+SHARED_DEPTH = 6
+
+
+def shared_strings(obj: Obj) -> Obj:
+    """The object without managedFields, with its keys and short strings interned (for the
+    Tenants each engaged cluster keeps in memory).
+
+    A decoded object holds its own copy of every key and value; 400 Tenants repeat the same
+    keys, condition types, reasons, versions and messages hundreds of times. Interned, each
+    is kept once (Python frees an interned string once nothing refers to it). Measured on the
+    bench's Tenants: 3.3 instead of 7.1 KB each (docs, Benchmarks, "The operator's own
+    cost"). The walk stops at `SHARED_DEPTH`, so a deeply nested object, which anyone who
+    may write a Tenant can make, costs no deeper recursion than a flat one."""
+    return _shared(without_managed_fields(obj), SHARED_DEPTH)
+
+
+def _shared(value: Any, depth: int) -> Any:
+    if type(value) is str:
+        return sys.intern(value) if len(value) <= SHARED_STRING_LENGTH else value
+    if depth == 0:
+        return value
+    if type(value) is dict:
+        return {sys.intern(k) if type(k) is str else k: _shared(v, depth - 1)
+                for k, v in value.items()}
+    if type(value) is list:
+        return [_shared(v, depth - 1) for v in value]
+    return value
 
 
 def release_record_metadata(obj: Obj) -> Obj:

@@ -34,6 +34,7 @@ from krypton.adapters.kube import (
     configuration_in_cluster,
     release_record_metadata,
     release_records_path,
+    shared_strings,
     tenants_path,
 )
 from krypton.decisions import crd, retry, rollout
@@ -215,7 +216,7 @@ class Worker:
 
         tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
                            self._tenant_changed, on_error=self._watch_failed,
-                           on_healthy=self._watch_restored)
+                           on_healthy=self._watch_restored, transform=shared_strings)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
                             release_records_path(settings.helm_driver,

@@ -367,6 +367,58 @@ def test_cached_objects_keep_only_what_krypton_reads() -> None:
     assert tenant["metadata"]["managedFields"] == managed  # the original is not changed
 
 
+def test_cached_tenants_share_their_keys_and_short_strings() -> None:
+    """Two Tenants decoded apart keep one copy of each key and short string they have in
+    common (a fleet's Tenants repeat their condition types, reasons and versions); what
+    they hold is unchanged, managedFields are dropped, and a nesting deeper than the walk
+    goes is kept as it is, without deeper recursion."""
+    import json
+
+    from krypton.adapters.kube import SHARED_DEPTH, SHARED_STRING_LENGTH, shared_strings
+
+    def tenant(name: str) -> str:
+        # built from parts, so that no two equal strings are one object before decoding
+        return json.dumps({
+            "metadata": {"name": name, "managedFields": [{"manager": "krypton"}],
+                         "annotations": {"mesh.openkcm.io/fingerprint-home": "ab" * 32}},
+            "spec": {"values": {"long": "x" * (SHARED_STRING_LENGTH + 1)}},
+            "status": {"phase": "Re" + "ady", "conditions": [
+                {"type": "ClusterReady/" + "home", "status": "Tr" + "ue",
+                 "reason": "Install" + "ed", "message": "chart sample 0.2.0 installed"}]}})
+
+    raw_a, raw_b = json.loads(tenant("a")), json.loads(tenant("b"))
+    a, b = shared_strings(raw_a), shared_strings(raw_b)
+    expected = json.loads(tenant("a"))
+    del expected["metadata"]["managedFields"]
+    assert a == expected
+    assert "managedFields" in raw_a["metadata"]  # the decoded original is not changed
+    # the same objects, not equal copies
+    cond_a, cond_b = a["status"]["conditions"][0], b["status"]["conditions"][0]
+    assert [k for k in cond_a] == [k for k in cond_b]
+    assert all(x is y for x, y in zip(cond_a, cond_b, strict=True))
+    assert all(cond_a[k] is cond_b[k] for k in cond_a)
+    assert a["status"]["phase"] is b["status"]["phase"]
+    fingerprint = "mesh.openkcm.io/fingerprint-home"
+    assert a["metadata"]["annotations"][fingerprint] is b["metadata"]["annotations"][fingerprint]
+    # a string longer than the limit is left alone: equal, two objects
+    assert a["spec"]["values"]["long"] == b["spec"]["values"]["long"]
+    assert a["spec"]["values"]["long"] is not b["spec"]["values"]["long"]
+
+    # far deeper than the walk (and than the recursion limit): the nesting is kept as is
+    deep: dict[str, object] = {"leaf": "v"}
+    for _ in range(5000):
+        deep = {"d": deep}
+    slim = shared_strings({"metadata": {"name": "n"}, "spec": deep})
+    inner = slim["spec"]
+    for _ in range(SHARED_DEPTH - 1):
+        inner = inner["d"]
+    assert slim["spec"] is not deep  # copied where the walk went
+    below = deep
+    for _ in range(SHARED_DEPTH - 1):
+        below = below["d"]  # type: ignore[assignment]
+    assert inner is below  # the walk stopped here and kept the rest as it was
+
+
 def test_a_failed_chart_load_is_answered_from_the_cache_with_growing_backoff(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A chart that cannot be loaded is not fetched again on every pass: the failure is the

@@ -73,8 +73,9 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
         try:
             metrics.API_WRITES.labels(rt.name, "status").inc()
             updated = rt.wrote(await rt.kube.patch_tenant_status(key, patch))
-            rt.written[key] = (_comparable(new),
-                               _comparable(updated.get("status") or {}))
+            sent, stored = _comparable(new), _comparable(updated.get("status") or {})
+            # kept for every Tenant: one copy where the server stored what was sent
+            rt.written[key] = (sent, sent if stored == sent else stored)
         except Conflict:
             fresh = await rt.kube.get_tenant(key)
             if fresh is None:
