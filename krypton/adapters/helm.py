@@ -178,31 +178,53 @@ class _Command(Command):
 
 
 GO_PROCESSORS = ("GOMAXPROCS", "1")  # helm's, unless the operator's environment names its own
+# The language of the message catalogue that kubectl's library in helm reads at every start:
+# one of its smallest (see helm_environment), unless the operator's environment names one.
+MESSAGE_LANGUAGE = ("LC_MESSAGES", "fr_FR.UTF-8")
+_LANGUAGE_NAMED_BY = ("LC_ALL", "LC_MESSAGES")  # kubectl's order: LC_ALL, LC_MESSAGES, LANG
+
+
+def _helm_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """What helm's environment needs that `environ` does not name."""
+    missing = {}
+    if GO_PROCESSORS[0] not in environ:
+        missing[GO_PROCESSORS[0]] = GO_PROCESSORS[1]
+    if not any(environ.get(name) for name in _LANGUAGE_NAMED_BY):
+        missing[MESSAGE_LANGUAGE[0]] = MESSAGE_LANGUAGE[1]
+    return missing
 
 
 def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
-    """The environment helm runs in: the operator's, with ``GOMAXPROCS=1`` unless the
-    operator's own environment sets it (then that value passes through). None where the
-    operator's environment already names it, as :func:`inherit_go_processors` makes it do
-    at the start of ``krypton run``: helm then inherits that environment as it is, not a
-    copy built for every run.
+    """The environment helm runs in: the operator's, with ``GOMAXPROCS=1`` and
+    ``LC_MESSAGES=fr_FR.UTF-8`` where the operator's own environment names neither (its own
+    values then pass through; for the language, ``LC_ALL`` counts too). None where nothing
+    is missing, as :func:`inherit_helm_settings` makes it at the start of ``krypton run``:
+    helm then inherits that environment as it is, not a copy built for every run.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
     with threads spinning for work: CPU a short command does not need. With one, a helm
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
     at the same peak memory and in the same time (docs, Benchmarks, "The operator's own
-    cost"); several helm processes still run side by side (``--max-concurrent-helm``)."""
-    name, value = GO_PROCESSORS
-    if name in environ:
-        return None
-    return {**environ, name: value}
+    cost"); several helm processes still run side by side (``--max-concurrent-helm``).
+
+    kubectl's library, which helm builds on, loads its message catalogue when helm starts:
+    it packs the catalogue of the language that ``LC_ALL``, ``LC_MESSAGES`` or ``LANG`` names
+    into a compressed archive in memory, unpacks it and parses it. Where none names a
+    language it has a catalogue for (the operator's image names none), that is the English
+    one, with every message of kubectl's commands: about a third of the CPU and 3.5 MiB of
+    the memory of a short helm command. Its French catalogue holds seven descriptions of
+    kubectl's own commands (``config``, ``annotate``), which helm never prints; every other
+    message stays English. Nothing else in helm reads these variables (docs, Benchmarks, "helm's message
+    catalogue")."""
+    missing = _helm_settings(environ)
+    return {**environ, **missing} if missing else None
 
 
-def inherit_go_processors(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Puts helm's ``GOMAXPROCS`` into the operator's own environment unless it names one,
-    so that every helm process inherits it (:func:`helm_environment`)."""
-    environ.setdefault(*GO_PROCESSORS)
+def inherit_helm_settings(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Puts what :func:`helm_environment` adds into the operator's own environment, so that
+    every helm process inherits it as it is."""
+    environ.update(_helm_settings(environ))
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:

@@ -1,5 +1,6 @@
 """The environment helm runs in (krypton.adapters.helm.helm_environment): one Go processor
-unless the operator's own environment says otherwise, everything else passed through."""
+and kubectl's small French message catalogue, unless the operator's own environment says
+otherwise, everything else passed through."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters.helm import Helm, helm_environment, inherit_go_processors
+from krypton.adapters.helm import Helm, helm_environment, inherit_helm_settings
 
 # A stand-in for helm that prints what its environment says
-FAKE_HELM = "#!/bin/sh\nprintf '%s|%s' \"${GOMAXPROCS-unset}\" \"${KRYPTON_PROBE-unset}\"\n"
+FAKE_HELM = ("#!/bin/sh\nprintf '%s|%s|%s|%s' \"${GOMAXPROCS-unset}\" \"${LC_MESSAGES-unset}\" "
+             "\"${LC_ALL-unset}\" \"${KRYPTON_PROBE-unset}\"\n")
 
 
 @pytest.fixture
-def fake_helm(tmp_path: Path) -> str:
+def fake_helm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     path = tmp_path / "helm"
     path.write_text(FAKE_HELM)
     path.chmod(0o755)
+    for name in ("GOMAXPROCS", "LC_MESSAGES", "LC_ALL", "KRYPTON_PROBE"):
+        monkeypatch.delenv(name, raising=False)
     return str(path)
 
 
@@ -27,24 +31,34 @@ def seen_by_helm(executable: str) -> str:
     return asyncio.run(helm._command.run(["version"])).decode()
 
 
-def test_helm_runs_on_one_go_processor(fake_helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GOMAXPROCS", raising=False)
+def test_helm_runs_on_one_go_processor_with_the_small_catalogue(
+        fake_helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KRYPTON_PROBE", "kept")
-    assert seen_by_helm(fake_helm) == "1|kept"
+    monkeypatch.setenv("LANG", "en_US.UTF-8")  # LC_MESSAGES comes before LANG
+    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8|unset|kept"
 
 
-def test_the_operators_own_gomaxprocs_passes_through(fake_helm: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_operators_own_settings_pass_through(fake_helm: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOMAXPROCS", "3")
-    monkeypatch.delenv("KRYPTON_PROBE", raising=False)
-    assert seen_by_helm(fake_helm) == "3|unset"
+    monkeypatch.setenv("LC_MESSAGES", "de_DE.UTF-8")
+    assert seen_by_helm(fake_helm) == "3|de_DE.UTF-8|unset|unset"
+
+
+def test_a_language_named_by_lc_all_is_left_alone(fake_helm: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    assert seen_by_helm(fake_helm) == "1|unset|C.UTF-8|unset"
+    monkeypatch.setenv("LC_ALL", "")  # empty names nothing: kubectl reads on
+    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8||unset"
 
 
 def test_the_operators_start_leaves_helm_nothing_to_copy() -> None:
     unset: dict[str, str] = {"KRYPTON_PROBE": "kept"}
-    inherit_go_processors(unset)
-    assert unset == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1"}
+    inherit_helm_settings(unset)
+    assert unset == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "LC_MESSAGES": "fr_FR.UTF-8"}
     assert helm_environment(unset) is None
-    own = {"GOMAXPROCS": "3"}
-    inherit_go_processors(own)
-    assert own == {"GOMAXPROCS": "3"}
+    own = {"GOMAXPROCS": "3", "LC_ALL": "ja_JP.UTF-8"}
+    inherit_helm_settings(own)
+    assert own == {"GOMAXPROCS": "3", "LC_ALL": "ja_JP.UTF-8"}
+    assert helm_environment(own) is None
