@@ -222,12 +222,19 @@ def bench_cost_figure() -> str:
 
 def bench_concurrency_figure() -> str:
     plt = _plt()
-    curve = _results()["operator_cost"]["helm_concurrency"]
+    curve = _results()["operator_cost"]["helm_message_catalogue"]["helm_concurrency_curve_100x2"]
     k = [r["max_concurrent_helm"] for r in curve]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.plot(k, [r["releases_per_second"] for r in curve], marker="o")
-    ax.set(xlabel="--max-concurrent-helm", ylabel="releases per second",
-           title="installs per second by helm concurrency (bench k)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    left.plot(k, [r["releases_per_second"] for r in curve], marker="o")
+    left.set(xscale="log", xticks=k, xticklabels=[str(x) for x in k], ylim=(0, None),
+             xlabel="--max-concurrent-helm", ylabel="releases per second",
+             title="installs per second (bench k)")
+    right.plot(k, [r["peak_tree_pss_mib"] for r in curve], marker="o", color="tab:orange")
+    right.axhline(188, color="tab:red", linewidth=0.8, linestyle="--", label="2.0 x the prototype")
+    right.axvline(4, color="tab:gray", linewidth=0.8, linestyle=":", label="the default")
+    right.legend(fontsize="small", loc="lower right")
+    right.set(xscale="log", xticks=k, xticklabels=[str(x) for x in k], ylim=(0, None),
+              xlabel="--max-concurrent-helm", ylabel="MiB", title="peak PSS of the operator's tree")
     return _svg(fig)
 
 
