@@ -215,8 +215,8 @@ def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] 
     one, with every message of kubectl's commands: about a third of the CPU and 3.5 MiB of
     the memory of a short helm command. Its French catalogue holds seven descriptions of
     kubectl's own commands (``config``, ``annotate``), which helm never prints; every other
-    message stays English. Nothing else in helm reads these variables (docs, Benchmarks, "helm's message
-    catalogue")."""
+    message stays English. Nothing else in helm reads these variables (docs, Benchmarks,
+    "helm's message catalogue")."""
     missing = _helm_settings(environ)
     return {**environ, **missing} if missing else None
 

@@ -740,10 +740,10 @@ def shared_strings(obj: Obj) -> Obj:
 
     A decoded object holds its own copy of every key and value; 400 Tenants repeat the same
     keys, condition types, reasons, versions and messages hundreds of times. Interned, each
-    is kept once (Python frees an interned string once nothing refers to it). Measured on the
-    bench's Tenants: 3.3 instead of 7.1 KB each (docs, Benchmarks, "The operator's own
-    cost"). The walk stops at `SHARED_DEPTH`, so a deeply nested object, which anyone who
-    may write a Tenant can make, costs no deeper recursion than a flat one."""
+    is kept once (Python frees an interned string once nothing refers to it; docs,
+    Benchmarks, "helm's message catalogue", for the operator's memory since). The walk stops
+    at `SHARED_DEPTH`, so a deeply nested object, which anyone who may write a Tenant can
+    make, costs no deeper recursion than a flat one."""
     return _shared(without_managed_fields(obj), SHARED_DEPTH)
 
 
