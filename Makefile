@@ -9,7 +9,7 @@ PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime docs
+.PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime docs figures
 
 install: $(STAMP) testbin
 
@@ -63,6 +63,10 @@ image-lock: $(STAMP)
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# the figures the README shows, drawn from bench/results.json (`make docs` fails on a stale one)
+figures: $(STAMP)
+	$(BIN)/python hack/docs_hooks.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check krypton tests

@@ -35,7 +35,30 @@ def on_files(files: Any, config: Any) -> Any:
     }
     for path, content in generated.items():
         files.append(File.generated(config, path, content=content))
+    check_readme_figures()
     return files
+
+
+def readme_figures() -> dict[str, str]:
+    """The figures the README shows (it is read where no docs site is built): committed,
+    and drawn by the same code as the site's."""
+    return {"bench/helm-concurrency.svg": bench_concurrency_figure()}
+
+
+def check_readme_figures() -> None:
+    """A README figure that is not what bench/results.json draws fails the (strict) build."""
+    from mkdocs.exceptions import PluginError
+
+    stale = [path for path, content in readme_figures().items()
+             if not (ROOT / path).is_file() or (ROOT / path).read_text() != content]
+    if stale:
+        raise PluginError(f"{', '.join(stale)}: not what bench/results.json draws; "
+                          "run `make figures` and commit the result")
+
+
+def write_readme_figures() -> None:
+    for path, content in readme_figures().items():
+        (ROOT / path).write_text(content)
 
 
 def _cell(text: Any) -> str:
@@ -274,3 +297,7 @@ def packages_figure() -> str:
            "(width: how often)")
     ax.axis("off")
     return _svg(fig)
+
+
+if __name__ == "__main__":  # make figures
+    write_readme_figures()
