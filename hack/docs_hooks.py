@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,37 +29,29 @@ def on_files(files: Any, config: Any) -> Any:
         "reference/metrics.md": metrics_page(),
         "reference/reasons.md": reasons_page(),
         "reference/crd.md": crd_page(),
-        "figures/bench-clusters.svg": bench_clusters_figure(),
-        "figures/bench-operator-cost.svg": bench_cost_figure(),
-        "figures/bench-helm-concurrency.svg": bench_concurrency_figure(),
-        "figures/packages.svg": packages_figure(),
+        **{path: draw() for path, draw in FIGURES.items()},
     }
     for path, content in generated.items():
         files.append(File.generated(config, path, content=content))
-    check_readme_figures()
+    check_readme_figures(generated)
     return files
 
 
-def readme_figures() -> dict[str, str]:
-    """The figures the README shows (it is read where no docs site is built): committed,
-    and drawn by the same code as the site's."""
-    return {"bench/helm-concurrency.svg": bench_concurrency_figure()}
+# The figures the README shows too (it is read where no site is built), committed: each one's
+# path in the repository -> the site's path of the same figure (FIGURES draws it).
+README_FIGURES = {"bench/helm-concurrency.svg": "figures/bench-helm-concurrency.svg"}
 
 
-def check_readme_figures() -> None:
-    """A README figure that is not what bench/results.json draws fails the (strict) build."""
+def check_readme_figures(generated: dict[str, str]) -> None:
+    """A README figure that is not the site's, as drawn from bench/results.json, fails the
+    (strict) build."""
     from mkdocs.exceptions import PluginError
 
-    stale = [path for path, content in readme_figures().items()
-             if not (ROOT / path).is_file() or (ROOT / path).read_text() != content]
+    stale = [path for path, site in README_FIGURES.items()
+             if not (ROOT / path).is_file() or (ROOT / path).read_text() != generated[site]]
     if stale:
         raise PluginError(f"{', '.join(stale)}: not what bench/results.json draws; "
                           "run `make figures` and commit the result")
-
-
-def write_readme_figures() -> None:
-    for path, content in readme_figures().items():
-        (ROOT / path).write_text(content)
 
 
 def _cell(text: Any) -> str:
@@ -299,5 +292,14 @@ def packages_figure() -> str:
     return _svg(fig)
 
 
-if __name__ == "__main__":  # make figures
-    write_readme_figures()
+FIGURES: dict[str, Callable[[], str]] = {
+    "figures/bench-clusters.svg": bench_clusters_figure,
+    "figures/bench-operator-cost.svg": bench_cost_figure,
+    "figures/bench-helm-concurrency.svg": bench_concurrency_figure,
+    "figures/packages.svg": packages_figure,
+}
+
+
+if __name__ == "__main__":  # make figures: the README's, drawn as for the site
+    for path, site in README_FIGURES.items():
+        (ROOT / path).write_text(FIGURES[site]())
