@@ -177,8 +177,8 @@ class Fleet:
         c = cluster.wait_condition(self.tenant_ns, name, f"ClusterError/{cluster.name}",
                                    "True", "NamespaceConflict")
         assert "not created by krypton" in c["message"]
-        # the pass writes its Events after the status: the refusal is said once it is
-        # there (a test that counts writes from here must not count the refusal's own)
+        # the pass writes its Events after the status; its last one is waited for, so that
+        # a test counting writes from here does not count the refusal's own
         cluster.wait_event(self.tenant_ns, name, "NamespaceConflict")
         return name
 
