@@ -46,6 +46,7 @@ from krypton.runtime.leader import keep_renewed, not_believed
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout
 log = structlog.get_logger("krypton.shards")
 STALE_AFTER = 10  # Lease durations without a change before a dead member's Lease is deleted
+RELEASE_ATTEMPTS = 3  # a cluster Lease's release: read and written again after a Conflict
 Obj = dict[str, Any]
 
 
@@ -247,17 +248,28 @@ class Shards:
         """Give the cluster's Lease up (after its worker stopped): the next owner takes it at
         once instead of waiting for this replica's membership to expire."""
         name = _name(self.group, "cluster", cluster)
-        try:
-            lease = await self.kube.get_lease(self.namespace, name)
-            spec = (lease or {}).get("spec") or {}
-            if lease is None or spec.get("holderIdentity") != self.identity:
-                return
-            await self.kube.replace_lease(self.namespace, name, {
-                "metadata": {**lease["metadata"]}, "spec": {**spec, "holderIdentity": ""}})
+        error: Exception | None = None
+        for _ in range(RELEASE_ATTEMPTS):
+            try:
+                lease = await self.kube.get_lease(self.namespace, name)
+                spec = (lease or {}).get("spec") or {}
+                if lease is None or spec.get("holderIdentity") != self.identity:
+                    return
+                await self.kube.replace_lease(self.namespace, name, {
+                    "metadata": {**lease["metadata"]}, "spec": {**spec, "holderIdentity": ""}})
+            except Conflict as exc:
+                # written since the read (this replica's own publication, most often): read
+                # it again; a Lease kept by a replica that stopped serving it is served by
+                # nobody until that replica's membership expires
+                error = exc
+                continue
+            except TemporaryError as exc:
+                error = exc
+                break
             metrics.SHARD_HANDOVERS.labels("released").inc()
             log.info("cluster released", cluster=cluster)
-        except TemporaryError as exc:
-            log.warning("cluster release failed", cluster=cluster, error=str(exc))
+            return
+        log.warning("cluster release failed", cluster=cluster, error=str(error))
 
     def published(self, cluster: str) -> str | None:
         """What the cluster's owner published for the rollout (F1); None when the cluster has

@@ -230,3 +230,24 @@ def test_every_worker_shares_one_set_of_discovered_names() -> None:
         assert op._discovered() == frozenset({"a", "b", "c"})
     finally:
         shutil.rmtree(op.workdir, ignore_errors=True)
+
+
+def test_a_release_that_crosses_a_write_reads_the_lease_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster handed over must be let go even when its Lease was written between the read
+    and the release (the replica's own publication): the holder no longer serves it, so a
+    Lease still naming it would leave the cluster unserved while it lives."""
+    shards, leases = _owner_of_a(monkeypatch, [100.0])
+    name = _name(GROUP, "cluster", "a")
+    replace = leases.replace_lease
+    crossed = []
+
+    async def crossing(ns: str, lease_name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not crossed:  # a publication lands between the release's read and its write
+            crossed.append(leases._store(copy.deepcopy(leases.leases[lease_name])))
+        return await replace(ns, lease_name, body)
+
+    leases.replace_lease = crossing  # type: ignore[method-assign]
+    asyncio.run(shards.release("a"))
+    assert crossed
+    assert leases.leases[name]["spec"]["holderIdentity"] == ""
