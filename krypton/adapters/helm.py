@@ -301,15 +301,15 @@ class Helm:
         finally:
             _EXTRA_ARGS.reset(token)
 
-    async def rollback(self, release: str, namespace: str, revision: int | None = None,
-                       *, force: bool = False) -> int:
-        """``helm rollback``; `force` recreates objects a failed upgrade left missing.
-        Returns the revision the rollback made (``helm status``)."""
+    async def rollback(self, release: str, namespace: str, revision: int,
+                       *, force: bool = False) -> dict[str, Any]:
+        """``helm rollback`` to `revision`; `force` recreates objects a failed upgrade left
+        missing. Returns the release the rollback made (``helm status``)."""
         await self._run("rollback", self._command.rollback(
             release, revision, namespace=namespace, wait=self.wait, force=force,
             timeout=f"{int(self.timeout)}s"))
         status = await self._run("status", self._command.status(release, namespace=namespace))
-        return int((status or {}).get("version") or 0)
+        return dict(status or {})
 
     async def template(self, chart: str, release: str, namespace: str,
                        values: dict[str, Any]) -> list[Any]:
@@ -330,13 +330,15 @@ class Helm:
         except yaml.YAMLError as exc:
             raise HelmFailed(f"manifest of {release} is not valid YAML") from exc
 
-    async def uninstall(self, release: str, namespace: str) -> None:
+    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True) -> None:
         """``helm uninstall --wait`` whatever --helm-wait says: the release is gone only once
         its objects are (a CRD it owned may take a while), and what waits for it (a Tenant
-        refused that CRD, the namespace's deletion) must not find them still there."""
+        refused that CRD, the namespace's deletion) must not find them still there. Without
+        `hooks`, the record's delete hooks are not run (a record krypton did not seal)."""
         try:
             await self._run("uninstall", self._command.uninstall(
-                release, namespace=namespace, wait=True, timeout=f"{int(self.timeout)}s"))
+                release, namespace=namespace, wait=True, no_hooks=not hooks,
+                timeout=f"{int(self.timeout)}s"))
         except HelmFailed as exc:
             if "not found" not in str(exc):
                 raise

@@ -53,6 +53,7 @@ from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 tlsconn.install()  # less memory per TLS connection (see tlsconn)
 packages.import_without_ca_file("aiohttp")  # its default TLS contexts, unused (see packages)
 import aiohttp  # noqa: E402
+from aiohttp.http_exceptions import LineTooLong  # noqa: E402
 
 # The asyncio client's modules only, and of its configuration loaders the in-cluster one:
 # the kubeconfig loader needs the generated API client, which brings pydantic and dateutil
@@ -74,6 +75,10 @@ HELM_RELEASE_SELECTOR = "owner=helm"
 DISCOVERY_TTL = 300.0  # seconds a group version's resource list is reused for object look-ups
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
+# An API server's answers are someone else's (issue 46): bounded as they arrive. The largest
+# object etcd stores is about 1.5 MiB; a list page holds PAGE_SIZE objects.
+ANSWER_MAX = 32 << 20  # bytes of one answer (a list page, an object)
+WATCH_LINE_MAX = 4 << 20  # bytes of one watch event
 MERGE_PATCH = "application/merge-patch+json"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -102,6 +107,22 @@ def _api_message(body: bytes) -> str:
 
 def _short(text: str) -> str:
     return text if len(text) < 300 else text[:300] + "..."
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+    """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
+    `limit` bytes, whatever its Content-Length says or does not say (an HTTP/1.0 answer
+    without one is read until the server closes, within the request's own deadline)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
+    chunks, size = [], 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
+                                 reason="AnswerTooLarge")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
@@ -313,7 +334,7 @@ class Kube:
         if cfg.tls_server_name:
             extra["server_hostname"] = cfg.tls_server_name
         return await self._session().request(
-            method, url, headers=headers, data=data,
+            method, url, headers=headers, data=data, allow_redirects=False,
             timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
@@ -339,7 +360,7 @@ class Kube:
                 resp = await self._send(method, path, query=query, body=body,
                                         content_type=content_type, accept=accept)
                 try:
-                    data = await resp.read()
+                    data = await read_bounded(resp, ANSWER_MAX, what)
                 finally:
                     resp.release()
             except TRANSPORT_ERRORS as exc:
@@ -357,7 +378,7 @@ class Kube:
             raise _status_error(resp.status, data, what)
         try:
             answer = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             answer = None
         if not isinstance(answer, dict):  # not an API server's answer
             raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
@@ -654,9 +675,9 @@ class Kube:
                                   body=body)
 
     async def list_release_records(self, driver: str, namespace: str,
-                                   label_selector: str) -> list[Obj]:
+                                   label_selector: str, *, page_size: int = PAGE_SIZE) -> list[Obj]:
         return (await self.list_all("list release records", release_records_path(driver, namespace),
-                                label_selector=label_selector))["items"]
+                                    label_selector=label_selector, page_size=page_size))["items"]
 
     async def release_record(self, driver: str, namespace: str, name: str) -> Obj | None:
         """One Helm release record (``sh.helm.release.v1.<release>.v<revision>``)."""
@@ -837,8 +858,9 @@ class Informer:
             self._task = None
 
     async def run(self) -> None:
-        failures, rv, failing = 0, "", False
+        failures, rv, failing, gone = 0, "", False, 0
         while True:
+            opened = time.monotonic()
             try:
                 if not rv:
                     rv = await self._list()
@@ -847,7 +869,7 @@ class Informer:
                 rv = await self._watch(rv, failing)
                 failing = False
                 if time.monotonic() - opened >= SHORT_WATCH:
-                    failures = 0
+                    failures = gone = 0
                     continue
                 # A watch the server ended at once (a proxy closing every connection): not an
                 # error, but resuming at once would spin; wait as after a failure.
@@ -857,10 +879,15 @@ class Informer:
             except Gone:
                 metrics.WATCH_RELISTS.labels(self.kube.name, self.what).inc()
                 rv = ""
+                # a 410 after a watch that lasted is the history moving on: list at once;
+                # one at every watch (a server that says it whatever is asked) backs off
+                gone = 0 if time.monotonic() - opened >= SHORT_WATCH else gone + 1
+                if gone:
+                    await asyncio.sleep(retry.WATCH.delay(gone))
                 continue
             except TemporaryError as exc:
                 error = exc
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                 # an answer that is not a Kubernetes collection or watch event
                 error = TemporaryError(f"watch {self.what}: malformed answer "
                                        f"({type(exc).__name__})", reason="BadResponse")
@@ -922,10 +949,13 @@ class Informer:
             while True:
                 try:
                     async with asyncio.timeout(self.stall_timeout):
-                        line = await resp.content.readline()
+                        line = await resp.content.readline(max_line_length=WATCH_LINE_MAX)
                 except TimeoutError:
                     raise ClusterUnreachable(f"{what}: stalled, nothing received for "
                                              f"{self.stall_timeout:.0f}s") from None
+                except LineTooLong:
+                    raise TemporaryError(f"{what}: an event is over {WATCH_LINE_MAX} bytes",
+                                         reason="AnswerTooLarge") from None
                 except TRANSPORT_ERRORS as exc:
                     raise _transport_error(exc, what) from exc
                 if not line:

@@ -35,11 +35,23 @@ from krypton.adapters.kube import (
 from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import user_kubeconfig_path, watch_cluster
-from krypton.decisions import gates, redact, retry, sharding
+from krypton.decisions import gates, records, redact, retry, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import LABEL_VALUE, SELF_CLUSTER, by_label, secret_strings
-from krypton.decisions.errors import KryptonError, KubeconfigRejected, SettingsError, TemporaryError
+from krypton.decisions.discovery import (
+    LABEL_VALUE,
+    SELF_CLUSTER,
+    by_label,
+    decode_data,
+    secret_strings,
+)
+from krypton.decisions.errors import (
+    AlreadyExists,
+    KryptonError,
+    KubeconfigRejected,
+    SettingsError,
+    TemporaryError,
+)
 from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
@@ -56,6 +68,7 @@ from krypton.runtime.slots import FairSlots
 from krypton.runtime.worker import Shared
 
 log = structlog.get_logger("krypton")
+RECORD_KEY_SECRET = "krypton-record-key"
 
 
 
@@ -206,6 +219,7 @@ class Operator:
             log.info("watch cluster CRD ensured", result=result)
         if not s.no_self_cluster:
             await ensure_self_cluster(self.home, s)
+        record_key = await ensure_record_key(self.home, s.namespace)
         chart = ChartSource(s.chart_repo, s.chart_name, s.chart_version,
                             helm=Helm(s.helm_path or s.helm_executable, timeout=s.helm_timeout),
                             cache_dir=self.workdir / "charts", index_deadline=s.chart_fetch_timeout,
@@ -214,7 +228,8 @@ class Operator:
         home_events = EventRecorder(self.home)
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
-                        lambda *a: fleet.report(*a), self.workdir / "clusters")
+                        lambda *a: fleet.report(*a), self.workdir / "clusters",
+                        record_key=record_key)
         shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds
@@ -398,14 +413,39 @@ class Operator:
         log.info("stopped")
 
 
+async def ensure_record_key(home: Kube, namespace: str) -> bytes:
+    """The key that seals krypton's release records (issue 46), from the Secret
+    ``krypton-record-key`` in the discovery namespace, created with a random key when absent
+    (several replicas may race: the Secret that was created first is every one's). Only who
+    may read Secrets there, who already holds every cluster's credentials, can read it."""
+    for _ in range(2):
+        existing = await home.get_secret(namespace, RECORD_KEY_SECRET)
+        if existing is not None:
+            key = decode_data((existing.get("data") or {}).get("key")) or b""
+            if len(key) < records.KEY_BYTES:
+                raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
+                                    f"{records.KEY_BYTES} bytes or more under data.key; delete "
+                                    "it and krypton makes a new one (every release is then "
+                                    "adopted again, once)")
+            return key
+        body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "krypton"}},
+                "type": "Opaque",
+                "data": {"key": base64.b64encode(os.urandom(records.KEY_BYTES)).decode()}}
+        try:
+            await home.create_secret(namespace, body)
+            log.info("release record key created", secret=f"{namespace}/{RECORD_KEY_SECRET}")
+        except AlreadyExists:
+            continue
+    raise TemporaryError(f"Secret {namespace}/{RECORD_KEY_SECRET} could not be read back")
+
+
 async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
     """Create the labelled ``self-cluster`` Secret unless a valid one exists (SPEC D6)."""
     ns = settings.namespace
     existing = await home.get_secret(ns, SELF_CLUSTER)
     if existing is not None:
         labels = (existing.get("metadata") or {}).get("labels") or {}
-        from krypton.decisions.discovery import decode_data
-
         raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
         try:
             kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets, allow_in_cluster=True)

@@ -28,7 +28,8 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import HELM_ACTIONS, Action, Plan, attempt_target
-from krypton.decisions.releases import ReleaseIndex, decode_release
+from krypton.decisions.records import decode
+from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
 from krypton.runtime.reconcile import ClusterView, tenant_view
@@ -123,7 +124,7 @@ def deployed_release(records: list[dict[str, Any]], driver: str) -> dict[str, An
     newest = max(deployed, key=lambda r: int((r["metadata"].get("labels") or {})
                                              .get("version") or 0))
     try:
-        return decode_release(newest, driver)
+        return decode(newest, driver)
     except ValueError:
         return None
 

@@ -23,6 +23,7 @@
         ├── KubeconfigRejected    untrusted or malformed kubeconfig (D3-D5)
         ├── VersionInvalid        chart version is not a semver or a valid range
         ├── VersionNotFound       no chart version matches
+        ├── ReleaseRecordUntrusted  a release record krypton did not write, or over a bound
         ├── ClusterExists         register-cluster would replace another cluster's Secret
         └── SettingsError         bad flag or environment value (exit status 2)
 
@@ -143,6 +144,14 @@ class VersionInvalid(PermanentError):
 
 class VersionNotFound(PermanentError):
     reason = "VersionNotFound"
+
+
+class ReleaseRecordUntrusted(PermanentError):
+    """A record of the release that helm would act on was not written by krypton (its seal
+    does not match), or is over a size bound: helm is not run on the release until its
+    records change (issue 46)."""
+
+    reason = "ReleaseRecordUntrusted"
 
 
 class SettingsError(PermanentError):

@@ -201,6 +201,8 @@ class TenantView:
     failures: int = 0
     failed_target: str = ""
     retry_token: str = ""
+    # status.clusters[c].records: seals of the release contents krypton made, newest first
+    record_seals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

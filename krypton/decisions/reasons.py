@@ -127,6 +127,19 @@ REASONS: dict[str, Reason] = {
     "OwnershipConflict": _r(CEP, "an object of the chart belongs to another release on the "
                             "cluster (R17)", "the message names the object and its owner",
                             fatal=True),
+    "ReleaseRecordUntrusted": _r(CE, "a release record helm would act on was not written by "
+                                 "krypton (its content matches no seal krypton keeps), or is "
+                                 "over helm's size or inflates past 16 MiB: no helm run on "
+                                 "that release (krypton_reconcile_errors_total)",
+                                 "remove the records krypton did not write (or `helm "
+                                 "rollback` to a revision krypton made), then `krypton retry`",
+                                 fatal=True),
+    "NamespaceTerminating": _r(CE, "the Tenant's namespace was deleted by hand and is still "
+                               "going: no helm run until it is gone, then the release is "
+                               "installed again (retried on the queue's backoff)"),
+    "ReleaseRecordAdopted": _r(E, "the release's deployed record, made before krypton sealed "
+                               "its records (an older krypton, the prototype), is taken as "
+                               "krypton's, once"),
     "UnknownCluster": _r(CEP, "spec.clusterRef.secretName names no discovered cluster",
                          "fix the name, or register that cluster"),
     "NotTargeted": _r(CP, "the Tenant targets another cluster"),
@@ -190,7 +203,10 @@ REASONS: dict[str, Reason] = {
     "SettingsError": _r(ERROR, "a bad flag or environment value (exit 2)", "fix the flag"),
     # --- Kubernetes API errors, as they appear in messages and logs
     "APIError": _r(ERROR, "the API server answered with an error status"),
-    "BadResponse": _r(ERROR, "the API server's answer could not be read"),
+    "BadResponse": _r(ERROR, "the API server's answer could not be read (not JSON, nested past "
+                      "the parser's depth, not an API object)"),
+    "AnswerTooLarge": _r(ERROR, "an API server's answer passed 32 MiB, or one watch event 4 MiB, "
+                         "as it arrived: refused there, and retried on the cluster's backoff"),
     "NotFound": _r(ERROR, "404 from the API server"),
     "AlreadyExists": _r(ERROR, "409 on create"),
     "Conflict": _r(ERROR, "409 on a conditional write; read again and retried"),

@@ -9,10 +9,6 @@ so that a stale view never triggers a second operation.
 
 from __future__ import annotations
 
-import base64
-import gzip
-import io
-import json
 import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -37,12 +33,14 @@ _BITS = 4  # a revision is packed with its status as revision << 4 | status code
 assert len(STATUSES) <= 1 << _BITS
 
 
-def _modified(meta: dict[str, Any]) -> float:
-    """When the record was last written: helm's modifiedAt label, else its creation time."""
+def _modified(meta: dict[str, Any], now: float) -> float:
+    """When the record was last written: helm's modifiedAt label, else its creation time,
+    never later than `now`, when the reader saw it (a record's writer may date it in the
+    future, and its lock would never end: issue 46)."""
     label = (meta.get("labels") or {}).get("modifiedAt")
-    if label and str(label).isdigit():
-        return float(label)
-    return epoch_seconds(meta.get("creationTimestamp")) or 0.0
+    if label and str(label).isdigit() and len(str(label)) < 20:
+        return min(float(label), now)
+    return min(epoch_seconds(meta.get("creationTimestamp")) or 0.0, now)
 
 
 class Entry(NamedTuple):
@@ -60,7 +58,7 @@ class Entry(NamedTuple):
         return {p >> _BITS: STATUSES[p & mask] for p in self.revisions}
 
 
-def _record(type_: str, meta: dict[str, Any], entry: Entry | None) -> Entry | None:
+def _record(type_: str, meta: dict[str, Any], entry: Entry | None, now: float) -> Entry | None:
     """The release's entry after one record event (None: no record of it is left)."""
     labels = meta.get("labels") or {}
     revision = int(str(labels.get("version")))
@@ -74,7 +72,7 @@ def _record(type_: str, meta: dict[str, Any], entry: Entry | None) -> Entry | No
     revisions = tuple(sorted((*kept, revision << _BITS | _CODE[status])))
     if entry is not None and revisions[-1] >> _BITS != revision:
         return entry._replace(revisions=revisions)  # an older revision changed
-    return Entry(revisions, _modified(meta) if status in BUSY else None,
+    return Entry(revisions, _modified(meta, now) if status in BUSY else None,
                  sys.intern(str(labels[RELEASE_OWNER_LABEL])) if labels.get(RELEASE_OWNER_LABEL)
                  else None,
                  sys.intern(str(labels[RELEASE_CLUSTER_LABEL]))
@@ -100,31 +98,36 @@ class ReleaseIndex:
         # owner it labelled the release with
         self._ours: dict[Key, tuple[int, str, str | None]] = {}
 
-    def on_event(self, type_: str, obj: dict[str, Any]) -> Key | None:
-        """Apply one watch event; returns the (namespace, release) it concerns."""
+    def on_event(self, type_: str, obj: dict[str, Any], now: float = float("inf")) -> Key | None:
+        """Apply one watch event seen at time `now`; returns the (namespace, release) it
+        concerns."""
         meta = obj.get("metadata") or {}
         key = _key(meta)
         if key is None:
             return None
-        entry = _record(type_, meta, self._entries.get(key))
+        entry = _record(type_, meta, self._entries.get(key), now)
         if entry is None:
             self._entries.pop(key, None)
+            self._noted.pop(key, None)  # the watch caught up with a deletion (issue 46)
         else:
             self._entries[key] = entry
         return key
 
-    def replace(self, records: list[dict[str, Any]]) -> set[Key]:
-        """Take a new list of every record (a list or relist of the watch): the index is
-        rebuilt from it, and the releases whose entry changed or went are returned."""
+    def replace(self, records: list[dict[str, Any]], now: float = float("inf")) -> set[Key]:
+        """Take a new list of every record (a list or relist of the watch) seen at time
+        `now`: the index is rebuilt from it, and the releases whose entry changed or went are
+        returned."""
         entries: dict[Key, Entry] = {}
         for obj in records:
             meta = obj.get("metadata") or {}
             key = _key(meta)
             if key is not None:
-                entry = _record("ADDED", meta, entries.get(key))
+                entry = _record("ADDED", meta, entries.get(key), now)
                 if entry is not None:
                     entries[key] = entry
         old, self._entries = self._entries, entries
+        for key in old.keys() - entries.keys():
+            self._noted.pop(key, None)
         return {k for k in old.keys() | entries.keys() if old.get(k) != entries.get(k)}
 
     def note(self, namespace: str, release: str, revision: int, status: ReleaseStatus,
@@ -222,27 +225,3 @@ def orphan_message(found: list[tuple[str, str, str]], limit: int = 5) -> str:
     return (f"{len(found)} release(s) of cluster name(s) {', '.join(names)} that are no longer "
             f"discovered (a renamed or removed cluster Secret); krypton does not adopt or "
             f"remove them. Remove them with: {shown}{more}")
-
-
-RELEASE_MAX_BYTES = 64 << 20  # a decoded release record (helm's own limit is about 1 MiB stored)
-
-
-def decode_release(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
-    """The release a Helm release record stores: ``data.release`` is base64 of gzip of JSON
-    (gzip optional), and the Secret driver base64-encodes that once more. Raises ValueError
-    for a record that is not one."""
-    text = (record.get("data") or {}).get("release")
-    if not isinstance(text, str):
-        raise ValueError("release record without data.release")
-    raw = base64.b64decode(text)
-    if driver != "configmap":
-        raw = base64.b64decode(raw)
-    if raw[:2] == b"\x1f\x8b":
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
-            raw = unzipped.read(RELEASE_MAX_BYTES + 1)
-        if len(raw) > RELEASE_MAX_BYTES:
-            raise ValueError("release record over the size limit")
-    release = json.loads(raw)
-    if not isinstance(release, dict):
-        raise ValueError("release record is not a JSON object")
-    return release

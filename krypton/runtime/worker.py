@@ -76,6 +76,7 @@ class Shared:
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
     # turns for a cluster's first lists (see Worker._first_list)
     first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
+    record_key: bytes = b""  # seals the release records krypton's helm runs make (issue 46)
 
 
 class Worker:
@@ -180,7 +181,8 @@ class Worker:
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
-            readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned))
+            readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned),
+            record_key=self.shared.record_key)
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 
@@ -468,7 +470,7 @@ class Worker:
 
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None
-        key = self.runtime.releases.on_event(type_, obj)
+        key = self.runtime.releases.on_event(type_, obj, time.time())
         if key is not None:
             self._release_moved(*key, gone=type_ == "DELETED")
 
@@ -477,7 +479,7 @@ class Worker:
         Tenants of the releases that changed meanwhile are looked at."""
         assert self.runtime is not None
         releases = self.runtime.releases
-        for namespace, release in sorted(releases.replace(records)):
+        for namespace, release in sorted(releases.replace(records, time.time())):
             self._release_moved(namespace, release, gone=not releases.has(namespace, release))
 
     def _release_moved(self, namespace: str, release: str, *, gone: bool) -> None:

@@ -5,6 +5,8 @@ past its Lease starts nothing when it runs again."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from typing import Any
 
 import pytest
@@ -86,6 +88,10 @@ class _Cluster:
         self.events: list[tuple[str, str]] = []
         self.wrote = asyncio.Event()  # set by every status write
         self.namespace_requests: list[str] = []  # "create", "get"
+        self.records: list[dict[str, Any]] = []  # release records, as a list hands them over
+
+    async def list_release_records(self, *_a: object, **_k: object) -> list[dict[str, Any]]:
+        return self.records
 
     async def emit(self, _involved: object, type_: str, reason: str, _message: str) -> None:
         self.events.append((type_, reason))
@@ -297,19 +303,22 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     calls: list[str] = []
 
     class Helm:
-        async def uninstall(self, release: str, _namespace: str) -> None:
+        async def uninstall(self, release: str, _namespace: str, **_k: object) -> None:
             calls.append(release)
 
-    rt, reconciler, _cluster = _runtime(Helm())
+    rt, reconciler, cluster = _runtime(Helm())
     deleting = {**TENANT, "metadata": {**TENANT["metadata"],
                                        "deletionTimestamp": "2026-11-23T12:00:00Z"}}
     rt.tenants[("ns", "t")] = deleting
     asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
     assert calls == []
     # with a release record, it is uninstalled (once)
-    rt.releases.on_event("ADDED", {"metadata": {"namespace": "t", "labels": {
+    record = {"metadata": {"namespace": "t", "labels": {
         "owner": "helm", "name": "tenant-t-c1", "version": "1", "status": "deployed",
-        "mesh.openkcm.io/tenant-uid": "u"}}})
+        "mesh.openkcm.io/tenant-uid": "u"}}, "data": {"release": base64.b64encode(
+            base64.b64encode(json.dumps({"name": "tenant-t-c1"}).encode())).decode()}}
+    rt.releases.on_event("ADDED", record)
+    cluster.records = [record]
 
     class Manifest:
         async def manifest(self, *_a: object) -> list[Any]:

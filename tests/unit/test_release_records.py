@@ -1,6 +1,7 @@
-"""Helm's release record format, decoded without helm (decisions/releases.decode_release).
-The encoding is helm's storage format: base64 of gzip of the release JSON, base64-encoded
-once more by the Secret driver (the Kubernetes data encoding)."""
+"""Helm's release records: the format decoded without helm, within bounds, and which records
+krypton lets helm act on (decisions/records, issue 46). The encoding is helm's storage
+format: base64 of gzip of the release JSON, base64-encoded once more by the Secret driver
+(the Kubernetes data encoding)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ import json
 
 import pytest
 
-from krypton.decisions.releases import RELEASE_MAX_BYTES, decode_release
+from krypton.decisions import records
+from krypton.decisions.model import ReleaseStatus
+from krypton.decisions.records import Record, RecordRefused, Trust, Use, decode, judge
 
-RELEASE = {"name": "tenant-a-c1", "version": 2, "manifest": "---\nkind: ConfigMap\n"}
+RELEASE = {"name": "tenant-a-c1", "namespace": "a", "version": 2,
+           "manifest": "---\nkind: ConfigMap\n",
+           "info": {"status": "deployed", "last_deployed": "2026-11-26T10:00:00Z"},
+           "hooks": [{"name": "h", "kind": "Job", "manifest": "kind: Job", "events": ["pre-delete"],
+                      "last_run": {"started_at": "", "phase": ""}}]}
 
 
 def _stored(payload: bytes, driver: str) -> dict[str, object]:
@@ -26,23 +33,100 @@ def _stored(payload: bytes, driver: str) -> dict[str, object]:
 @pytest.mark.parametrize("zipped", [True, False])
 def test_a_record_decodes_to_the_release(driver: str, zipped: bool) -> None:
     raw = json.dumps(RELEASE).encode()
-    assert decode_release(_stored(gzip.compress(raw) if zipped else raw, driver), driver) == \
-        RELEASE
+    assert decode(_stored(gzip.compress(raw) if zipped else raw, driver), driver) == RELEASE
 
 
 @pytest.mark.parametrize("record", [
-    {}, {"data": {}}, {"data": {"release": 7}},
+    {}, {"data": {}}, {"data": {"release": 7}}, {"data": {"release": "%%%"}},
     _stored(b"not json", "configmap"), _stored(b"[1, 2]", "configmap"),
+    _stored(b"\x1f\x8bnot gzip at all", "configmap"),
 ])
-def test_what_is_not_a_release_is_a_value_error(record: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
-        decode_release(record, "configmap")
+def test_what_is_not_a_release_is_refused(record: dict[str, object]) -> None:
+    with pytest.raises(RecordRefused):
+        decode(record, "configmap")
 
 
-def test_a_gzip_bomb_is_bounded() -> None:
-    bomb = gzip.compress(b"{" + b" " * (RELEASE_MAX_BYTES + 10) + b"}")
-    with pytest.raises(ValueError, match="size limit"):
-        decode_release(_stored(bomb, "configmap"), "configmap")
+def test_a_gzip_bomb_is_refused_as_it_inflates() -> None:
+    bomb = gzip.compress(b"{" + b" " * (records.INFLATED_MAX + 10) + b"}")
+    assert len(bomb) < 100_000  # small as stored: only inflating shows it
+    with pytest.raises(RecordRefused, match="inflates past"):
+        decode(_stored(bomb, "secret"), "secret")
+
+
+def test_a_record_stored_over_helms_size_is_refused() -> None:
+    big = json.dumps({"manifest": "x" * (records.STORED_MAX + 1)}).encode()
+    with pytest.raises(RecordRefused, match="stored over"):
+        decode(_stored(big, "secret"), "secret")
+
+
+KEY = b"k" * 32
+
+
+def test_a_seal_holds_what_helm_acts_on_and_nothing_it_rewrites() -> None:
+    sealed = records.seal(KEY, RELEASE)
+    # helm rewrites the status and times (superseded), and a rollback copies the content
+    # into a new revision with fresh hook runs: the seal stays
+    rewritten = {**RELEASE, "version": 5, "info": {"status": "superseded"},
+                 "hooks": [{**RELEASE["hooks"][0], "last_run": {"phase": "Succeeded"}}]}
+    assert records.seal(KEY, rewritten) == sealed
+    # what helm acts on changes it: the manifest, a hook, the namespace; and so does the key
+    for forged in ({**RELEASE, "manifest": "kind: ClusterRoleBinding"},
+                   {**RELEASE, "hooks": [{**RELEASE["hooks"][0], "manifest": "kind: Pod"}]},
+                   {**RELEASE, "namespace": "b"}):
+        assert records.seal(KEY, forged) != sealed
+    assert records.seal(b"x" * 32, RELEASE) != sealed
+
+
+def test_the_status_keeps_the_newest_seals_once_each() -> None:
+    assert records.kept_seals("n", ["a", "n", "b", "c", "d"]) == ["n", "a", "b", "c"]
+
+
+D, S, F = ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED, ReleaseStatus.FAILED
+PU = ReleaseStatus.PENDING_UPGRADE
+
+
+def _r(revision: int, status: ReleaseStatus, seal: str | None = None, problem: str = "") -> Record:
+    return Record(revision, status, seal if seal is not None else f"forged{revision}", problem)
+
+
+@pytest.mark.parametrize("history, seals, use, want", [
+    # an upgrade starts from the deployed record: krypton's, or refused
+    ([_r(1, S, "a"), _r(2, D, "b")], ["b", "a"], Use.UPGRADE, (Trust.TRUSTED, 0, "")),
+    ([_r(1, S, "a"), _r(2, D)], ["a"], Use.UPGRADE, (Trust.UNTRUSTED, 0, "")),
+    # krypton's record rewritten in place: its content no longer matches
+    ([_r(1, D, "a-edited")], ["a"], Use.UPGRADE, (Trust.UNTRUSTED, 0, "")),
+    # a failed newest record is not what helm upgrades from: the deployed one is
+    ([_r(1, D, "a"), _r(2, F)], ["a"], Use.UPGRADE, (Trust.TRUSTED, 0, "")),
+    # a release of an older krypton or the prototype: adopted, once
+    ([_r(1, S), _r(2, D, "p")], [], Use.UPGRADE, (Trust.ADOPT, 0, "p")),
+    # a rollback goes to the newest sealed good revision, past a forged one
+    ([_r(1, S, "a"), _r(2, D), _r(3, PU)], ["a"], Use.ROLLBACK, (Trust.TRUSTED, 1, "a")),
+    ([_r(1, S), _r(2, D), _r(3, PU)], ["a"], Use.ROLLBACK, (Trust.UNTRUSTED, 0, "")),
+    ([_r(1, S), _r(2, D, "p"), _r(3, PU)], [], Use.ROLLBACK, (Trust.ADOPT, 2, "p")),
+    ([_r(1, F)], ["a"], Use.ROLLBACK, (Trust.UNTRUSTED, 0, "")),
+    # an uninstall of a record krypton did not seal runs no hooks
+    ([_r(1, D, "a")], ["a"], Use.UNINSTALL, (Trust.TRUSTED, 0, "")),
+    ([_r(1, D, "a"), _r(2, F)], ["a"], Use.UNINSTALL, (Trust.UNSEALED, 0, "")),
+    ([], ["a"], Use.UNINSTALL, (Trust.ABSENT, 0, "")),
+    # a record over a bound stops every use: helm decodes every record at every run
+    ([_r(1, D, "a"), _r(2, S, "", "inflates past 16 MiB")], ["a"], Use.UNINSTALL,
+     (Trust.UNTRUSTED, 0, "")),
+])
+def test_which_history_helm_may_act_on(history: list[Record], seals: list[str], use: Use,
+                                       want: tuple[Trust, int, str]) -> None:
+    verdict = judge(history, seals, use, release="r")
+    assert (verdict.trust, verdict.rollback_to, verdict.seal) == want, verdict.message
+    if verdict.trust is Trust.UNTRUSTED:
+        assert verdict.message.startswith("release"), verdict.message
+
+
+def test_a_rollback_to_a_named_revision_needs_that_revision_sealed() -> None:
+    history = [_r(1, S, "a"), _r(2, S), _r(3, F)]
+    assert judge(history, ["a"], Use.ROLLBACK, release="r", rollback_to=1).rollback_to == 1
+    verdict = judge(history, ["a"], Use.ROLLBACK, release="r", rollback_to=2)
+    assert verdict.trust is Trust.UNTRUSTED
+    assert "r.v2 (superseded) that the rollback would go to was not written by krypton" in \
+        verdict.message
 
 
 def _record(revision: int, status: str, **labels: str) -> dict[str, object]:
@@ -192,3 +276,34 @@ def test_records_settle_only_as_our_own_run_left_them() -> None:
     index.on_event("ADDED", _record(1, "superseded", **owner))
     index.on_event("DELETED", _record(2, "deployed", **owner))  # the newest record removed
     assert not index.settled("a", "tenant-a-c1")
+
+
+def test_a_lock_dated_in_the_future_ends_on_the_readers_clock() -> None:
+    """A pending record whose modifiedAt lies in 2100 would hold the release for 74 years;
+    it is judged from when the reader saw it (issue 46)."""
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    index.on_event("ADDED", _record(1, "deployed"), now=1000.0)
+    index.on_event("ADDED", _record(2, "pending-upgrade", modifiedAt="4102444800"), now=1000.0)
+    assert index.observe("a", "tenant-a-c1", now=1100.0, lock_timeout=190.0).locked
+    left = index.observe("a", "tenant-a-c1", now=1191.0, lock_timeout=190.0)
+    assert not left.locked and left.status is ReleaseStatus.PENDING_UPGRADE
+
+
+def test_a_release_deleted_before_the_watch_brought_our_run_is_seen_gone() -> None:
+    """krypton's own run is remembered until the watch brings its record; when the watch
+    brings the record's deletion instead (deleted by hand right after the install), the
+    release is absent, not "deployed as noted" until the next resync (issue 46)."""
+    from krypton.decisions.releases import ReleaseIndex
+
+    index = ReleaseIndex()
+    index.note("a", "tenant-a-c1", 1, ReleaseStatus.DEPLOYED, "f" * 64, "u9")
+    assert index.observe("a", "tenant-a-c1").status is ReleaseStatus.DEPLOYED
+    index.on_event("ADDED", _record(1, "deployed"))  # the watch brings the record ...
+    index.on_event("DELETED", _record(1, "deployed"))  # ... and its deletion, before a pass
+    assert index.observe("a", "tenant-a-c1").status is ReleaseStatus.ABSENT
+    index.note("a", "tenant-a-c1", 1, ReleaseStatus.DEPLOYED, "f" * 64, "u9")
+    index.replace([_record(1, "deployed")])  # a relist with it ...
+    index.replace([])  # ... and one without it
+    assert index.observe("a", "tenant-a-c1").status is ReleaseStatus.ABSENT

@@ -40,7 +40,8 @@ from krypton.decisions.model import (
     TenantKey,
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
-from krypton.runtime.reconcile import look, reports, status
+from krypton.decisions.records import Trust, Use
+from krypton.runtime.reconcile import history, look, reports, status
 from krypton.runtime.reconcile.model import (
     NamespaceNotOwned,
     Outcome,
@@ -100,9 +101,11 @@ async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
         p.log.info("helm run not announced", error=str(exc))
 
 
-async def run_helm(rt: ClusterRuntime, p: Pass, verb: str) -> tuple[dict[str, Any], str | None] | Report:
-    """The chart's CRDs, then a helm slot and the helm run(s): helm's answer and what a
-    forced apply took over, or the Report of a run that did not succeed."""
+async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
+                   ) -> tuple[dict[str, Any], str | None, list[str]] | Report:
+    """The chart's CRDs, then a helm slot and the helm run(s), once the release's history
+    is judged (:mod:`.history`): helm's answer, what a forced apply took over and the seals
+    of the records the run started from, or the Report of a run that did not succeed."""
     chart, c = p.chart, rt.name
     try:
         await apply_chart_crds(rt, chart, p.log)
@@ -116,17 +119,30 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str) -> tuple[dict[str, An
                       outcome=Outcome(retry=True, reason="ChartCRDsFailed"))
     p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
                action=p.plan.action.value)
-    namespace = p.namespace
+    namespace, status = p.namespace, p.obs.release.status
     try:
         async with rt.slots.slot(c):
             fenced(rt)  # waiting for the slot may have outlasted the Lease
-            if p.plan.action is Action.UNINSTALL_THEN_INSTALL and \
-                    p.obs.release.status is not ReleaseStatus.ABSENT:
-                await look.check_ownership(rt, p.release, namespace)
-                await rt.helm.uninstall(p.release, namespace)
+            seen: list[str] = []  # seals of records this run starts from
+            if p.plan.action is Action.UNINSTALL_THEN_INSTALL and status is not ReleaseStatus.ABSENT:
+                verdict = await history.judge(rt, p, Use.UNINSTALL)
+                if verdict.trust is not Trust.ABSENT:
+                    await look.check_ownership(rt, p.release, namespace)
+                    await rt.helm.uninstall(p.release, namespace,
+                                            hooks=verdict.trust is Trust.TRUSTED)
             elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
-                await rt.helm.rollback(p.release, namespace)
-            return await apply(rt, p, verb, namespace)
+                verdict = await history.judge(rt, p, Use.ROLLBACK)
+                if verdict.trust is not Trust.ABSENT:
+                    await look.check_ownership(rt, p.release, namespace, why="is not rolled back")
+                    await rt.helm.rollback(p.release, namespace, verdict.rollback_to)
+                    seen.append(verdict.seal)
+            elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+                verdict = await history.judge(rt, p, Use.UPGRADE)
+                if verdict.trust is Trust.ADOPT:
+                    seen.append(verdict.seal)
+                    p.events += history.adopted(verdict)
+            result, taken = await apply(rt, p, verb, namespace)
+            return result, taken, seen
     except ReleaseLocked as exc:
         # Another helm operation holds the release (it took the lock after this pass
         # looked): nothing failed, so no failedFingerprint, and a progressive rollout
@@ -138,11 +154,11 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str) -> tuple[dict[str, An
 
 
 async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
-                  result: dict[str, Any], taken: str | None) -> Report:
-    """A successful helm run: the release noted, the fingerprint annotation written, the
-    workload followed (F6) or the release Ready."""
+                    result: dict[str, Any], taken: str | None, seen: list[str]) -> Report:
+    """A successful helm run: the release noted and sealed, the fingerprint annotation
+    written, the workload followed (F6) or the release Ready."""
     chart, key, c, namespace = p.chart, p.key, rt.name, p.namespace
-    events = [] if taken is None else [("Normal", "FieldsTakenOver", taken)]
+    events = [*p.events, *([] if taken is None else [("Normal", "FieldsTakenOver", taken)])]
     if p.obs.adopt:  # issue 32.3: said once, by the run that took them
         events.append(("Normal", "SharedObjectsAdopted",
                        f"release {p.release} took over {'; '.join(p.obs.adopt)}"))
@@ -156,7 +172,8 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     applied = {"release": p.release, **chart.applied,
                "fingerprint": chart.fingerprint, "revision": revision,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
-               "failedTarget": "", "lastAppliedTime": now_rfc3339()}
+               "failedTarget": "", "lastAppliedTime": now_rfc3339(),
+               "records": history.sealed(rt, p, result, *seen)}
     rt.retries.pop(key, None)
     try:
         p.obj = await status.set_fingerprint(rt, p.obj, chart.fingerprint, p.log)
@@ -280,7 +297,14 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
             # exists is judged like any other, and an absent one stays refused.
             if isinstance(exc, Forbidden) and state is not NamespaceState.UNKNOWN:
                 raise
-            state, owner = namespace_state(await rt.kube.get_namespace(key.name), key)
+            found = await rt.kube.get_namespace(key.name)
+            state, owner = namespace_state(found, key)
+            if found is not None and (found.get("metadata") or {}).get("deletionTimestamp"):
+                # deleted by hand (issue 46): helm would fail in it; the pass comes back on
+                # the queue's backoff and installs once it is gone
+                raise TemporaryError(f"namespace {key.name!r} is being deleted; the release "
+                                     "is installed again once it is gone",
+                                     reason="NamespaceTerminating") from None
             if state is NamespaceState.OWNED:
                 return
             if state is NamespaceState.CONFLICT:

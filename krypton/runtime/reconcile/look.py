@@ -23,7 +23,7 @@ from krypton.decisions.model import (
     release_name,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.releases import decode_release
+from krypton.decisions.records import decode
 from krypton.runtime.reconcile.model import Workload
 from krypton.runtime.reconcile.view import ClusterRuntime
 
@@ -82,7 +82,7 @@ async def look(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
     if record is None:
         return (), None  # the release changed meanwhile: its watch brings the key back
     try:
-        manifest = str(decode_release(record, driver).get("manifest") or "")
+        manifest = str(decode(record, driver).get("manifest") or "")
     except ValueError as exc:
         rt.log.warning("release manifest not readable; objects not checked",
                        release=release, error=str(exc))
@@ -200,7 +200,7 @@ async def _cluster_objects_of(rt: ClusterRuntime, namespace: str, release: str,
     record = await rt.kube.release_record(driver, namespace,
                                           f"sh.helm.release.v1.{release}.v{revision}")
     try:
-        docs = safeyaml.load_all(str(decode_release(record or {}, driver).get("manifest") or ""),
+        docs = safeyaml.load_all(str(decode(record or {}, driver).get("manifest") or ""),
                                  safeyaml.CHART_CRDS, what=f"manifest of {release}")
     except (ValueError, safeyaml.YamlRejected):
         return frozenset()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krypton.decisions import conditions as cond
+from krypton.decisions import records
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import PermanentError
 from krypton.decisions.model import (
@@ -83,7 +84,15 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         failures=failures if isinstance(failures, int) else 0,
         failed_target=str(applied.get("failedTarget") or ""),
         retry_token=str(annotations.get(RETRY_ANNOTATION, "")),
+        record_seals=_seals(applied.get("records")),
     )
+
+
+def _seals(value: Any) -> tuple[str, ...]:
+    """The record seals a status keeps (anything else in the field is not one)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(s for s in value[:records.SEALS_KEPT] if isinstance(s, str))
 
 
 def _until(text: Any) -> float:
@@ -132,6 +141,7 @@ class Pass:
     namespace: str  # where the release goes
     log: Any
     changes: list[Change] = field(default_factory=list)  # made by the pass itself (Resumed)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # its own (a record adopted)
 
     @property
     def key(self) -> TenantKey:

@@ -18,6 +18,7 @@ from krypton.decisions.errors import (
     KryptonError,
     OwnershipConflict,
     PermanentError,
+    ReleaseRecordUntrusted,
 )
 from krypton.decisions.model import (
     rfc3339,
@@ -94,9 +95,12 @@ def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
     p.log.warning("pass failed", reason=reason, error=message)
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
     permanent = isinstance(exc, PermanentError)
-    return Report([Change(rt.type(cond.ERROR), True, reason, message),
-                   Change(rt.type(cond.PROGRESS), False, reason, message)],
-                  event=("Warning", reason, message),
+    changes = [Change(rt.type(cond.ERROR), True, reason, message),
+               Change(rt.type(cond.PROGRESS), False, reason, message)]
+    if p.plan.drift or isinstance(exc, ReleaseRecordUntrusted):
+        # the release is not as applied (gone, changed by someone else), or not krypton's
+        changes.append(Change(rt.type(cond.READY), False, reason, message))
+    return Report(changes, event=("Warning", reason, message),
                   outcome=Outcome(retry=not permanent, reason=reason))
 
 

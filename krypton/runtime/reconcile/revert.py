@@ -5,6 +5,8 @@ target after a revision krypton recorded.
 
 from __future__ import annotations
 
+from typing import Any
+
 from krypton.adapters import metrics
 from krypton.adapters.kube import now_rfc3339
 from krypton.decisions import conditions as cond
@@ -18,7 +20,8 @@ from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
     ReleaseStatus,
 )
-from krypton.runtime.reconcile import status
+from krypton.decisions.records import Use
+from krypton.runtime.reconcile import history, look, status
 from krypton.runtime.reconcile.model import Outcome, Pass, Report, release_labels
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
@@ -40,11 +43,14 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
         async with rt.slots.slot(rt.name):
             fenced(rt)
             if healthy:
-                revision = await rt.helm.rollback(p.release, p.namespace)
+                verdict = await history.judge(rt, p, Use.ROLLBACK)
+                result = await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to)
                 fp, version = fingerprint(chart.repo, chart.name, healthy, chart.values), healthy
                 how = "rolled back to the previous revision"
+                seals = history.sealed(rt, p, result, verdict.seal)
             else:
-                revision, fp, version, how = await _back_to_recorded(rt, p)
+                result, fp, version, how, seals = await _back_to_recorded(rt, p)
+            revision = int(result.get("version") or 0)
     except ReleaseLocked as exc:
         p.log.info("release busy, waiting", detail=str(exc))
         return Report(outcome=Outcome(retry=True, reason=exc.reason))
@@ -61,7 +67,7 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
     message = f"chart {chart.version} {why}: {how} (revision {revision}, chart {version})"
     p.log.info("rollout reverted", revision=revision, detail=how)
     applied = {"revision": revision, "fingerprint": fp, "revertedFingerprint": chart.fingerprint,
-               "lastAppliedTime": now_rfc3339()}
+               "lastAppliedTime": now_rfc3339(), "records": seals}
     if healthy:
         applied |= {"chartVersion": version, "failedFingerprint": chart.fingerprint}
     return Report([Change(rt.type(cond.READY), True, "RolledBack", message),
@@ -70,24 +76,30 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
                   applied=applied, event=("Normal", "RolloutReverted", message))
 
 
-async def _back_to_recorded(rt: ClusterRuntime, p: Pass) -> tuple[int, str, str | None, str]:
+async def _back_to_recorded(rt: ClusterRuntime, p: Pass
+                            ) -> tuple[dict[str, Any], str, str | None, str, list[str]]:
     """A failed release back to the revision krypton recorded (the planner reverts only to
-    one), else its chart applied again: (revision, fingerprint, chart version, how)."""
+    one), else its chart applied again: (helm's answer, fingerprint, chart version, how, the
+    seals the status keeps). The failed revision's objects that the rollback deletes must
+    be this release's own (R17): krypton did not seal that record."""
     t, chart = p.obs.tenant, p.chart
     good = t.applied_revision or 0
     try:
-        revision = await rt.helm.rollback(p.release, p.namespace, good)
-        return (revision, t.recorded_fingerprint or t.applied_fingerprint or "",
-                t.recorded_version, f"rolled back to revision {good}")
+        verdict = await history.judge(rt, p, Use.ROLLBACK, rollback_to=good)
+        await look.check_ownership(rt, p.release, p.namespace, why="is not rolled back")
+        result = await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to)
+        return (result, t.recorded_fingerprint or t.applied_fingerprint or "",
+                t.recorded_version, f"rolled back to revision {good}",
+                history.sealed(rt, p, result, verdict.seal))
     except HelmFailed as exc:
         if not t.recorded_version:
             raise
         p.log.warning("helm rollback failed, re-applying the last good chart", error=str(exc))
         old = await rt.chart.fetch(t.recorded_version)
+        await history.judge(rt, p, Use.UPGRADE)
         fenced(rt)
         result = await rt.helm.install_or_upgrade(
             p.release, old.path, p.namespace, chart.values, operation="revert",
             skip_crds=True, labels=release_labels(rt.name, p))
-        return (int(result.get("version") or 0),
-                fingerprint(old.repo, old.name, old.fingerprinted, chart.values), old.version,
-                f"chart {old.version} applied again")
+        return (result, fingerprint(old.repo, old.name, old.fingerprinted, chart.values),
+                old.version, f"chart {old.version} applied again", history.sealed(rt, p, result))

@@ -9,12 +9,19 @@ from __future__ import annotations
 from krypton.adapters.events import involved_tenant
 from krypton.decisions import conditions as cond
 from krypton.decisions.conditions import Change
-from krypton.decisions.errors import Fenced, HelmFailed, OwnershipConflict, TemporaryError
+from krypton.decisions.errors import (
+    Fenced,
+    HelmFailed,
+    OwnershipConflict,
+    ReleaseRecordUntrusted,
+    TemporaryError,
+)
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ReleaseStatus,
 )
-from krypton.runtime.reconcile import look, status
+from krypton.decisions.records import Trust, Use
+from krypton.runtime.reconcile import history, look, status
 from krypton.runtime.reconcile.model import Outcome, Pass, created_by_krypton
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
@@ -28,9 +35,12 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
         if present:  # nothing to uninstall is not a helm run (a second pass, issue 32.5)
             async with rt.slots.slot(rt.name):
                 fenced(rt)
-                await look.check_ownership(rt, release, namespace,
-                                           why="is not uninstalled (the finalizer stays)")
-                await rt.helm.uninstall(release, namespace)
+                verdict = await history.judge(rt, p, Use.UNINSTALL)
+                if verdict.trust is not Trust.ABSENT:  # gone already (a namespace deleted)
+                    await look.check_ownership(rt, release, namespace,
+                                               why="is not uninstalled (the finalizer stays)")
+                    await rt.helm.uninstall(release, namespace,
+                                            hooks=verdict.trust is Trust.TRUSTED)
         if rt.readiness is not None:
             rt.readiness.forget(key)
         if rt.settings.delete_namespace_on_uninstall and \
@@ -41,12 +51,13 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
                 await rt.kube.delete_namespace(key.name)
     except Fenced:
         raise
-    except (HelmFailed, TemporaryError) as exc:
+    except (HelmFailed, TemporaryError, ReleaseRecordUntrusted) as exc:
         log.error("helm uninstall failed", error=str(exc))
         await rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
         # what blocks the deletion, in the status (issue 32.4): not the progress the Tenant
         # last reported
-        reason = exc.reason if isinstance(exc, OwnershipConflict) else "UninstallFailed"
+        reason = exc.reason if isinstance(exc, (OwnershipConflict, ReleaseRecordUntrusted)) \
+            else "UninstallFailed"
         message = f"deletion blocked: {exc}"
         await status.commit(rt, obj, [Change(rt.type(cond.ERROR), True, reason, message),
                                       Change(rt.type(cond.READY), False, reason, message),

@@ -351,6 +351,7 @@ class ClusterRuntime(ClusterView):
     # releases a helm run of this cluster is working on now
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     running: set[tuple[str, str]] = field(default_factory=set)
+    record_key: bytes = b""  # the operator's key for sealing release records (issue 46)
 
     @functools.cached_property
     def log(self) -> Any:

@@ -1,0 +1,205 @@
+"""Which Helm release records krypton lets helm act on (issue 46, SPEC S3). Pure.
+
+Helm keeps a release's history as records (Secrets) in the release's namespace, and acts on
+them with krypton's rights: an upgrade deletes what the deployed record's manifest lists and
+the new one lacks, a rollback applies the target record's manifest and hooks, an uninstall
+deletes the newest record's manifest and runs its hooks. Whoever may write Secrets in that
+namespace (a tenant's own admin) may write records, so a record is believed only when krypton
+made it:
+
+- every helm run of krypton that leaves a release deployed is *sealed*: an HMAC-SHA256, under
+  a key only the operator holds, of what helm acts on in the record (its name, namespace,
+  manifest and hooks; not its status or times, which helm rewrites). The seals of the last
+  `SEALS_KEPT` contents are kept in the Tenant's status for that cluster;
+- before a helm run that reads the release's history, the records are judged
+  (:func:`judge`): an upgrade only from a sealed deployed record, a rollback only to a
+  sealed revision, and an uninstall of a record krypton did not seal only without its hooks
+  and after the objects of its manifest were found to be this release's own (R17);
+- a record over helm's own size, or that inflates past `INFLATED_MAX`, is refused before helm
+  starts: helm decodes every record of a release at every run.
+
+A Tenant whose status holds no seal yet for the cluster (a release of an older krypton or of
+the prototype) has its deployed record adopted once: sealed as found, and said so.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import gzip
+import hashlib
+import hmac
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from krypton.decisions.model import ReleaseStatus
+
+SEALS_KEPT = 4  # contents krypton made, newest first, kept per Tenant x cluster
+SEAL_CHARS = 32  # hex characters of the HMAC kept (128 bits)
+KEY_BYTES = 32
+STORED_MAX = 1 << 20  # bytes of a record's data.release as stored (helm's own limit is ~1 MiB)
+INFLATED_MAX = 16 << 20  # bytes of a record's JSON once decompressed
+GOOD = (ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED)
+
+
+class RecordRefused(ValueError):
+    """A record that is not one, or is over a bound."""
+
+
+def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
+    """The release a Helm release record stores: ``data.release`` is base64 of gzip of JSON
+    (gzip optional), and the Secret driver base64-encodes that once more. Refused
+    (RecordRefused) when it is not one, is stored over `STORED_MAX` or inflates past
+    `INFLATED_MAX` (read as it inflates, never whole)."""
+    text = (record.get("data") or {}).get("release")
+    if not isinstance(text, str):
+        raise RecordRefused("release record without data.release")
+    if len(text) > STORED_MAX * 4 // 3 + 4:
+        raise RecordRefused(f"release record stored over {STORED_MAX} bytes")
+    try:
+        raw = base64.b64decode(text)
+        if driver != "configmap":
+            raw = base64.b64decode(raw)
+    except ValueError as exc:
+        raise RecordRefused("release record is not base64") from exc
+    if len(raw) > STORED_MAX:
+        raise RecordRefused(f"release record stored over {STORED_MAX} bytes")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+                raw = unzipped.read(INFLATED_MAX + 1)
+        except (OSError, EOFError) as exc:
+            raise RecordRefused("release record is not valid gzip") from exc
+        if len(raw) > INFLATED_MAX:
+            raise RecordRefused(f"release record inflates past {INFLATED_MAX} bytes")
+    try:
+        release = json.loads(raw)
+    except ValueError as exc:
+        raise RecordRefused("release record is not JSON") from exc
+    if not isinstance(release, dict):
+        raise RecordRefused("release record is not a JSON object")
+    return release
+
+
+def _hooks(release: Mapping[str, Any]) -> list[Any]:
+    """The release's hooks as helm acts on them (``last_run`` is rewritten by every run)."""
+    hooks = release.get("hooks") or []
+    if not isinstance(hooks, list):
+        return [hooks]
+    kept = [{k: v for k, v in h.items() if k != "last_run"} if isinstance(h, dict) else h
+            for h in hooks]
+    return sorted(kept, key=lambda h: json.dumps(h, sort_keys=True))
+
+
+def content(release: Mapping[str, Any]) -> bytes:
+    """What helm acts on in a release: its name, namespace, manifest and hooks, as canonical
+    JSON. The same for helm's answer to a run and for the record it stored, and unchanged
+    when helm marks the record superseded or copies it in a rollback."""
+    return json.dumps({"name": release.get("name"), "namespace": release.get("namespace"),
+                       "manifest": release.get("manifest") or "", "hooks": _hooks(release)},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal(key: bytes, release: Mapping[str, Any]) -> str:
+    """The seal of a release's content under the operator's `key`."""
+    return hmac.new(key, content(release), hashlib.sha256).hexdigest()[:SEAL_CHARS]
+
+
+def kept_seals(new: str, old: Iterable[str]) -> list[str]:
+    """The seals a Tenant's status keeps after `new` was made: newest first, no repeats."""
+    return list(dict.fromkeys([new, *old]))[:SEALS_KEPT]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a release as judged: its revision, status and seal (None: refused,
+    `problem` says why)."""
+
+    revision: int
+    status: ReleaseStatus
+    seal: str | None
+    problem: str = ""
+
+
+class Use(enum.Enum):
+    """What a helm run does with the release's history."""
+
+    UPGRADE = "upgrade"  # deletes what the deployed record lists and the chart no longer does
+    ROLLBACK = "rollback"  # applies a target record; deletes what the newest lists beyond it
+    UNINSTALL = "uninstall"  # deletes what the newest record lists, runs its hooks
+
+
+class Trust(enum.Enum):
+    ABSENT = "absent"  # no record is left: helm has no history to act on
+    TRUSTED = "trusted"
+    ADOPT = "adopt"  # no seal recorded yet: the record is taken as found, once
+    UNSEALED = "unsealed"  # act, but without its hooks, on objects found to be its own only
+    UNTRUSTED = "untrusted"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    trust: Trust
+    message: str = ""
+    rollback_to: int = 0  # the revision a rollback goes to
+    seal: str = ""  # the seal of the record adopted, or of the one a rollback goes to
+
+
+def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release: str,
+          rollback_to: int = 0) -> Verdict:
+    """Whether helm may `use` the history of `release`, given its `records` and the seals the
+    Tenant's status keeps. `rollback_to` names the revision a rollback wants (0: the newest
+    good one below the newest record)."""
+    for r in records:
+        if r.problem:
+            return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} is refused: "
+                           f"{r.problem}; helm would read it on every run")
+    if not records:
+        return Verdict(Trust.ABSENT)
+    by_revision = {r.revision: r for r in records}
+    newest = by_revision[max(by_revision)]
+
+    def sealed(r: Record) -> bool:
+        return r.seal is not None and r.seal in seals
+
+    def untrusted(r: Record, what: str) -> Verdict:
+        return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "
+                       f"({r.status.value}) {what} was not written by krypton (its content "
+                       "matches none of the seals krypton keeps); helm is not run on it. "
+                       "Remove the records krypton did not write (or roll the release back to "
+                       "a revision krypton made), then krypton retry")
+
+    if use is Use.UPGRADE:
+        deployed = [r for r in records if r.status is ReleaseStatus.DEPLOYED]
+        current = newest if newest.status is ReleaseStatus.DEPLOYED or not deployed else \
+            max(deployed, key=lambda r: r.revision)
+        if sealed(current):
+            return Verdict(Trust.TRUSTED)
+        if not seals and current.status in GOOD and current.seal:
+            return Verdict(Trust.ADOPT, seal=current.seal)
+        return untrusted(current, "that the upgrade would start from")
+    if use is Use.ROLLBACK:
+        good = [r for r in records if r.status in GOOD and r.revision < newest.revision
+                and (not rollback_to or r.revision == rollback_to)]
+        target = max((r for r in good if sealed(r)), key=lambda r: r.revision, default=None)
+        if target is not None:
+            return Verdict(Trust.TRUSTED, rollback_to=target.revision, seal=target.seal or "")
+        if not seals and good:
+            target = max(good, key=lambda r: r.revision)
+            if target.seal:
+                return Verdict(Trust.ADOPT, rollback_to=target.revision, seal=target.seal)
+        wanted = by_revision.get(rollback_to) if rollback_to else None
+        if wanted is None and good:
+            wanted = max(good, key=lambda r: r.revision)
+        if wanted is None:
+            return Verdict(Trust.UNTRUSTED, f"release {release} has no earlier revision to "
+                           "roll back to; helm is not run on it")
+        return untrusted(wanted, "that the rollback would go to")
+    if sealed(newest):
+        return Verdict(Trust.TRUSTED)
+    return Verdict(Trust.UNSEALED, f"release record {release}.v{newest.revision} was not "
+                   "sealed by krypton: uninstalled without its hooks, deleting only objects "
+                   "that are this release's own")

@@ -1,0 +1,315 @@
+"""Release records forged by whoever may write Secrets in a Tenant's namespace (issue 46).
+
+Helm keeps a release's history as Secrets in the release's namespace. The records here are
+written by a ServiceAccount that may do nothing but write Secrets in that one namespace (a
+tenant's own admin); each test asserts that krypton's cluster-wide rights are never turned
+against another namespace: nothing foreign is created or deleted, and helm is not run on a
+record krypton did not write (counted from krypton's own helm metrics).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from krypton.testing.operator import OperatorProcess, wait_for
+from tests.integration.conftest import Cluster, Fleet, unique
+
+pytestmark = pytest.mark.reliability
+
+FORGER = "forger"
+
+
+def _secret_writer(cluster: Cluster, namespace: str) -> client.CoreV1Api:
+    """A client of a ServiceAccount that may only write Secrets in `namespace`."""
+    core, rbac = cluster.core, client.RbacAuthorizationV1Api(cluster.api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": FORGER}})
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": FORGER},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                   "verbs": ["get", "list", "create", "update", "patch", "delete"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": FORGER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FORGER},
+        "subjects": [{"kind": "ServiceAccount", "name": FORGER, "namespace": namespace}]})
+    token = core.create_namespaced_service_account_token(
+        FORGER, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    admin = cluster.api.configuration
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = admin.host, admin.ssl_ca_cert
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    writer = client.CoreV1Api(client.ApiClient(cfg))
+    with pytest.raises(ApiException) as denied:  # it is what it claims to be: nothing more
+        writer.list_namespaced_secret("default")
+    assert denied.value.status == 403
+    return writer
+
+
+def _decoded(secret: Any) -> dict[str, Any]:
+    raw = base64.b64decode(base64.b64decode(secret.data["release"]))
+    return json.loads(gzip.decompress(raw))  # type: ignore[no-any-return]
+
+
+def _forge(writer: client.CoreV1Api, namespace: str, like: Any, revision: int, status: str,
+           release: dict[str, Any] | None = None, *, payload: bytes | None = None,
+           modified_at: str | None = None) -> None:
+    """A record of revision `revision` shaped like the record `like` (its labels, its type),
+    holding `release` (or the raw gzip `payload`)."""
+    labels = {**like.metadata.labels, "version": str(revision), "status": status}
+    if modified_at is not None:
+        labels["modifiedAt"] = modified_at
+    if payload is None:
+        assert release is not None
+        payload = gzip.compress(json.dumps({**release, "version": revision, "info": {
+            **release["info"], "status": status}}).encode())
+    name = f"sh.helm.release.v1.{labels['name']}.v{revision}"
+    writer.create_namespaced_secret(namespace, {
+        "metadata": {"name": name, "labels": labels}, "type": like.type,
+        "data": {"release": base64.b64encode(base64.b64encode(payload)).decode()}})
+
+
+def _record(cluster: Cluster, namespace: str, release: str, revision: int) -> Any:
+    return cluster.core.read_namespaced_secret(f"sh.helm.release.v1.{release}.v{revision}",
+                                               namespace)
+
+
+def _with_objects(release: dict[str, Any], *docs: dict[str, Any]) -> dict[str, Any]:
+    forged = copy.deepcopy(release)
+    forged["manifest"] += "".join(f"\n---\n{yaml.safe_dump(d)}" for d in docs)
+    return forged
+
+
+def _refused(fleet: Fleet, name: str) -> bool:
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    return cond.get("status") == "True" and cond.get("reason") == "ReleaseRecordUntrusted"
+
+
+def _helm_runs(op: OperatorProcess) -> float:
+    return sum(op.metric("krypton_helm_processes_total", operation=o) or 0
+               for o in ("install", "upgrade", "rollback", "uninstall"))
+
+
+@pytest.fixture
+def installed(fleet: Fleet) -> tuple[OperatorProcess, str, str, dict[str, Any], Any]:
+    """A Tenant Ready on remote at revision 1: (operator, tenant, release, its release as
+    recorded, its record)."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("victim"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    record = _record(fleet.remote, name, release, 1)
+    return op, name, release, _decoded(record), record
+
+
+def _bystander(cluster: Cluster) -> tuple[str, str]:
+    """A ConfigMap in a namespace of its own that no Tenant has anything to do with."""
+    namespace = unique("bystander")
+    cluster.ensure_namespace(namespace)
+    cluster.core.create_namespaced_config_map(namespace, {"metadata": {"name": "precious"}})
+    return namespace, "precious"
+
+
+def _exists_configmap(cluster: Cluster, namespace: str, name: str) -> bool:
+    try:
+        cluster.core.read_namespaced_config_map(name, namespace)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def _binding(cluster: Cluster, name: str) -> Any:
+    try:
+        return client.RbacAuthorizationV1Api(cluster.api).read_cluster_role_binding(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _admin_binding(name: str, namespace: str) -> dict[str, Any]:
+    """A binding of the forger to cluster-admin that helm keeps once made (an upgrade that
+    no longer renders it does not delete it)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "annotations": {"helm.sh/resource-policy": "keep"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": FORGER, "namespace": namespace}]}
+
+
+def test_a_forged_deployed_record_is_never_upgraded_from(fleet: Fleet, installed: Any) -> None:
+    """Drift repair would upgrade "from" a deployed record that lists another namespace's
+    object, and helm would delete it (it is in the old manifest, not in the new one)."""
+    op, name, release, ours, record = installed
+    ns, victim = _bystander(fleet.remote)
+    writer = _secret_writer(fleet.remote, name)
+    runs = _helm_runs(op)
+    _forge(writer, name, record, 2, "deployed", _with_objects(ours, {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": victim, "namespace": ns}}))
+    wait_for(lambda: _refused(fleet, name) or not _exists_configmap(fleet.remote, ns, victim),
+             90, what="the forged record refused (or acted on)")
+    assert _exists_configmap(fleet.remote, ns, victim)
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    assert f"{release}.v2 (deployed) that the upgrade would start from was not written by " \
+           "krypton" in cond["message"], cond["message"]
+    fleet.remote.wait_event(fleet.tenant_ns, name, "ReleaseRecordUntrusted")
+    assert fleet.remote.phase(fleet.tenant_ns, name) == "Error"
+    assert op.metric("krypton_reconcile_errors_total", cluster="remote",
+                     reason="ReleaseRecordUntrusted") >= 1
+    assert _exists_configmap(fleet.remote, ns, victim)
+    assert _helm_runs(op) == runs
+    assert fleet.remote.release_records(name, release) == [(1, "deployed"), (2, "deployed")]
+    # the forged record removed, the release is as krypton left it: Ready, still no helm run
+    writer.delete_namespaced_secret(f"sh.helm.release.v1.{release}.v2", name)
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "False")
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert _helm_runs(op) == runs
+    assert _exists_configmap(fleet.remote, ns, victim)
+
+
+def test_a_recovery_rolls_back_only_to_a_revision_krypton_made(fleet: Fleet,
+                                                               installed: Any) -> None:
+    """A pending record left "stale" makes krypton roll back and upgrade. helm's rollback
+    goes to the previous revision by default: here a forged one whose manifest binds the
+    forger to cluster-admin. krypton goes to its own revision 1, and heals the release."""
+    op, name, release, ours, record = installed
+    writer = _secret_writer(fleet.remote, name)
+    crb = unique("forged-admin")
+    _forge(writer, name, record, 2, "superseded", _with_objects(ours, _admin_binding(crb, name)))
+    _forge(writer, name, record, 3, "pending-upgrade", ours, modified_at="1")
+    wait_for(lambda: fleet.remote.release_records(name, release)[-1] == (5, "deployed"), 120,
+             what="rolled back to revision 1 (revision 4), then upgraded (revision 5)")
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert _binding(fleet.remote, crb) is None
+    rolled = _decoded(_record(fleet.remote, name, release, 4))
+    assert rolled["manifest"] == ours["manifest"]
+    assert op.metric("krypton_helm_processes_total", operation="rollback") == 1
+
+
+def test_a_record_that_inflates_is_refused_before_helm_reads_it(fleet: Fleet,
+                                                                installed: Any) -> None:
+    """A record of 100 KiB that inflates to 128 MiB: helm decodes every record of a release
+    at every run, and would take gigabytes. Refused before helm starts."""
+    op, name, release, _ours, record = installed
+    writer = _secret_writer(fleet.remote, name)
+    runs = _helm_runs(op)
+    bomb = gzip.compress(b'{"manifest": "' + b"a" * (128 << 20) + b'"}', 9)
+    _forge(writer, name, record, 2, "deployed", payload=bomb)
+    wait_for(lambda: _refused(fleet, name) or _helm_runs(op) > runs, 90,
+             what="the record refused (or read by helm)")
+    assert _helm_runs(op) == runs
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    assert f"release record {release}.v2 is refused: release record inflates past" in \
+        cond["message"], cond["message"]
+    assert _helm_runs(op) == runs
+    assert op.alive()
+
+
+def test_deleting_a_tenant_never_runs_the_hooks_of_a_forged_record(fleet: Fleet,
+                                                                  installed: Any) -> None:
+    """The uninstall of a Tenant being deleted runs the newest record's pre-delete hooks:
+    a forged one would create a cluster-admin binding with krypton's rights. The release
+    is uninstalled without them (its own objects only), and the finalizer goes."""
+    op, name, release, ours, record = installed
+    fleet.remote.patch_tenant(fleet.tenant_ns, name, {"metadata": {"annotations": {
+        "mesh.openkcm.io/paused": "true"}}})  # nothing runs before the deletion
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "Paused", "True")
+    writer = _secret_writer(fleet.remote, name)
+    crb = unique("hooked-admin")
+    forged = copy.deepcopy(ours)
+    forged["hooks"] = [{"name": crb, "kind": "ClusterRoleBinding", "path": "templates/x.yaml",
+                        "manifest": yaml.safe_dump(_admin_binding(crb, name)),
+                        "events": ["pre-delete"], "last_run": {}, "weight": 0}]
+    _forge(writer, name, record, 2, "deployed", forged)
+    fleet.remote.custom.delete_namespaced_custom_object(
+        "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name)
+    wait_for(lambda: fleet.remote.release_records(name, release) == [], 90,
+             what="the release uninstalled")
+
+    def gone() -> bool:
+        try:
+            fleet.remote.tenant(fleet.tenant_ns, name)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    wait_for(gone, 60, what="the finalizer removed and the Tenant gone")
+    assert _binding(fleet.remote, crb) is None
+    assert op.metric("krypton_helm_processes_total", operation="uninstall") == 1
+
+
+# -- deleted by hand: healed at once, with one helm run -------------------------------------
+
+
+def _installs(op: OperatorProcess) -> float:
+    return op.metric("krypton_helm_processes_total", operation="install") or 0
+
+
+@pytest.mark.parametrize("what", ["records", "namespace"])
+def test_a_release_deleted_by_hand_is_installed_again_at_once(fleet: Fleet, what: str) -> None:
+    """The release's records, or the Tenant's whole namespace, deleted by hand right after
+    the install: the watch of the records brings a pass at once (the resync is 10 minutes
+    away), no helm runs into a namespace being deleted, and one install restores it. On
+    home, whose controller manager really deletes a namespace's content."""
+    fleet.register("home", fleet.home)
+    op = fleet.start()
+    name = fleet.tenant(fleet.home, unique("oob"))
+    release = f"tenant-{name}-home"
+    fleet.home.wait_phase(fleet.tenant_ns, name, "Ready")
+    before = _installs(op)
+    if what == "records":
+        fleet.home.core.delete_collection_namespaced_secret(
+            name, label_selector=f"owner=helm,name={release}")
+    else:
+        fleet.home.core.delete_namespace(name)
+
+    def restored() -> Any:
+        try:
+            ns = fleet.home.core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return ns.metadata.deletion_timestamp is None and \
+            fleet.home.release_records(name, release) == [(1, "deployed")] and ns
+    ns = wait_for(restored, 30, interval=0.2, what="the namespace and the release made again")
+    assert ns.metadata.annotations["mesh.openkcm.io/owner"] == f"{fleet.tenant_ns}/{name}"
+    fleet.home.wait_condition(fleet.tenant_ns, name, "ClusterReady/home", "True")
+    fleet.home.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert _installs(op) == before + 1
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 0
+
+
+def test_deleting_a_tenant_whose_release_is_gone_drops_the_finalizer(fleet: Fleet) -> None:
+    """The release's records deleted by hand, then the Tenant: nothing is left to
+    uninstall; the finalizer goes without a helm run."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("gone"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    fleet.remote.patch_tenant(fleet.tenant_ns, name, {"metadata": {"annotations": {
+        "mesh.openkcm.io/paused": "true"}}})  # no reinstall between the two deletions
+    fleet.remote.wait_condition(fleet.tenant_ns, name, "Paused", "True")
+    fleet.remote.core.delete_collection_namespaced_secret(
+        name, label_selector=f"owner=helm,name={release}")
+    fleet.remote.custom.delete_namespaced_custom_object(
+        "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name)
+
+    def gone() -> bool:
+        try:
+            fleet.remote.tenant(fleet.tenant_ns, name)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    wait_for(gone, 60, what="the finalizer removed and the Tenant gone")
+    assert (op.metric("krypton_helm_processes_total", operation="uninstall") or 0) == 0
