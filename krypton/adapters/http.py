@@ -5,6 +5,9 @@ fail a fetch, not hold a pass or the rollout."""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any
 
 from krypton.decisions.errors import ChartNotLoaded, TemporaryError
@@ -27,3 +30,25 @@ def read_bounded(resp: Any, limit: int, deadline: float, what: str,
             raise error(f"{what} did not arrive within {deadline:.0f}s")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def same_origin(one: str, other: str) -> bool:
+    a, b = urllib.parse.urlsplit(one), urllib.parse.urlsplit(other)
+    return (a.scheme, a.netloc) == (b.scheme, b.netloc)
+
+
+class SameOrigin(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the same scheme and host: an answer written by others
+    (a registry, a metric server) cannot send krypton, or a credential, elsewhere nor
+    from https to http (issue 46)."""
+
+    def allowed(self, req: Any, newurl: str) -> bool:
+        return same_origin(req.full_url, newurl)
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> Any:
+        if not self.allowed(req, newurl):
+            where = urllib.parse.urlsplit(newurl)
+            raise urllib.error.HTTPError(req.full_url, code, f"redirect to {where.scheme}://"
+                                         f"{where.netloc[:100]} not followed", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)

@@ -24,6 +24,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -75,15 +76,28 @@ HELM_RELEASE_SELECTOR = "owner=helm"
 DISCOVERY_TTL = 300.0  # seconds a group version's resource list is reused for object look-ups
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
-# An API server's answers are someone else's (issue 46): bounded as they arrive. The largest
-# object etcd stores is about 1.5 MiB; a list page holds PAGE_SIZE objects.
-ANSWER_MAX = 32 << 20  # bytes of one answer (a list page, an object)
-WATCH_LINE_MAX = 4 << 20  # bytes of one watch event
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of a cluster's answers krypton takes, in bytes as they arrive (issue 46): an
+    engaged cluster's API server is someone else's. The largest object etcd stores is about
+    1.5 MiB; a list page holds PAGE_SIZE objects."""
+
+    answer: int = 16 << 20  # one answer: an object, a list page
+    watch_line: int = 4 << 20  # one watch event
+    store: int = 32 << 20  # a whole list, and what one informer keeps of a collection
+
+
+ENGAGED = Limits()
+# the watch cluster: its cluster Secrets are the fleet administrators' (a kubeconfig and
+# values of up to 1 MiB each, for every cluster of the fleet)
+HOME = Limits(answer=64 << 20, store=1 << 30)
 MERGE_PATCH = "application/merge-patch+json"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-def _status_error(status: int, body: bytes, what: str) -> APIError:
+def _status_error(status: int, body: bytes | bytearray, what: str) -> APIError:
     detail = _api_message(body) or f"HTTP {status}"
     if status == 404:
         return NotFound(f"{what}: not found")
@@ -97,10 +111,10 @@ def _status_error(status: int, body: bytes, what: str) -> APIError:
     return APIError(f"{what}: HTTP {status}: {detail}")
 
 
-def _api_message(body: bytes) -> str:
+def _api_message(body: bytes | bytearray) -> str:
     try:
         message = json.loads(body or b"{}").get("message")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return ""
     return _short(str(message)) if message else ""
 
@@ -109,20 +123,19 @@ def _short(text: str) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-async def read_bounded(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+async def read_bounded(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:
     """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
     `limit` bytes, whatever its Content-Length says or does not say (an HTTP/1.0 answer
     without one is read until the server closes, within the request's own deadline)."""
     if resp.content_length is not None and resp.content_length > limit:
         raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
-    chunks, size = [], 0
+    body = bytearray()  # grown in place: no second copy of a large answer
     async for chunk in resp.content.iter_any():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise TemporaryError(f"{what}: the answer is over {limit} bytes",
                                  reason="AnswerTooLarge")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
 
 
 def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
@@ -291,7 +304,8 @@ def proxy_in_environment() -> bool:
 class Kube:
     """Async façade over one cluster's API, with krypton's error types."""
 
-    def __init__(self, cfg: Configuration, *, name: str, timeout: float = 30.0) -> None:
+    def __init__(self, cfg: Configuration, *, name: str, timeout: float = 30.0,
+                 limits: Limits = ENGAGED) -> None:
         cfg.connection_pool_maxsize = 16
         cfg.retries = None  # retries are krypton's decision (work queue backoff), not the client's
         # aiohttp's trust_env looks up the proxy variables and parses ~/.netrc on every
@@ -299,6 +313,7 @@ class Kube:
         cfg.client_session_kwargs = {"trust_env": proxy_in_environment()}
         self.name = name
         self.timeout = timeout
+        self.limits = limits
         self.config = cfg
         self.rest = RESTClientObject(cfg)  # its connection pool, made on first use
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
@@ -354,13 +369,20 @@ class Kube:
                       accept: str = "application/json") -> Obj:
         """One API request, its JSON answer as plain dicts; failures as krypton errors.
         The whole exchange, connecting included, is bounded by the client timeout."""
+        return (await self._request(what, method, path, query=query, body=body,
+                                    content_type=content_type, accept=accept))[0]
+
+    async def _request(self, what: str, method: str, path: str, *, query: Query | None = None,
+                       body: Any = None, content_type: str | None = None,
+                       accept: str = "application/json") -> tuple[Obj, int]:
+        """:meth:`request`, with the size of the answer in bytes."""
         for attempt in range(THROTTLED_RETRIES + 1):
             metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
             try:
                 resp = await self._send(method, path, query=query, body=body,
                                         content_type=content_type, accept=accept)
                 try:
-                    data = await read_bounded(resp, ANSWER_MAX, what)
+                    data = await read_bounded(resp, self.limits.answer, what)
                 finally:
                     resp.release()
             except TRANSPORT_ERRORS as exc:
@@ -383,7 +405,7 @@ class Kube:
         if not isinstance(answer, dict):  # not an API server's answer
             raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
                                  "response", reason="BadResponse")
-        return answer
+        return answer, len(data)
 
     async def get(self, what: str, path: str) -> Obj | None:
         try:
@@ -395,20 +417,27 @@ class Kube:
                        field_selector: str | None = None, accept: str = "application/json",
                        page_size: int = PAGE_SIZE) -> Obj:
         """A whole collection, read in pages; a page token that expired (410) restarts the
-        list, so the answer is always one consistent snapshot."""
+        list, so the answer is always one consistent snapshot. The answer's ``size`` is the
+        bytes received, at most the cluster's store limit (a server handing out pages without
+        end is refused: TooManyObjects)."""
         while True:
             items: list[Obj] = []
             token: str | None = None
+            size = 0
             try:
                 while True:
-                    page = await self.request(what, "GET", path, accept=accept, query={
+                    page, received = await self._request(what, "GET", path, accept=accept, query={
                         "labelSelector": label_selector, "fieldSelector": field_selector,
                         "limit": page_size, "continue": token})
+                    size += received
+                    if size > self.limits.store:
+                        raise TemporaryError(f"{what}: the list is over {self.limits.store} bytes",
+                                             reason="TooManyObjects")
                     items += page.get("items") or []
                     meta = page.get("metadata") or {}
                     token = meta.get("continue") or None
                     if not token:
-                        return {"metadata": meta, "items": items}
+                        return {"metadata": meta, "items": items, "size": size}
             except Gone:
                 if token is None:
                     raise
@@ -841,6 +870,8 @@ class Informer:
         self.on_error = on_error
         self.on_healthy = on_healthy
         self.store: dict[tuple[str, str], Obj] = {}
+        self._sizes: dict[tuple[str, str], int] = {}  # bytes each stored object came in
+        self._stored = 0  # their sum, at most the cluster's store limit
         self.synced = asyncio.Event()
         self.lists = 0  # successful lists: 1 after the first sync, +1 per relist
         self._task: asyncio.Task[None] | None = None
@@ -915,6 +946,9 @@ class Informer:
         for item in map(self.transform, body["items"]):
             meta = item["metadata"]
             seen[(meta.get("namespace", ""), meta["name"])] = item
+        each = int(body.get("size") or 0) // max(len(seen), 1)
+        self._sizes = dict.fromkeys(seen, each)
+        self._stored = each * len(seen)
         for key in list(self.store):
             if key not in seen:
                 self.handler("DELETED", self.store.pop(key))
@@ -949,22 +983,24 @@ class Informer:
             while True:
                 try:
                     async with asyncio.timeout(self.stall_timeout):
-                        line = await resp.content.readline(max_line_length=WATCH_LINE_MAX)
+                        line = await resp.content.readline(
+                            max_line_length=self.kube.limits.watch_line)
                 except TimeoutError:
                     raise ClusterUnreachable(f"{what}: stalled, nothing received for "
                                              f"{self.stall_timeout:.0f}s") from None
                 except LineTooLong:
-                    raise TemporaryError(f"{what}: an event is over {WATCH_LINE_MAX} bytes",
+                    raise TemporaryError(f"{what}: an event is over "
+                                         f"{self.kube.limits.watch_line} bytes",
                                          reason="AnswerTooLarge") from None
                 except TRANSPORT_ERRORS as exc:
                     raise _transport_error(exc, what) from exc
                 if not line:
                     return rv  # the server ended the watch: resume from here
-                rv = self._apply(json.loads(line), rv)
+                rv = self._apply(json.loads(line), rv, len(line))
         finally:
             resp.release()
 
-    def _apply(self, event: Obj, rv: str) -> str:
+    def _apply(self, event: Obj, rv: str, size: int = 0) -> str:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind not in ("ERROR", "BOOKMARK"):
             obj = self.transform(obj)
@@ -978,9 +1014,18 @@ class Informer:
             return rv
         if not self.from_now and self.on_list is None:
             key = (meta.get("namespace", ""), meta["name"])
+            self._stored -= self._sizes.pop(key, 0)
             if kind == "DELETED":
                 self.store.pop(key, None)
             else:
+                if self._stored + size > self.kube.limits.store:
+                    # a cluster that keeps sending new objects costs its own worker, not
+                    # the process's memory (issue 46): the watch ends and a list starts over
+                    raise TemporaryError(f"watch {self.what}: the objects kept would pass "
+                                         f"{self.kube.limits.store} bytes",
+                                         reason="TooManyObjects")
+                self._sizes[key] = size
+                self._stored += size
                 self.store[key] = obj
         self.handler(str(kind), obj)
         return rv

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.adapters.http import read_bounded
+from krypton.adapters.http import SameOrigin, read_bounded
 from krypton.decisions import gates
 from krypton.decisions.errors import TemporaryError
 
@@ -41,6 +41,15 @@ class ServerAuth:
         return f"ServerAuth(username={self.username!r}, <hidden>)"
 
 
+def _json(body: bytes) -> Any:
+    """A server's JSON answer; ValueError for one that is not JSON or nests past the
+    parser's depth (issue 46: it must not end the rollout controller)."""
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise ValueError("the answer nests too deep") from exc
+
+
 class QueryRejected(Exception):
     """The server refused the query itself (``bad_data``: a PromQL syntax error)."""
 
@@ -48,8 +57,11 @@ class QueryRejected(Exception):
 class Prometheus:
     def __init__(self, url: str, *, ca_file: str = "", timeout: float = TIMEOUT) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
-        self._context = ssl.create_default_context(cafile=ca_file or None) \
-            if url.startswith("https://") else None
+        handlers: list[Any] = [SameOrigin()]
+        if url.startswith("https://"):
+            context = ssl.create_default_context(cafile=ca_file or None)
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def query(self, promql: str, auth: ServerAuth | None = None) -> Any:
         """The server's JSON answer to an instant query (an error document for an HTTP
@@ -63,15 +75,14 @@ class Prometheus:
         if header:
             request.add_unredirected_header("Authorization", header)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout,  # noqa: S310
-                                        context=self._context) as resp:
-                return json.loads(read_bounded(resp, MAX_ANSWER, self.timeout,
-                                               f"the answer of {self.url}", TemporaryError))
+            with self._opener.open(request, timeout=self.timeout) as resp:
+                return _json(read_bounded(resp, MAX_ANSWER, self.timeout,
+                                          f"the answer of {self.url}", TemporaryError))
         except urllib.error.HTTPError as exc:
             try:  # Prometheus answers a bad query with 400 and a JSON error document
-                return json.loads(exc.read(MAX_ANSWER))
+                return _json(exc.read(MAX_ANSWER))
             except (ValueError, OSError):
-                return {"status": "error", "error": f"HTTP {exc.code}"}
+                return {"status": "error", "error": f"HTTP {exc.code}: {exc.msg}"[:200]}
 
     def read(self, promql: str, auth: ServerAuth | None = None) -> gates.Reading:
         """One evaluation: what the answer says, or why there is none."""

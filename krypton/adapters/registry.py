@@ -20,13 +20,13 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.adapters.http import read_bounded
+from krypton.adapters.http import SameOrigin, read_bounded, same_origin
 from krypton.decisions import oci
 from krypton.decisions.errors import ChartNotLoaded
 
 READ_TIMEOUT = 15.0  # one read from the socket
 DEADLINE = 60.0  # one whole response
-MAX_TAGS = 4 << 20  # bytes of one page of a tag list
+MAX_TAGS = 4 << 20  # bytes of a whole tag list, all its pages together
 MAX_PAGES = 50
 
 
@@ -43,15 +43,22 @@ class Credentials:
         return f"Credentials(username={self.username!r}, password=<hidden>)"
 
 
-class _NoRedirectAuth(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect (registries send blobs to storage) without the Authorization
-    header: a credential is never carried to another host."""
+class _NoRedirectAuth(SameOrigin):
+    """Follows a redirect to the same origin; a blob's (registries send blobs to storage,
+    and a blob is checked against its digest) also to another host, never from https to
+    http, and without the Authorization header: a credential is never carried to another
+    host (issue 46)."""
+
+    def allowed(self, req: Any, newurl: str) -> bool:
+        if same_origin(req.full_url, newurl):
+            return True
+        old, new = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        return "/blobs/" in old.path and new.scheme in (old.scheme, "https")
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
                          newurl: str) -> Any:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != \
-                urllib.parse.urlsplit(req.full_url).netloc:
+        if new is not None and not same_origin(req.full_url, newurl):
             new.remove_header("Authorization")
         return new
 
@@ -72,14 +79,20 @@ class Registry:
         self._tokens: dict[str, str] = {}  # scope -> bearer token
 
     def tags(self, ref: oci.Reference) -> list[str]:
-        """Every tag of the repository, following the API's pagination."""
+        """Every tag of the repository, following the API's pagination: at most MAX_TAGS
+        bytes of tag lists in all, and no page twice (a list that links to itself)."""
         found: list[str] = []
         url = f"{self._base(ref)}/tags/list?n=1000"
+        seen, left = set(), MAX_TAGS
         for _ in range(MAX_PAGES):
-            body, headers = self._get(ref, url, accept="application/json", limit=MAX_TAGS)
+            if url in seen:
+                raise ChartNotLoaded(f"{ref}: the tag list links back to a page already read")
+            seen.add(url)
+            body, headers = self._get(ref, url, accept="application/json", limit=left)
+            left -= len(body)
             try:
                 doc = json.loads(body)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ChartNotLoaded(f"{ref}: the tag list is not JSON") from exc
             tags = doc.get("tags") if isinstance(doc, dict) else None
             found += [t for t in tags or [] if isinstance(t, str)]
@@ -160,7 +173,7 @@ class Registry:
         try:
             doc = json.loads(body)
             token = doc.get("token") or doc.get("access_token")
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, RecursionError) as exc:
             raise ChartNotLoaded(f"registry {self.host}: the token service's answer is "
                                  "not a token") from exc
         if not isinstance(token, str) or not token:
@@ -208,7 +221,7 @@ def credentials_from_secret(data: dict[str, str], host: str) -> Credentials | No
         return None
     try:
         auths = json.loads(raw).get("auths") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     for key, entry in auths.items() if isinstance(auths, dict) else ():
         name = urllib.parse.urlsplit(key if "//" in key else f"//{key}").netloc

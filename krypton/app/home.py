@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from krypton.adapters.kube import (
+    HOME,
     Kube,
     configuration_for,
     configuration_from_file,
@@ -86,20 +87,20 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
         except (ValueError, OSError) as exc:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref}: "
                                 f"{redact.describe(exc)}") from exc
-        return Kube(cfg, name="home", timeout=timeout)
+        return Kube(cfg, name="home", timeout=timeout, limits=HOME)
     if settings.watch_kubeconfig:
         return Kube(await configuration_from_file(settings.watch_kubeconfig,
                                                   settings.watch_context,
                                                   what="invalid --watch-kubeconfig:",
                                                   workdir=workdir / "watch"),
-                    name="home", timeout=timeout)
+                    name="home", timeout=timeout, limits=HOME)
     in_cluster = configuration_in_cluster()
     if in_cluster is not None:
-        return Kube(in_cluster, name="home", timeout=timeout)
+        return Kube(in_cluster, name="home", timeout=timeout, limits=HOME)
     path = user_kubeconfig_path()
     if not os.path.isfile(path):
         raise SettingsError(f"no watch cluster: not in a pod and no kubeconfig at {path} "
                             "(set --watch-kubeconfig or $KUBECONFIG)")
     return Kube(await configuration_from_file(path, settings.watch_context,
                                               workdir=workdir / "watch"),
-                name="home", timeout=timeout)
+                name="home", timeout=timeout, limits=HOME)

@@ -98,7 +98,7 @@ def manifest(body: bytes, where: str) -> dict[str, Any]:
         raise ChartNotLoaded(f"{where}: manifest over {MAX_MANIFEST} bytes")
     try:
         doc = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ChartNotLoaded(f"{where}: manifest is not JSON") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise ChartNotLoaded(f"{where}: not an image manifest")
@@ -168,7 +168,7 @@ def verify_signature(key: Any, payload: bytes, signature: str, digest: str) -> s
         doc = json.loads(payload)
         signed = doc["critical"]["image"]["docker-manifest-digest"]
         kind = doc["critical"]["type"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return "a signed payload is not a cosign signature document"
     if kind != "cosign container image signature":
         return f"a signed payload has type {str(kind)[:60]!r}"

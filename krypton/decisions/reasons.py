@@ -205,6 +205,9 @@ REASONS: dict[str, Reason] = {
     "APIError": _r(ERROR, "the API server answered with an error status"),
     "BadResponse": _r(ERROR, "the API server's answer could not be read (not JSON, nested past "
                       "the parser's depth, not an API object)"),
+    "TooManyObjects": _r(ERROR, "a list of a cluster passed 32 MiB, or the objects krypton "
+                         "keeps of one of its collections would: the watch ends and the list "
+                         "starts over on the cluster's backoff; the cluster is reported failing"),
     "AnswerTooLarge": _r(ERROR, "an API server's answer passed 32 MiB, or one watch event 4 MiB, "
                          "as it arrived: refused there, and retried on the cluster's backoff"),
     "NotFound": _r(ERROR, "404 from the API server"),

@@ -77,7 +77,7 @@ def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
             raise RecordRefused(f"release record inflates past {INFLATED_MAX} bytes")
     try:
         release = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise RecordRefused("release record is not JSON") from exc
     if not isinstance(release, dict):
         raise RecordRefused("release record is not a JSON object")

@@ -132,7 +132,7 @@ class RolloutState:
             return None
         try:
             return cls.from_json(data["state.json"])
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             return None
 
     @classmethod
@@ -235,7 +235,7 @@ def read_publication(text: str | None, target: str | None) -> ClusterObservation
         raw = json.loads(text or "")
         fields = {f.name for f in dataclasses.fields(ClusterObservation)}
         seen = ClusterObservation(**{k: v for k, v in raw.items() if k in fields})
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return unreachable
     if not isinstance(seen.reachable, bool) or not all(
             isinstance(getattr(seen, f), int) for f in fields - {"reachable"}):

@@ -60,6 +60,9 @@ CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluste
 REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
 
 
+HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
+
+
 @dataclass
 class Shared:
     """What all workers share: settings, the chart, the helm cap, a reporter, a workdir."""
@@ -338,14 +341,17 @@ class Worker:
 
     def _watch_failed(self, exc: Exception) -> None:
         """A watch of an engaged cluster failed. Lost access (401/403: revoked credentials,
-        an expired certificate, removed RBAC) and a deleted Tenant CRD are not passing
-        faults: the cluster is reported failing (Warning Event once per episode, metric,
-        /readyz, krypton status) until a list or a watch is accepted again."""
+        an expired certificate, removed RBAC), a deleted Tenant CRD and answers krypton
+        refuses (over a bound, not JSON) are not passing faults: the cluster is reported
+        failing (Warning Event once per episode, metric, /readyz, krypton status) until a
+        list or a watch is accepted again."""
         self.log.warning("watch failed, retrying", error=str(exc))
         if isinstance(exc, Forbidden):
             reason = "ClusterAccessDenied"
         elif isinstance(exc, NotFound) and "tenants" in str(exc):
             reason = "TenantCRDMissing"
+        elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
+            reason = exc.reason  # an answer over a bound, or not one (issue 46)
         else:
             return
         if self.problem:

@@ -1,0 +1,162 @@
+"""An API server of the tests' own that misbehaves on purpose (issue 46): TLS on loopback with
+its own CA, forwarding every request to a real control plane except those its `rule` answers
+itself (an answer without end, a body too large, JSON nested past any parser, a watch line
+that never ends, a redirect to another origin)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from krypton.testing import free_port, pki
+
+# (method, path with query) -> None to forward, or a function that answers on the handler
+Rule = Callable[[str, str], Callable[[BaseHTTPRequestHandler], None] | None]
+
+
+class HostileAPI:
+    """A TLS front of the control plane whose admin kubeconfig is `upstream`."""
+
+    def __init__(self, upstream: Path, rule: Rule) -> None:
+        doc = yaml.safe_load(upstream.read_text())
+        cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+        self._dir = Path(tempfile.mkdtemp(prefix="hostile-api-"))
+        url = urlsplit(cluster["server"])
+        self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
+        up = ssl.create_default_context(cadata=base64.b64decode(
+            cluster["certificate-authority-data"]).decode())
+        self._headers = {}
+        if user.get("token"):
+            self._headers["Authorization"] = f"Bearer {user['token']}"
+        else:
+            cert, key = self._dir / "client.crt", self._dir / "client.key"
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            up.load_cert_chain(cert, key)
+        self._upstream_tls = up
+        self.ca = pki.make_ca("hostile-api")
+        crt, key = pki.write(self._dir, "serving", pki.issue(self.ca, "hostile", server=True))
+        self.rule, self.answered = rule, 0
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self.server.daemon_threads = True
+        serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        serving.load_cert_chain(crt, key)
+        self.server.socket = serving.wrap_socket(self.server.socket, server_side=True)
+        self.closing = threading.Event()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def kubeconfig(self) -> str:
+        """A kubeconfig for this server (its token is never checked: it forwards as admin)."""
+        return yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "hostile",
+            "clusters": [{"name": "hostile", "cluster": {
+                "server": f"https://127.0.0.1:{self.port}",
+                "certificate-authority-data": base64.b64encode(self.ca.cert).decode()}}],
+            "users": [{"name": "hostile", "user": {"token": "hostile-api-token-0000"}}],
+            "contexts": [{"name": "hostile", "context": {"cluster": "hostile",
+                                                         "user": "hostile"}}]})
+
+    def close(self) -> None:
+        self.closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                answer = api.rule(self.command, self.path)
+                if answer is not None:
+                    api.answered += 1
+                    try:
+                        answer(self)
+                    except OSError:
+                        pass  # krypton hung up, as it should
+                    self.close_connection = True
+                    return
+                api.forward(self)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        return Handler
+
+    def forward(self, h: BaseHTTPRequestHandler) -> None:
+        """The request as the real API server answers it, streamed (watches too), one
+        request per connection."""
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else None
+        headers = {k: v for k, v in h.headers.items()
+                   if k.lower() in ("accept", "content-type", "user-agent")}
+        conn = http.client.HTTPSConnection(self._host, self._port, context=self._upstream_tls,
+                                           timeout=400)
+        try:
+            conn.request(h.command, h.path, body=body, headers={**headers, **self._headers})
+            resp = conn.getresponse()
+            h.send_response(resp.status)
+            for name, value in resp.getheaders():
+                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    h.send_header(name, value)
+            h.send_header("Connection", "close")
+            h.end_headers()
+            while not self.closing.is_set():
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                h.wfile.write(chunk)
+                h.wfile.flush()
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            h.close_connection = True
+
+
+def stream(h: BaseHTTPRequestHandler, head: bytes, filler: bytes, total: int, *,
+           length: bool = True, tail: bytes = b"") -> None:
+    """Answer 200 with `head`, then `filler` repeated up to `total` bytes, then `tail`;
+    with or without a Content-Length (without: an HTTP/1.0 answer that ends when the
+    connection does)."""
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    if length:
+        h.send_header("Content-Length", str(len(head) + total + len(tail)))
+    h.end_headers()
+    h.wfile.write(head)
+    sent = 0
+    while sent < total:
+        h.wfile.write(filler)
+        sent += len(filler)
+    h.wfile.write(tail)
+
+
+def answer(h: BaseHTTPRequestHandler, status: int, body: bytes,
+           headers: dict[str, str] | None = None) -> None:
+    h.send_response(status)
+    for name, value in (headers or {}).items():
+        h.send_header(name, value)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def is_list(method: str, path: str, plural: str) -> bool:
+    return method == "GET" and f"/{plural}?" in path and "watch=true" not in path
+
+
+def is_watch(method: str, path: str, plural: str) -> bool:
+    return method == "GET" and f"/{plural}?" in path and "watch=true" in path

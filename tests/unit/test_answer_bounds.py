@@ -1,0 +1,172 @@
+"""Answers written by others are bounded as they arrive (issue 46): an API server's answer,
+a metric gate's, a registry's tag list; and none of them may send krypton elsewhere. Each
+against a server on loopback that answers one way."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes.aio.client.configuration import Configuration
+
+from krypton.adapters import registry
+from krypton.adapters.kube import Kube, Limits
+from krypton.adapters.prometheus import Prometheus
+from krypton.decisions import gates, oci
+from krypton.decisions.errors import ChartNotLoaded, KryptonError
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+
+
+@contextlib.contextmanager
+def _serve(handle: Handler) -> Iterator[tuple[str, list[str]]]:
+    paths: list[str] = []
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def _any(self) -> None:
+            paths.append(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            try:
+                handle(self)
+            except OSError:
+                pass
+
+        do_GET = do_POST = _any  # noqa: N815
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[tuple[str, list[str]]]:
+    def ok(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "2")
+        h.end_headers()
+        h.wfile.write(b"{}")
+    with _serve(ok) as served:
+        yield served
+
+
+def _redirect(to: str) -> Handler:
+    def send(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(302)
+        h.send_header("Location", to)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+    return send
+
+
+def _body(body: bytes, *, length: bool = True) -> Handler:
+    def send(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        if length:
+            h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+    return send
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+SMALL = Limits(answer=1 << 16)
+
+
+def _kube_answer(handle: Handler, limits: Limits = SMALL) -> KryptonError:
+    async def ask(url: str) -> None:
+        kube = Kube(Configuration(host=url), name="c", limits=limits)
+        try:
+            await kube.request("get namespace", "GET", "/api/v1/namespaces/x")
+        finally:
+            await kube.close()
+    with _serve(handle) as (url, _paths), pytest.raises(KryptonError) as raised:
+        asyncio.run(ask(url))
+    return raised.value
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_an_api_answer_over_its_bound_is_refused(length: bool) -> None:
+    error = _kube_answer(_body(b"{" + b" " * (1 << 17) + b"}", length=length))
+    assert error.reason == "AnswerTooLarge", error
+
+
+def test_an_api_answer_nested_past_the_parser_is_a_bad_response() -> None:
+    assert _kube_answer(_body(DEEP), Limits()).reason == "BadResponse"
+
+
+def test_an_api_redirect_is_not_followed(elsewhere: tuple[str, list[str]]) -> None:
+    url, paths = elsewhere
+    error = _kube_answer(_redirect(f"{url}/api/v1/namespaces/x"))
+    assert "HTTP 302" in str(error), error
+    assert paths == []
+
+
+def test_a_gate_answer_nested_past_the_parser_is_no_answer() -> None:
+    with _serve(_body(DEEP)) as (url, _paths):
+        reading = Prometheus(url).read("up")
+        assert reading.result == gates.UNANSWERED, reading
+
+
+def test_a_gate_never_follows_a_redirect_elsewhere(elsewhere: tuple[str, list[str]]) -> None:
+    other, paths = elsewhere
+    with _serve(_redirect(f"{other}/api/v1/query")) as (url, _):
+        reading = Prometheus(url).read("up")
+        assert reading.result == gates.UNANSWERED, reading
+        assert "not followed" in reading.value, reading
+    assert paths == []
+
+
+def test_a_tag_list_that_links_to_itself_is_read_once() -> None:
+    def send(h: BaseHTTPRequestHandler) -> None:
+        body = b'{"tags": ["1.0.0"]}'
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Link", f'<{h.path}>; rel="next"')
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+    with _serve(send) as (url, paths):
+        host = url.removeprefix("http://")
+        reg = registry.Registry(host, plain_http=True)
+        with pytest.raises(ChartNotLoaded, match="links back to a page already read"):
+            reg.tags(oci.reference(f"oci://{host}/charts", "sample"))
+        assert len(paths) == 1
+
+
+def test_a_tag_list_is_bounded_in_all_its_pages() -> None:
+    page = 0
+
+    def send(h: BaseHTTPRequestHandler) -> None:
+        nonlocal page
+        page += 1
+        body = b'{"tags": ["' + b"t" * (1 << 20) + b'"]}'
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Link", f'</v2/charts/sample/tags/list?last={page}>; rel="next"')
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+    with _serve(send) as (url, paths):
+        host = url.removeprefix("http://")
+        with pytest.raises(ChartNotLoaded, match="over the limit"):
+            registry.Registry(host, plain_http=True).tags(oci.reference(f"oci://{host}/charts", "sample"))
+        assert len(paths) == 4  # 4 MiB in all, not 4 MiB a page for 50 pages
