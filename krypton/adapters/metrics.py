@@ -53,7 +53,10 @@ WORKER_FAILURES = Counter("krypton_worker_failures_total",
                           ["cluster"])
 CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
                         "1 while an engaged cluster can be watched, 0 after `ClusterAccessDenied`"
-                        " / `TenantCRDMissing` until a list or watch is accepted again", ["cluster"])
+                        " / `TenantCRDMissing`, an answer refused (`AnswerTooLarge`, "
+                        "`BadResponse`, `TooManyObjects`) or `ClusterUnreachable` for longer "
+                        "than two --api-timeout, until a list or watch is accepted again",
+                        ["cluster"])
 CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
                      "1 while the cluster's Tenant CRD is older than krypton's (`CRDOutdated`)", ["cluster"])
 WATCH_RELISTS = Counter("krypton_watch_relists_total",

@@ -60,3 +60,9 @@ def describe(holder: str, problems: list[str]) -> str:
     """One line naming the holder and what is not believed, for a log, an Event, /readyz."""
     said = f"held by {holder or '(nobody)'}"
     return said + (f"; not believed: {'; '.join(problems)}" if problems else "")
+
+
+def kinds(problems: list[str]) -> tuple[str, ...]:
+    """What is not believed, without the values written: a holder that writes another
+    far-future renewTime at every renewal is warned about once, not every second."""
+    return tuple(p.split(" ", 1)[0] for p in problems)

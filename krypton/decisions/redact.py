@@ -87,7 +87,15 @@ def structlog_processor(_logger: Any, _name: str,
 
 
 def describe(exc: BaseException, limit: int = 300) -> str:
-    """``Type: message`` of an exception, scrubbed and bounded, for Events and conditions."""
+    """``Type: message`` of an exception, scrubbed and bounded, for Events and conditions.
+    A group of exceptions (a task group's) is described by the first one it holds, not
+    as "unhandled errors in a TaskGroup"."""
+    more = 0
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        more += len(exc.exceptions) - 1
+        exc = exc.exceptions[0]
+    if more:
+        return f"{describe(exc, limit)} (and {more} more)"
     text = scrub(str(exc)).replace("\n", " ")
     if len(text) > limit:
         text = text[:limit] + "..."

@@ -94,7 +94,7 @@ class LeaderElector:
     async def _report(self, lease: dict[str, Any], holder: str, doubts: list[str]) -> None:
         """Log who holds the Lease when that changes; a Lease not believed as written is
         also a Warning Event on it and a metric (issue 25.4)."""
-        said = (holder, tuple(doubts))
+        said = (holder, leases.kinds(doubts))
         if said == self._reported:
             return
         self._reported = said

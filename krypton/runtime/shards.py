@@ -72,7 +72,7 @@ class Shards:
         self._seen: dict[str, tuple[str, str, float, float]] = {}  # lease -> holder, renew, at, ttl
         self._live: frozenset[str] = frozenset()
         self._doubted: dict[str, list[str]] = {}  # membership lease -> what is not believed
-        self._reported: dict[str, list[str]] = {}
+        self._reported: dict[str, tuple[str, ...]] = {}
         self.members = Informer(kube, "member-leases", kube.lease_path(namespace),
                                 self._member_event, label_selector=f"{MEMBER_LABEL}={group}")
         self.owners = Informer(kube, "cluster-leases", kube.lease_path(namespace),
@@ -144,9 +144,9 @@ class Shards:
             del self._reported[name]
             metrics.LEASE_NOT_BELIEVED.labels(f"{self.namespace}/{name}").set(0)
         for name, doubts in list(self._doubted.items()):
-            if self._reported.get(name) == doubts:
+            if self._reported.get(name) == leases.kinds(doubts):
                 continue
-            self._reported[name] = doubts
+            self._reported[name] = leases.kinds(doubts)
             lease = self.members.store.get((self.namespace, name)) or {"metadata": {
                 "name": name, "namespace": self.namespace}}
             holder = str((lease.get("spec") or {}).get("holderIdentity") or "")

@@ -39,7 +39,13 @@ from krypton.adapters.kube import (
 )
 from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.errors import Forbidden, KryptonError, NotFound, TemporaryError
+from krypton.decisions.errors import (
+    ClusterUnreachable,
+    Forbidden,
+    KryptonError,
+    NotFound,
+    TemporaryError,
+)
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.model import RolloutGate, TenantKey
@@ -102,6 +108,7 @@ class Worker:
         self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self._away_since = 0.0  # monotonic time its watches first failed to reach it
         self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
         self._release_changes = 0
         self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
@@ -352,6 +359,14 @@ class Worker:
             reason = "TenantCRDMissing"
         elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
             reason = exc.reason  # an answer over a bound, or not one (issue 46)
+        elif isinstance(exc, ClusterUnreachable):
+            # away for a moment is the network's weather; away for longer than two API
+            # timeouts is worth saying (issue 46)
+            now = time.monotonic()
+            self._away_since = self._away_since or now
+            if now - self._away_since < 2 * self.shared.settings.api_timeout:
+                return
+            reason = "ClusterUnreachable"
         else:
             return
         if self.problem:
@@ -363,6 +378,7 @@ class Worker:
                                        f"{exc}; krypton keeps retrying"))
 
     def _watch_restored(self) -> None:
+        self._away_since = 0.0
         metrics.CLUSTER_HEALTHY.labels(self.name).set(1)
         if not self.problem:
             return

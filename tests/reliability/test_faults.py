@@ -29,7 +29,7 @@ def test_remote_api_server_outage_and_recovery(fleet: Fleet, flaky: Cluster) -> 
     fleet.register("home", fleet.home)
     fleet.register("flaky", flaky)
     flaky.ensure_namespace(fleet.tenant_ns)
-    op = fleet.start()
+    op = fleet.start("--api-timeout", "5s")  # away for longer than 10 s is said
     before = fleet.tenant(flaky, unique("before"))
     flaky.wait_phase(fleet.tenant_ns, before, "Ready")
 
@@ -41,12 +41,20 @@ def test_remote_api_server_outage_and_recovery(fleet: Fleet, flaky: Cluster) -> 
     wait_for(lambda: len(op.log_events("watch failed, retrying", cluster="flaky")) > noticed,
              60, what="the outage noticed")
     assert op.alive()
+    # away for longer than the threshold: said once, in an Event, the metric and /readyz
+    away = wait_for(lambda: [e for e in fleet.home.events(fleet.discovery_ns, "flaky")
+                             if e.reason == "ClusterUnreachable"], 90, what="the outage said")
+    assert away[0].type == "Warning" and (away[0].count or 1) == 1
+    assert "cluster flaky: failing: ClusterUnreachable" in op.readyz()
+    assert op.metric("krypton_cluster_healthy", cluster="flaky") == 0
 
     flaky.cp.restart_apiserver()
     flaky.api = Cluster("flaky", flaky.cp).api
     after = fleet.tenant(flaky, unique("after"))
     flaky.wait_phase(fleet.tenant_ns, after, "Ready", timeout=120)
     assert op.alive() and "watch failed, retrying" in op.log_text()
+    fleet.home.wait_event(fleet.discovery_ns, "flaky", "ClusterRecovered", timeout=60)
+    assert op.metric("krypton_cluster_healthy", cluster="flaky") == 1
 
 
 def test_sigkill_during_fifty_installs_then_restart(fleet: Fleet) -> None:

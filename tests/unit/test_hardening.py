@@ -477,3 +477,11 @@ def test_the_environment_decides_whether_requests_look_for_a_proxy(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert proxy_in_environment() is expected
+
+
+def test_a_task_groups_failure_is_described_by_its_cause() -> None:
+    """A worker failing inside its task group says what failed, not "unhandled errors in a
+    TaskGroup" (issue 46)."""
+    group = ExceptionGroup("unhandled errors in a TaskGroup (1 sub-exception)", [
+        ExceptionGroup("nested", [KeyError("status"), ValueError("b")])])
+    assert redact.describe(group) == "KeyError: 'status' (and 1 more)"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from krypton.adapters.charts import ResolvedChart
+from krypton.decisions import leases
 from krypton.decisions.errors import AlreadyExists
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, ReleaseStatus, TenantKey
@@ -385,3 +386,23 @@ def test_a_locked_release_is_looked_at_again_when_the_lock_would_expire() -> Non
     assert helm.calls == [] and outcome.reason == "ReleaseLocked" and not outcome.retry
     due = rt.settings.helm_timeout + LOCK_MARGIN - (time.time() - int(written))
     assert outcome.requeue_after is not None and due < outcome.requeue_after <= due + 2
+
+
+def test_a_lease_renewed_into_the_future_again_and_again_is_warned_about_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: a holder writing another far-future renewTime at every renewal is one
+    LeaseNotBelieved, not one a second."""
+    warned: list[list[str]] = []
+
+    async def not_believed(_kube: object, _lease: object, _what: str, _holder: str,
+                           doubts: list[str]) -> None:
+        warned.append(doubts)
+
+    monkeypatch.setattr(leader, "not_believed", not_believed)
+    elector = LeaderElector(object(), "ns", "lease", lease_duration=15,  # type: ignore[arg-type]
+                            renew_deadline=10, retry_period=2)
+    for second in range(5):
+        spec = {"renewTime": f"2099-01-01T00:00:0{second}.000000Z"}
+        asyncio.run(elector._report({"spec": spec}, "ghost",
+                                    leases.doubts(spec, 15, 1_800_000_000.0)))
+    assert len(warned) == 1

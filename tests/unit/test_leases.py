@@ -66,3 +66,16 @@ def test_the_holder_is_named() -> None:
     assert describe("r1", []) == "held by r1"
     assert describe("ghost", ["a", "b"]) == "held by ghost; not believed: a; b"
     assert describe("", []) == "held by (nobody)"
+
+
+def test_a_renewtime_rewritten_into_the_future_is_one_doubt_not_one_a_second() -> None:
+    """A holder that writes another far-future renewTime at every renewal changes the
+    words, not what is doubted: the warning is not repeated (issue 46)."""
+    from krypton.decisions.leases import kinds
+
+    first = doubts({"renewTime": "2099-01-01T00:00:00.000000Z"}, OWN, NOW)
+    again = doubts({"renewTime": "2099-01-01T00:00:01.000000Z"}, OWN, NOW)
+    assert first != again and kinds(first) == kinds(again) == ("renewTime",)
+    both = doubts({"renewTime": "2099-01-01T00:00:00.000000Z", "leaseDurationSeconds": 9e9},
+                  OWN, NOW)
+    assert kinds(both) == ("leaseDurationSeconds", "renewTime")
