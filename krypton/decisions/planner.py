@@ -73,6 +73,7 @@ from krypton.decisions.model import (
     TenantView,
     is_valid_namespace_name,
 )
+from krypton.decisions.printable import short
 
 
 class ReleaseState(enum.Enum):
@@ -215,10 +216,10 @@ def admission(obs: Observation) -> Plan | None:
         known = obs.known_clusters
         if known is not None and t.target_cluster not in known:
             return Plan(Action.NOT_TARGETED, "UnknownCluster",
-                        f"spec.clusterRef.secretName names cluster {t.target_cluster!r}, which "
+                        f"spec.clusterRef.secretName names cluster {short(t.target_cluster)}, which "
                         f"is not discovered; known clusters: {', '.join(sorted(known)) or 'none'}")
         return Plan(Action.NOT_TARGETED, "NotTargeted",
-                    f"spec.clusterRef.secretName targets cluster {t.target_cluster!r}")
+                    f"spec.clusterRef.secretName targets cluster {short(t.target_cluster)}")
     if not is_valid_namespace_name(t.key.name):
         return Plan(Action.BLOCKED, "InvalidTenantName",
                     f"tenant name {t.key.name!r} is not a valid namespace name "
@@ -226,9 +227,9 @@ def admission(obs: Observation) -> Plan | None:
                     permanent=True)
     if t.workspace and t.workspace != t.key.name:
         return Plan(Action.BLOCKED, "WorkspaceMismatch",
-                    f"spec.workspace {t.workspace!r} differs from the Tenant name: krypton "
+                    f"spec.workspace {short(t.workspace)} differs from the Tenant name: krypton "
                     f"installs into namespace {t.key.name!r} only, and a release the original "
-                    f"operator put into {t.workspace!r} would be installed twice; rename the "
+                    f"operator put into {short(t.workspace)} would be installed twice; rename the "
                     "Tenant after its workspace (or remove spec.workspace when that namespace "
                     "holds no release)", permanent=True)
     if obs.own_namespace and (t.key.name in SYSTEM_NAMESPACES

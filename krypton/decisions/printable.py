@@ -33,3 +33,9 @@ def escape_lines(text: str) -> str:
     """`text` keeping its line breaks and tabs, every other control character escaped: for
     multi-line output such as a diff."""
     return _UNSAFE.sub(_shown, text)
+
+
+def short(text: str, limit: int = 80) -> str:
+    """`text` as a message quotes it: repr'd, and cut to `limit` characters (a field of a
+    Tenant may be a megabyte long; its message and every log line of it must not be)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"

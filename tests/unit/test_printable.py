@@ -108,3 +108,21 @@ def test_diff_keeps_lines_and_escapes_the_rest() -> None:
     assert out.splitlines()[0].startswith("=== a team/t1\\x1b]0;pwned")
     assert out.splitlines()[1:3] == ["--- deployed", "+++ next"]
     assert diff_section("a team/t1", "") == "=== a team/t1: no change\n"
+
+
+def test_a_tenant_field_of_a_megabyte_is_quoted_short() -> None:
+    """Issue 46: spec.workspace of 1 MiB was written whole, twice, into the condition and
+    one log line per retry."""
+    from krypton.decisions.model import Observation, TenantKey, TenantView
+    from krypton.decisions.planner import plan
+    from krypton.decisions.printable import short
+
+    assert short("abc") == "'abc'"
+    huge = "w" * (1 << 20)
+    decided = plan(Observation("c1", TenantView(TenantKey("ns", "t"), workspace=huge,
+                                                target_cluster="c1"), None))
+    assert decided.reason == "WorkspaceMismatch"
+    assert len(decided.message) < 1000 and "(1048576 characters)" in decided.message
+    decided = plan(Observation("c1", TenantView(TenantKey("ns", "t"), target_cluster=huge),
+                               None, known_clusters=frozenset({"c1"})))
+    assert decided.reason == "UnknownCluster" and len(decided.message) < 1000
