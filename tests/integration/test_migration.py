@@ -111,6 +111,10 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
         assert proto.release_records(name, f"tenant-{name}-proto") == [(1, "deployed")]
     data = proto.core.read_namespaced_config_map(f"tenant-{older}-proto", older).data
     assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
+    # the prototype's record the upgrade started from was not sealed by krypton: adopted,
+    # and said so (issue 46)
+    adopted = proto.wait_event(fleet.tenant_ns, older, "ReleaseRecordAdopted")
+    assert "taken as krypton's, once" in adopted.message
 
     # spec.workspace that is not the name: refused, never installed a second time
     error = proto.wait_condition(fleet.tenant_ns, moved, "ClusterError/proto", "True")

@@ -9,6 +9,7 @@ cluster's progress.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -93,8 +94,10 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere
                                                          name: str) -> None:
     fleet.register("remote", fleet.remote)
     op = fleet.start()
+    started = time.monotonic()
     first = fleet.tenant(fleet.remote, unique("before"))
     fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    alone = time.monotonic() - started
     baseline = _peak_rss(op.pid)
 
     which, send, reason = _classes(fleet.tenant_ns, elsewhere.url)[name]
@@ -112,12 +115,15 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere
             assert warned[0].type == "Warning"
         wait_for(lambda: "cluster hostile:" in op.readyz(), 60, what="/readyz names the cluster")
         # the healthy cluster keeps its pace meanwhile
+        started = time.monotonic()
         after = fleet.tenant(fleet.remote, unique("during"))
         fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
+        beside = time.monotonic() - started
         assert op.alive()
         grown = _peak_rss(op.pid) - baseline
         print(f"{name}: peak RSS {baseline / MiB:.1f} MiB before, +{grown / MiB:.1f} MiB; "
-              f"{hostile.answered} hostile answers")
+              f"{hostile.answered} hostile answers; a healthy Tenant Ready in {alone:.2f} s "
+              f"alone, {beside:.2f} s beside it")
         assert grown <= 64 * MiB, f"{name}: the operator's peak RSS grew {grown / MiB:.0f} MiB"
         assert elsewhere.requests == 0  # no redirect followed, to any origin
     finally:
