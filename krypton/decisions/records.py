@@ -100,7 +100,7 @@ def content(release: Mapping[str, Any]) -> bytes:
     when helm marks the record superseded or copies it in a rollback."""
     return json.dumps({"name": release.get("name"), "namespace": release.get("namespace"),
                        "manifest": release.get("manifest") or "", "hooks": _hooks(release)},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+                      sort_keys=True, separators=(",", ":")).encode()  # ASCII: any string
 
 
 def seal(key: bytes, release: Mapping[str, Any]) -> str:

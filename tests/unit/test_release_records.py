@@ -77,6 +77,13 @@ def test_a_seal_holds_what_helm_acts_on_and_nothing_it_rewrites() -> None:
     assert records.seal(b"x" * 32, RELEASE) != sealed
 
 
+def test_any_string_a_record_holds_can_be_sealed() -> None:
+    """A forged manifest with a lone surrogate (valid JSON, not valid UTF-8) is sealed like
+    any other, not an exception in the pass."""
+    forged = json.loads('{"name": "r", "namespace": "a", "manifest": "\\ud800"}')
+    assert len(records.seal(KEY, forged)) == records.SEAL_CHARS
+
+
 def test_the_status_keeps_the_newest_seals_once_each() -> None:
     assert records.kept_seals("n", ["a", "n", "b", "c", "d"]) == ["n", "a", "b", "c"]
 

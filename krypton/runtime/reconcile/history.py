@@ -28,7 +28,7 @@ async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]
     for obj in found:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         version = str(labels.get("version") or "")
-        if not version.isdigit():
+        if not version.isdigit() or len(version) > 9:
             continue  # not a revision helm would read as one
         status = ReleaseStatus.parse(labels.get("status"))
         try:
