@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -153,6 +153,7 @@ class _Command(Command):
     """
 
     EXTRA = {"upgrade": ("--disable-openapi-validation",)}
+    driver = ""  # helm's storage driver (HELM_DRIVER); "" leaves helm's default
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:  # noqa: A002
         argv = [self._executable, *command, *self.EXTRA.get(str(command[0]), ()),
@@ -163,7 +164,7 @@ class _Command(Command):
             *(str(a) for a in argv),
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=helm_environment())
+            env=helm_environment(os.environ, self.driver))
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
@@ -194,12 +195,12 @@ def _helm_settings(environ: Mapping[str, str]) -> dict[str, str]:
     return missing
 
 
-def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
-    """The environment helm runs in: the operator's, with ``GOMAXPROCS=1`` and
-    ``LC_MESSAGES=fr_FR.UTF-8`` where the operator's own environment names neither (its own
-    values then pass through; for the language, ``LC_ALL`` counts too). None where nothing
-    is missing, as :func:`inherit_helm_settings` makes it at the start of ``krypton run``:
-    helm then inherits that environment as it is, not a copy built for every run.
+def helm_environment(environ: Mapping[str, str], driver: str = "") -> dict[str, str]:
+    """The environment helm runs in, built for each run and given to helm only (nothing is
+    written into the operator's own environment, which other children, such as a
+    credential plugin, inherit): the operator's, with ``GOMAXPROCS=1`` and
+    ``LC_MESSAGES=fr_FR.UTF-8`` where it names neither (its own values then pass through;
+    for the language, ``LC_ALL`` counts too), and ``HELM_DRIVER`` set to `driver`.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
@@ -217,14 +218,10 @@ def helm_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str] 
     kubectl's own commands (``config``, ``annotate``), which helm never prints; every other
     message stays English. Nothing else in helm reads these variables (docs, Benchmarks,
     "helm's message catalogue")."""
-    missing = _helm_settings(environ)
-    return {**environ, **missing} if missing else None
-
-
-def inherit_helm_settings(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Puts what :func:`helm_environment` adds into the operator's own environment, so that
-    every helm process inherits it as it is."""
-    environ.update(_helm_settings(environ))
+    env = {**environ, **_helm_settings(environ)}
+    if driver:
+        env["HELM_DRIVER"] = driver
+    return env
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
@@ -246,11 +243,12 @@ class Helm:
     """helm against one cluster (or none, for pulling charts)."""
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
-                 wait: bool = True) -> None:
+                 wait: bool = True, driver: str = "") -> None:
         self.timeout = timeout
         self.wait = wait
         self._command = _Command(executable=executable, kubeconfig=kubeconfig,
                                 default_timeout=f"{int(timeout)}s")
+        self._command.driver = driver
 
     async def _run(self, operation: str, coro: Any) -> Any:
         metrics.HELM_RUNS.labels(operation).inc()

@@ -180,14 +180,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     import faulthandler
     import signal
 
-    from krypton.adapters.helm import inherit_helm_settings
     from krypton.app import log
     from krypton.app.operator import Operator
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
-    os.environ["HELM_DRIVER"] = settings.helm_driver  # inherited by every helm process
-    inherit_helm_settings()  # the same: GOMAXPROCS and the message language (see there)
     return asyncio.run(Operator(settings).run())
 
 

@@ -182,7 +182,8 @@ class Worker:
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
         helm = Helm(settings.helm_path or settings.helm_executable, kubeconfig=kubeconfig,
-                    timeout=settings.helm_timeout, wait=settings.helm_wait)
+                    timeout=settings.helm_timeout, wait=settings.helm_wait,
+                    driver=settings.helm_driver)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,

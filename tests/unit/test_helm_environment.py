@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters.helm import Helm, helm_environment, inherit_helm_settings
+from krypton.adapters.helm import Helm, helm_environment
 
 # A stand-in for helm that prints what its environment says
 FAKE_HELM = ("#!/bin/sh\nprintf '%s|%s|%s|%s' \"${GOMAXPROCS-unset}\" \"${LC_MESSAGES-unset}\" "
@@ -53,12 +53,14 @@ def test_a_language_named_by_lc_all_is_left_alone(fake_helm: str,
     assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8||unset"
 
 
-def test_the_operators_start_leaves_helm_nothing_to_copy() -> None:
-    unset: dict[str, str] = {"KRYPTON_PROBE": "kept"}
-    inherit_helm_settings(unset)
-    assert unset == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "LC_MESSAGES": "fr_FR.UTF-8"}
-    assert helm_environment(unset) is None
-    own = {"GOMAXPROCS": "3", "LC_ALL": "ja_JP.UTF-8"}
-    inherit_helm_settings(own)
-    assert own == {"GOMAXPROCS": "3", "LC_ALL": "ja_JP.UTF-8"}
-    assert helm_environment(own) is None
+def test_the_operators_own_environment_is_never_written(fake_helm: str) -> None:
+    """What helm needs is given to helm only: a credential plugin or any other child of the
+    operator inherits the operator's environment as it was started (issue 48)."""
+    import os
+
+    before = dict(os.environ)
+    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8|unset|unset"
+    assert dict(os.environ) == before
+    env = helm_environment({"KRYPTON_PROBE": "kept"}, "configmap")
+    assert env == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "LC_MESSAGES": "fr_FR.UTF-8",
+                   "HELM_DRIVER": "configmap"}
