@@ -52,7 +52,6 @@ from krypton.decisions.errors import (
 from krypton.decisions.model import CRD_NAME, GROUP, PLURAL, VERSION, TenantKey
 
 tlsconn.install()  # less memory per TLS connection (see tlsconn)
-packages.import_without_ca_file("aiohttp")  # its default TLS contexts, unused (see packages)
 import aiohttp  # noqa: E402
 from aiohttp.http_exceptions import LineTooLong  # noqa: E402
 

@@ -13,19 +13,11 @@ when a kubeconfig needs it.
 
 :func:`without_init` registers such a package from its spec without running its
 ``__init__``; its submodules then import as usual.
-
-aiohttp makes two TLS contexts when it is imported (``aiohttp.connector``), for sessions that
-bring none of their own, and each reads the system's whole CA bundle: about 35 ms of CPU and
-2 MiB at every start. krypton never uses them: every connection it opens carries the context
-of its cluster's client configuration. :func:`import_without_ca_file` imports such a module
-with that bundle left unread.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import os
 import sys
 
 
@@ -45,22 +37,3 @@ def without_init(*names: str) -> None:
         parent, _, child = name.rpartition(".")
         if parent:
             setattr(sys.modules[parent], child, module)
-
-
-def import_without_ca_file(name: str) -> None:
-    """Imports `name` with OpenSSL's CA file (``SSL_CERT_FILE``) pointed at an empty file,
-    then sets the variable back as it was, before anything else runs: TLS contexts made
-    during that import hold none of the bundle's certificates (they still look certificates
-    up in the CA directory, one at a time, when they verify), every context made later reads
-    the bundle as usual, and helm inherits the operator's own setting."""
-    if name in sys.modules:
-        return
-    saved = os.environ.get("SSL_CERT_FILE")
-    os.environ["SSL_CERT_FILE"] = os.devnull
-    try:
-        importlib.import_module(name)
-    finally:
-        if saved is None:
-            del os.environ["SSL_CERT_FILE"]
-        else:
-            os.environ["SSL_CERT_FILE"] = saved

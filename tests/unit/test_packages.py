@@ -18,18 +18,15 @@ from krypton.testing import pki
 # a kubeconfig file (argv[1]) as the operator builds it; then one file with a token file
 # (argv[2]), which only the client library's loader reads. Prints the modules loaded at each
 # of the two points, and the Authorization header each configuration sends; first the
-# certificates that aiohttp's own TLS contexts and one made after the imports hold, and
-# the CA file setting the process has then.
+# certificates a TLS context made after the imports holds, and the CA file setting the
+# process has then.
 OPERATOR = """
 import asyncio, json, os, ssl, sys, tempfile
 from pathlib import Path
 import krypton.cli.main, krypton.app.operator
 from krypton.adapters import kube
-import aiohttp.connector
 async def main():
-    seen = [{"aiohttp": [aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509"],
-                         aiohttp.connector._SSL_CONTEXT_UNVERIFIED.cert_store_stats()["x509"]],
-             "later": ssl.create_default_context().cert_store_stats()["x509"],
+    seen = [{"later": ssl.create_default_context().cert_store_stats()["x509"],
              "SSL_CERT_FILE": os.environ.get("SSL_CERT_FILE")}]
     for path in sys.argv[1:]:
         cfg = await kube.configuration_from_file(path, workdir=Path(tempfile.mkdtemp()))
@@ -78,9 +75,9 @@ def test_the_operator_loads_only_the_modules_it_uses(tmp_path: Path) -> None:
                          env={**os.environ, "SSL_CERT_FILE": str(bundle),
                               "SSL_CERT_DIR": str(tmp_path / "no-ca-dir")})
     tls, first, second = json.loads(run.stdout)
-    # aiohttp's own contexts, which krypton never uses, read no bundle; contexts made after
-    # the imports, and helm, which inherits the environment, still read the process's own
-    assert tls == {"aiohttp": [0, 0], "later": 2, "SSL_CERT_FILE": str(bundle)}
+    # the imports leave the process's CA setting as it was: contexts made after them, and
+    # helm, which inherits the environment, read the process's own bundle
+    assert tls == {"later": 2, "SSL_CERT_FILE": str(bundle)}
     assert {"kubernetes.aio.client.configuration", "kubernetes.aio.config.incluster_config",
             "pyhelm3.command", "pyhelm3.errors"} <= set(first["modules"])
     assert loaded(first["modules"], UNUSED) == []
@@ -128,18 +125,3 @@ def test_a_name_that_is_no_package_is_left_to_the_import(library: Path) -> None:
     import plain  # type: ignore[import-not-found]
 
     assert plain.VALUE == 1
-
-
-@pytest.mark.parametrize("setting", [None, "/etc/custom-bundle.pem"])
-def test_a_module_imported_without_ca_file_leaves_the_setting_as_it_was(
-        library: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
-    (library / "plain.py").write_text("import os\nSEEN = os.environ.get('SSL_CERT_FILE')\n")
-    if setting is None:
-        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    else:
-        monkeypatch.setenv("SSL_CERT_FILE", setting)
-    packages.import_without_ca_file("plain")
-    import plain  # type: ignore[import-not-found]
-
-    assert os.devnull == plain.SEEN
-    assert os.environ.get("SSL_CERT_FILE") == setting
