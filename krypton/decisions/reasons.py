@@ -131,8 +131,8 @@ REASONS: dict[str, Reason] = {
                                  "krypton (its content matches no seal krypton keeps), or is "
                                  "over helm's size or inflates past 16 MiB: no helm run on "
                                  "that release (krypton_reconcile_errors_total)",
-                                 "remove the records krypton did not write (or `helm "
-                                 "rollback` to a revision krypton made), then `krypton retry`",
+                                 "remove the records krypton did not write, or `helm "
+                                 "rollback` to a revision krypton made",
                                  fatal=True),
     "NamespaceTerminating": _r(CE, "the Tenant's namespace was deleted by hand and is still "
                                "going: no helm run until it is gone, then the release is "

@@ -110,7 +110,7 @@ def seal(key: bytes, release: Mapping[str, Any]) -> str:
 
 def kept_seals(new: str, old: Iterable[str]) -> list[str]:
     """The seals a Tenant's status keeps after `new` was made: newest first, no repeats."""
-    return list(dict.fromkeys([new, *old]))[:SEALS_KEPT]
+    return list(dict.fromkeys(s for s in (new, *old) if s))[:SEALS_KEPT]
 
 
 @dataclass(frozen=True)
@@ -169,8 +169,8 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
         return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "
                        f"({r.status.value}) {what} was not written by krypton (its content "
                        "matches none of the seals krypton keeps); helm is not run on it. "
-                       "Remove the records krypton did not write (or roll the release back to "
-                       "a revision krypton made), then krypton retry")
+                       "Remove the records krypton did not write, or roll the release back to "
+                       "a revision krypton made: a change of the records brings a pass")
 
     if use is Use.UPGRADE:
         deployed = [r for r in records if r.status is ReleaseStatus.DEPLOYED]

@@ -136,6 +136,7 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
                     await look.check_ownership(rt, p.release, namespace, why="is not rolled back")
                     await rt.helm.rollback(p.release, namespace, verdict.rollback_to)
                     seen.append(verdict.seal)
+                    p.events += history.adopted(verdict)
             elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
                 verdict = await history.judge(rt, p, Use.UPGRADE)
                 if verdict.trust is Trust.ADOPT:
