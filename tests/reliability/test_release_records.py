@@ -92,6 +92,17 @@ def _refused(fleet: Fleet, name: str) -> bool:
     return cond.get("status") == "True" and cond.get("reason") == "ReleaseRecordUntrusted"
 
 
+def _wait_gone(fleet: Fleet, name: str) -> None:
+    """Wait until the remote Tenant `name` is deleted: its finalizer removed."""
+    def gone() -> bool:
+        try:
+            fleet.remote.tenant(fleet.tenant_ns, name)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    wait_for(gone, 60, what="the finalizer removed and the Tenant gone")
+
+
 def _helm_runs(op: OperatorProcess) -> float:
     return sum(op.metric("krypton_helm_processes_total", operation=o) or 0
                for o in ("install", "upgrade", "rollback", "uninstall"))
@@ -235,14 +246,7 @@ def test_deleting_a_tenant_never_runs_the_hooks_of_a_forged_record(fleet: Fleet,
         "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name)
     wait_for(lambda: fleet.remote.release_records(name, release) == [], 90,
              what="the release uninstalled")
-
-    def gone() -> bool:
-        try:
-            fleet.remote.tenant(fleet.tenant_ns, name)
-            return False
-        except ApiException as exc:
-            return exc.status == 404
-    wait_for(gone, 60, what="the finalizer removed and the Tenant gone")
+    _wait_gone(fleet, name)
     assert _binding(fleet.remote, crb) is None
     assert op.metric("krypton_helm_processes_total", operation="uninstall") == 1
 
@@ -304,12 +308,5 @@ def test_deleting_a_tenant_whose_release_is_gone_drops_the_finalizer(fleet: Flee
         name, label_selector=f"owner=helm,name={release}")
     fleet.remote.custom.delete_namespaced_custom_object(
         "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name)
-
-    def gone() -> bool:
-        try:
-            fleet.remote.tenant(fleet.tenant_ns, name)
-            return False
-        except ApiException as exc:
-            return exc.status == 404
-    wait_for(gone, 60, what="the finalizer removed and the Tenant gone")
+    _wait_gone(fleet, name)
     assert (op.metric("krypton_helm_processes_total", operation="uninstall") or 0) == 0

@@ -135,38 +135,34 @@ def test_a_gate_never_follows_a_redirect_elsewhere(elsewhere: tuple[str, list[st
     assert paths == []
 
 
-def test_a_tag_list_that_links_to_itself_is_read_once() -> None:
+def _tag_pages(body: bytes, next_page: Callable[[str], str]) -> Handler:
+    """A tag list page holding `body`, linking to `next_page(this page's path)`."""
     def send(h: BaseHTTPRequestHandler) -> None:
-        body = b'{"tags": ["1.0.0"]}'
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
-        h.send_header("Link", f'<{h.path}>; rel="next"')
+        h.send_header("Link", f'<{next_page(h.path)}>; rel="next"')
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
         h.wfile.write(body)
-    with _serve(send) as (url, paths):
-        host = url.removeprefix("http://")
-        reg = registry.Registry(host, plain_http=True)
+    return send
+
+
+def _tags(url: str) -> list[str]:
+    host = url.removeprefix("http://")
+    return registry.Registry(host, plain_http=True).tags(
+        oci.reference(f"oci://{host}/charts", "sample"))
+
+
+def test_a_tag_list_that_links_to_itself_is_read_once() -> None:
+    with _serve(_tag_pages(b'{"tags": ["1.0.0"]}', lambda path: path)) as (url, paths):
         with pytest.raises(ChartNotLoaded, match="links back to a page already read"):
-            reg.tags(oci.reference(f"oci://{host}/charts", "sample"))
+            _tags(url)
         assert len(paths) == 1
 
 
 def test_a_tag_list_is_bounded_in_all_its_pages() -> None:
-    page = 0
-
-    def send(h: BaseHTTPRequestHandler) -> None:
-        nonlocal page
-        page += 1
-        body = b'{"tags": ["' + b"t" * (1 << 20) + b'"]}'
-        h.send_response(200)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Link", f'</v2/charts/sample/tags/list?last={page}>; rel="next"')
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
-    with _serve(send) as (url, paths):
-        host = url.removeprefix("http://")
+    big = b'{"tags": ["' + b"t" * (1 << 20) + b'"]}'
+    with _serve(_tag_pages(big, lambda path: path + "x")) as (url, paths):
         with pytest.raises(ChartNotLoaded, match="over the limit"):
-            registry.Registry(host, plain_http=True).tags(oci.reference(f"oci://{host}/charts", "sample"))
+            _tags(url)
         assert len(paths) == 4  # 4 MiB in all, not 4 MiB a page for 50 pages
