@@ -7,6 +7,7 @@ and ``register-cluster`` do not load helm's wrapper and the runtime.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from krypton.decisions.records import decode
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
-from krypton.runtime.reconcile import ClusterView, tenant_view
+from krypton.runtime.reconcile import ClusterView
 
 
 def _chart_source(settings: Settings, tmp: Path, home: Kube | None) -> ChartSource:
@@ -72,15 +73,31 @@ async def collect_plan(settings: Settings) -> list[Row]:
         return rows
 
 
-async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                        chart: ChartSource, known: frozenset[str],
-                        gate: Callable[[str], RolloutGate]) -> list[Row]:
+@dataclass(frozen=True)
+class Decided:
+    """One Tenant of a cluster as the operator would decide about it now: the Tenant, the
+    records of its release there, the observation and the plan (``ClusterView.decide``,
+    the operator's own)."""
+
+    tenant: dict[str, Any]
+    release: str
+    records: list[dict[str, Any]]
+    obs: Observation
+    plan: Plan
+
+
+async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
+                          chart: ChartSource, known: frozenset[str],
+                          gate: Callable[[str], RolloutGate]
+                          ) -> tuple[ClusterView, list[Decided]]:
+    """Every Tenant of cluster `c`, decided as the operator decides (``plan`` and ``diff``
+    show the same decision the operator would make)."""
     tenants = await tenants_of(kube, settings)
     view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
                        releases=ReleaseIndex(), values=c.values, known_clusters=lambda: known,
                        tenants={(t["metadata"]["namespace"], t["metadata"]["name"]): t
                                 for t in tenants})
-    rows = []
+    out = []
     for t in tenants:
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
@@ -89,6 +106,18 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         for record in records:
             view.releases.on_event("ADDED", record)
         _, obs, decided = await view.decide(t, gate(c.name))
+        out.append(Decided(t, release, records, obs, decided))
+    return view, out
+
+
+async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
+                        chart: ChartSource, known: frozenset[str],
+                        gate: Callable[[str], RolloutGate]) -> list[Row]:
+    view, decisions = await _decide_cluster(c, kube, settings, chart, known, gate)
+    rows = []
+    for d in decisions:
+        t, release, records, obs, decided = d.tenant, d.release, d.records, d.obs, d.plan
+        meta = t["metadata"]
         applied = ((t.get("status") or {}).get("clusters") or {}).get(c.name) or {}
         old_version = with_digest(applied.get("chartVersion") or "-", applied.get("chartDigest") or "")
         old_fp = (meta.get("annotations") or {}).get(fingerprint_annotation(c.name)) or ""
@@ -136,31 +165,30 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     async with fleet_view(settings, "krypton-diff-") as (tmp, home, clusters):
         chart = _chart_source(settings, tmp, home)
+        gate = await _rollout_gate(home, settings, chart)
+        known = frozenset(h.name for h in clusters)
         for c in clusters:
             if c.kube is None:
                 out.append((f"{c.name}: not looked at", f"{c.error}\n"))
                 continue
-            view = ClusterView(name=c.name, kube=c.kube, helm=chart.helm, chart=chart,
-                               settings=settings, releases=ReleaseIndex(), tenants={},
-                               values=c.values)
-            target = await view.desired_chart()
-            if not isinstance(target, ChartTarget):
-                out.append((f"{c.name}: not looked at", f"{target.reason}: {target.message}\n"))
-                continue
-            for t in await tenants_of(c.kube, settings):
-                seen = tenant_view(t, c.name)
-                if seen.target_cluster not in (None, c.name):
+            _, decisions = await _decide_cluster(c, c.kube, settings, chart, known, gate)
+            for d in decisions:
+                name, target = d.tenant["metadata"]["name"], d.obs.chart
+                release, namespace = d.release, settings.release_namespace_for(name)
+                heading = f"{c.name}/{d.tenant['metadata']['namespace']}/{name} ({release})"
+                if d.plan.action is Action.NOT_TARGETED:
                     continue  # the Tenant is not this cluster's
-                name = t["metadata"]["name"]
-                release = release_name(name, c.name)
-                if seen.paused:
-                    out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release}) "
-                                "paused by annotation", ""))
+                if d.plan.action is Action.PAUSE:
+                    out.append((f"{heading} paused by annotation", ""))
                     continue
-                namespace = settings.release_namespace_for(name)
-                deployed = deployed_release(
-                    await _release_records(c.kube, settings, release, namespace),
-                    settings.helm_driver)
+                if d.plan.action not in HELM_ACTIONS:
+                    # nothing would run: the manifest stays as deployed, and why is said
+                    why = "" if d.plan.action in IN_SYNC else \
+                        f" not changed: {d.plan.reason} ({d.plan.message})"
+                    out.append((heading + why, ""))
+                    continue
+                assert isinstance(target, ChartTarget)
+                deployed = deployed_release(d.records, settings.helm_driver)
                 before = f"{c.name}/{name} deployed"
                 old_docs: list[Any] = []
                 if deployed is not None:
@@ -179,8 +207,13 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
                                                      f"{target.version})")
                 text += await _owned_elsewhere(c.kube, new_docs, namespace)
                 text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
-                out.append((f"{c.name}/{t['metadata']['namespace']}/{name} ({release})", text))
+                out.append((heading, text))
     return out
+
+
+# plans that run nothing because the release is as the target wants it (or only its
+# annotation or its workload's health is looked after): `diff` shows "no change"
+IN_SYNC = {Action.SKIP, Action.NOTHING, Action.ANNOTATE, Action.AWAIT_READY, Action.UNHEALTHY}
 
 
 async def _cluster_objects_dropped(kube: Kube, deployed: list[Any],

@@ -147,6 +147,39 @@ def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Pa
     assert same.returncode == 0, same.stdout + same.stderr  # the same chart, the same manifest
 
 
+def test_diff_renders_only_what_would_run_and_says_why_not(fleet: Fleet,
+                                                           tmp_path: Path) -> None:
+    """Issue 48: diff decides as the operator does (the same ``decide()``). With a values
+    change, the Tenant that would be upgraded shows its manifest change; one the operator
+    refuses (a reserved namespace) and one it would not run helm for (Stalled: its retries
+    exhausted on this very target) show none, and say why."""
+    from krypton.decisions.fingerprint import fingerprint
+
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    ok = fleet.tenant(fleet.remote, unique("ok"))
+    fleet.remote.wait_phase(fleet.tenant_ns, ok, "Ready")
+    op.stop()
+    values = tmp_path / "values.yaml"
+    values.write_text("data:\n  colour: blue\n")
+    target = fingerprint(fleet.chart_repo.url, "sample", "0.2.0", {"data": {"colour": "blue"}})
+    reserved = fleet.tenant(fleet.remote, "default")
+    stalled = fleet.tenant(fleet.remote, unique("stalled"))
+    fleet.remote.custom.patch_namespaced_custom_object_status(
+        "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", stalled,
+        {"status": {"clusters": {"remote": {"failures": 99, "failedTarget": f"{target}/1/"}}}})
+
+    diff = krypton(fleet, "diff", *run_flags(fleet), "--chart-values-file", str(values))
+    assert diff.returncode == 2, diff.stdout + diff.stderr
+    assert f"+++ remote/{ok} next (chart 0.2.0) ConfigMap tenant-{ok}-remote" in diff.stdout
+    for name, why in ((reserved, "ReservedNamespace (namespace 'default' is reserved"),
+                      (stalled, "RetriesExhausted (99 attempts of chart 0.2.0 failed")):
+        heading = f"=== remote/{fleet.tenant_ns}/{name} (tenant-{name}-remote) not changed: {why}"
+        assert heading in diff.stdout, diff.stdout
+        assert diff.stdout.split(heading, 1)[1].split("\n", 1)[0].endswith("): no change")
+        assert f"remote/{name} next" not in diff.stdout
+
+
 def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
     """Issue 13: a live table and progress bar, redrawn from watches: a new Tenant, its
     install and a pause show up without the command being run again."""

@@ -107,6 +107,12 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     rows = {r["cluster"]: r for r in json.loads(planned.stdout) if r["tenant"]}
     assert {c: (rows[c]["action"], rows[c]["reason"]) for c in ("remote", "remote2")} == \
         {"remote": ("held", "RolloutHalted"), "remote2": ("held", "RolloutHalted")}, planned.stderr
+    # ... and so does krypton diff (issue 48): no manifest change for them, and why
+    diff = krypton(fleet, "diff", *args)
+    for cluster, tenant in (("remote", r), ("remote2", r2)):
+        assert f"=== {cluster}/{fleet.tenant_ns}/{tenant} (tenant-{tenant}-{cluster}) not " \
+               "changed: RolloutHalted (" in diff.stdout, diff.stdout + diff.stderr
+        assert f"{cluster}/{tenant} next (chart" not in diff.stdout
     # ... and the rollout reports what the releases did, once all of them are through
     state = wait_for(lambda: (s := rollout_state(fleet)) and s["revert_reported"] and s, 30,
                      what="the revert's outcome in the rollout state")
