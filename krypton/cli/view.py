@@ -220,6 +220,9 @@ def progress(rows: list[Row], rollout: RolloutState | None) -> list[str]:
     lines = [f"rollout to {rollout.version}: {rollout.phase}{said}",
              f"  waves     {bar(waves, len(rollout.waves))}",
              f"  releases  {bar(done, len(targeted))} at {rollout.version} and ready"]
+    if rollout.budget_unit:  # the failure budget of the wave in progress (F8)
+        lines.append(f"  failures  {rollout.budget_used} of {rollout.budget} "
+                     f"{rollout.budget_unit} allowed in the wave")
     for cluster, seen in sorted(rollout.gates.items()):  # the metric gate of the wave (F7)
         lines.append(f"  gate      {cluster}: {seen.get('result', '?')} "
                      f"({str(seen.get('value', ''))[:80]}; {seen.get('failures', 0)} failed, "

@@ -3,9 +3,11 @@
 A *target* is the central chart reference at its resolved version with the central values;
 when it changes, clusters move to it in waves: the canary clusters first, then the others
 (sorted by name) at most `max_parallel` at a time. A wave is done when every Tenant of its
-clusters is Ready on the new fingerprint and it has stayed so for `soak` seconds. The rollout
-halts when more than `max_failures` releases of a wave fail, or when the wave misses its
-deadline; clusters not reached yet stay on the old version. Unreachable clusters are
+clusters is Ready on the new fingerprint, or failed within the wave's failure budget, and it
+has stayed so for `soak` seconds. The rollout halts when a wave has more failures than its
+budget (`max_failures`: a count, or a share of the wave, in releases or in clusters), or when
+the wave misses its deadline; clusters not reached yet stay on the old version. Unreachable
+clusters are
 reported and skipped; they catch up once the rollout is complete. A new target supersedes
 any previous rollout, halted or not.
 
@@ -35,7 +37,8 @@ CONFIGMAP = "krypton-rollout"  # holds the state as state.json, in the discovery
 class Policy:
     canaries: tuple[str, ...] = ()
     max_parallel: int = 0  # 0: one wave with every non-canary cluster
-    max_failures: int = 0
+    max_failures: str = "0"  # a count ("2") or a share of the wave ("25%")
+    failure_unit: str = "releases"  # or "clusters": those with a failed or degraded release
     wave_deadline: float = 600.0
     soak: float = 0.0
     auto_revert: bool = False
@@ -50,10 +53,19 @@ class Policy:
         return cls(canaries=tuple(c.strip() for c in s.rollout_canary_clusters.split(",")
                                   if c.strip()),
                    max_parallel=s.rollout_max_parallel_clusters,
-                   max_failures=s.rollout_max_failures, wave_deadline=s.rollout_wave_deadline,
+                   max_failures=s.rollout_max_failures, failure_unit=s.rollout_failure_unit,
+                   wave_deadline=s.rollout_wave_deadline,
                    soak=s.rollout_wave_soak, auto_revert=s.rollout_auto_revert,
                    gate=GatePolicy(s.rollout_gate_query, s.rollout_gate_failures,
                                    s.rollout_wave_deadline))
+
+
+    def budget(self, size: int) -> int:
+        """The failures a wave of `size` (releases or clusters) may have: the count, or the
+        share of `size` rounded down (25% of 4 clusters is 1)."""
+        if self.max_failures.endswith("%"):
+            return int(float(self.max_failures[:-1]) * size // 100)
+        return int(self.max_failures)
 
 
 @dataclass(frozen=True)
@@ -118,6 +130,10 @@ class RolloutState:
     # (gates.record); gate_failed: the rollout halted on it (its healthy releases revert too)
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
     gate_failed: bool = False
+    # the failure budget of the wave in progress (or the one that halted): used, allowed
+    budget_used: int = 0
+    budget: int = 0
+    budget_unit: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -296,22 +312,32 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
         wave = state.waves[state.wave]
         reachable = [c for c in wave if observed.get(c, ClusterObservation(False, 0, 0, 0)).reachable]
         skipped = tuple(sorted(set(state.skipped) | (set(wave) - set(reachable))))
-        failures = sum(observed[c].failed for c in reachable)
         failed = tuple(c for c in reachable if observed[c].failed)
-        if failures > policy.max_failures:
+        releases = sum(observed[c].failed for c in reachable)
+        if policy.failure_unit == "clusters":
+            failures, size = len(failed), len(reachable)
+        else:
+            failures, size = releases, sum(observed[c].tenants for c in reachable)
+        state = dataclasses.replace(state, budget_used=failures, budget=policy.budget(size),
+                                    budget_unit=policy.failure_unit)
+        if failures > state.budget:
             return dataclasses.replace(
                 state, phase=HALTED, skipped=skipped, failed=failed,
-                message=f"halted in wave {state.wave + 1}: {failures} failed release(s) on "
-                        f"{', '.join(failed)} (more than {policy.max_failures} allowed)")
+                message=f"halted in wave {state.wave + 1}: {releases} failed release(s) on "
+                        f"{', '.join(failed)}: {failures} failed {policy.failure_unit}, more "
+                        f"than the {state.budget} allowed ({policy.max_failures} of {size})")
         waiting = sorted(settling.intersection(wave))
         if waiting:
             return dataclasses.replace(state, message=f"wave {state.wave + 1}/"
                                        f"{len(state.waves)}: waiting for {', '.join(waiting)} "
                                        "to engage")
-        complete = all(observed[c].done >= observed[c].tenants for c in reachable)
+        # every release Ready on the target, or failed within the budget (just checked)
+        complete = all(observed[c].done + observed[c].failed >= observed[c].tenants
+                       for c in reachable)
         if not complete:
             if now - state.wave_started > policy.wave_deadline:
-                late = [c for c in reachable if observed[c].done < observed[c].tenants]
+                late = [c for c in reachable
+                        if observed[c].done + observed[c].failed < observed[c].tenants]
                 return dataclasses.replace(
                     state, phase=HALTED, skipped=skipped, failed=tuple(late),
                     message=f"halted in wave {state.wave + 1}: deadline of "

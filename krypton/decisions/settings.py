@@ -64,6 +64,21 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def failure_budget(text: str) -> str:
+    """A wave's failure budget: a count (``2``) or a share of the wave (``25%``)."""
+    value = text.strip()
+    if value.endswith("%"):
+        number = value[:-1].strip()
+        try:
+            share = float(number)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a count or a percentage (e.g. 2, 25%)") from None
+        if not 0 <= share <= 100:
+            raise ValueError(f"{text!r} must be a percentage from 0% to 100%")
+        return f"{share:g}%"
+    return str(non_negative_int(value))
+
+
 def choice(*options: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -202,8 +217,12 @@ OPTIONS: tuple[Opt, ...] = (
         "", env=("KRYPTON_ROLLOUT_CANARY_CLUSTERS",)),
     Opt("rollout_max_parallel_clusters", "Clusters per wave after the canaries (0: no waves)",
         0, non_negative_int),
-    Opt("rollout_max_failures", "Failed releases a wave may have before the rollout halts", 0,
-        non_negative_int),
+    Opt("rollout_max_failures", "Failures a wave may have before the rollout halts: a count "
+        "(2) or a share of the wave (25%, rounded down), in --rollout-failure-unit", "0",
+        failure_budget),
+    Opt("rollout_failure_unit", "What --rollout-max-failures counts: releases (a failed or "
+        "degraded release) or clusters (a cluster with one or more of them)", "releases",
+        choice("releases", "clusters")),
     Opt("rollout_wave_deadline", "A wave not done within this counts as failed", 600.0, duration),
     Opt("rollout_wave_soak", "How long a finished wave must stay healthy before the next", 0.0,
         lambda t: 0.0 if t.strip() in ("0", "0s") else duration(t)),
@@ -312,7 +331,8 @@ class Settings:
     adopt_orphaned_objects: bool = _default("adopt_orphaned_objects")
     rollout_canary_clusters: str = _default("rollout_canary_clusters")
     rollout_max_parallel_clusters: int = _default("rollout_max_parallel_clusters")
-    rollout_max_failures: int = _default("rollout_max_failures")
+    rollout_max_failures: str = _default("rollout_max_failures")
+    rollout_failure_unit: str = _default("rollout_failure_unit")
     rollout_wave_deadline: float = _default("rollout_wave_deadline")
     rollout_wave_soak: float = _default("rollout_wave_soak")
     rollout_auto_revert: bool = _default("rollout_auto_revert")
@@ -407,7 +427,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         target = groups.get(topic(opt.name), parser)
         envs = " or ".join(f"${e}" for e in opt.envs)
         default = ", ".join(opt.default) if isinstance(opt.default, tuple) else opt.default
-        help_text = f"{opt.help} [env {envs}; default {default!r}]"
+        # argparse formats help with %: a literal one is written twice
+        help_text = f"{opt.help} [env {envs}; default {default!r}]".replace("%", "%%")
         if opt.repeatable:
             target.add_argument(opt.flag, action="append", default=None, help=help_text,
                                 metavar=opt.metavar)

@@ -152,3 +152,51 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
     assert "rollout to 0.3.0: Complete" in status.stdout
     assert "waves     [####################] 3/3" in status.stdout
+
+
+def _apply_crd(cluster: Cluster) -> None:
+    """The Tenant CRD on `cluster`, established, before any operator engages it."""
+    from kubernetes import client
+
+    from krypton.decisions.crd import crd_manifest
+
+    crds = client.ApiextensionsV1Api(cluster.api)
+    try:
+        crds.create_custom_resource_definition(crd_manifest())
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
+                         crds.read_custom_resource_definition(
+                             "tenants.mesh.openkcm.io").status.conditions or []),
+             30, what="the Tenant CRD established")
+
+
+@pytest.mark.parametrize("failing, phase", [(1, "Complete"), (2, "Halted")])
+def test_a_budget_of_a_quarter_of_the_clusters(fleet: Fleet, repo: ChartRepository,
+                                               failing: int, phase: str) -> None:
+    """Issue 49.1: one wave of 4 clusters (four names of one API server, each with its own
+    values: on `failing` of them the chart does not render) and a budget of 25% counted in
+    clusters: the wave survives one failed cluster and halts at the second."""
+    names = ["w1", "w2", "w3", "w4"]
+    for i, name in enumerate(names):
+        fleet.register(name, fleet.remote,
+                       values='failRender: "broken here"\n' if i < failing else None)
+    args = fleet.args("--rollout-max-parallel-clusters", "4", "--rollout-max-failures", "25%",
+                      "--rollout-failure-unit", "clusters", "--allow-duplicate-clusters",
+                      version="0.2.0")
+    args[args.index(fleet.chart_repo.url)] = repo.url
+    _apply_crd(fleet.remote)
+    fleet.remote.create_tenant(fleet.tenant_ns, unique("q"))  # there before the rollout
+    fleet.operators.append(op := OperatorProcess(args, helm_dir=fleet.testbin).start())
+    op.wait_ready()
+    state = wait_for(lambda: (s := rollout_state(fleet)) and s["phase"] in ("Complete", "Halted")
+                     and s, 120, what="the wave judged")
+    assert state["phase"] == phase, state["message"]
+    assert (state["budget_used"], state["budget"], state["budget_unit"]) == \
+        (failing, 1, "clusters")
+    if phase == "Halted":
+        assert state["failed"] == ["w1", "w2"]
+        assert "2 failed clusters, more than the 1 allowed (25% of 4)" in state["message"]
+    status = krypton(fleet, "status", *args)
+    assert f"failures  {failing} of 1 clusters allowed in the wave" in status.stdout, status.stdout

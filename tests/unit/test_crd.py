@@ -16,7 +16,7 @@ PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-c
 
 def test_the_shipped_crd_is_current() -> None:
     assert outdated(crd_manifest()) is None
-    assert revision(crd_manifest()) == 7  # 7: the retry record of status.clusters (R18)
+    assert revision(crd_manifest()) == 8  # 8: the release record seals of status.clusters
 
 
 def test_the_prototype_crd_is_outdated_on_both_counts() -> None:
@@ -31,19 +31,19 @@ def test_an_older_revision_without_workspace() -> None:
     older["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "3"
     schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     del schema["properties"]["spec"]["properties"]["workspace"]
-    assert outdated(older) == ("revision 3 (this krypton ships revision 7); its schema lacks "
+    assert outdated(older) == ("revision 3 (this krypton ships revision 8); its schema lacks "
                                "spec.workspace")
 
 
 def test_a_newer_revision_is_not_outdated() -> None:
     newer = copy.deepcopy(crd_manifest())
-    newer["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "7"
+    newer["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = "9"
     assert outdated(newer) is None
 
 
 def test_fields_kept_by_preserve_unknown_fields_are_not_missing() -> None:
     open_status = copy.deepcopy(PROTOTYPE)
-    open_status["metadata"]["annotations"] = {"mesh.openkcm.io/crd-revision": "7"}
+    open_status["metadata"]["annotations"] = {"mesh.openkcm.io/crd-revision": "8"}
     schema = open_status["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema["properties"]["status"] = {"type": "object",
                                       "x-kubernetes-preserve-unknown-fields": True}

@@ -31,7 +31,7 @@ from krypton.decisions.rollout import (
     to_wake,
 )
 
-POLICY = Policy(canaries=("c",), max_parallel=2, max_failures=0, wave_deadline=100, soak=0)
+POLICY = Policy(canaries=("c",), max_parallel=2, max_failures="0", wave_deadline=100, soak=0)
 OK = ClusterObservation(True, 2, 2, 0)
 TODO = ClusterObservation(True, 2, 0, 0)
 FAILED = ClusterObservation(True, 2, 1, 1)
@@ -73,10 +73,35 @@ def test_failure_halts_and_keeps_the_rest_back() -> None:
     assert s.phase == HALTED and s.failed == ("c",) and "1 failed" in s.message
     assert allowed(s, "a") == (False, "RolloutHalted")
     assert evaluate(s, {"c": OK, "a": OK, "b": OK}, POLICY, now=2) == s  # stays halted
-    lenient = dataclasses.replace(POLICY, max_failures=1)
+    lenient = dataclasses.replace(POLICY, max_failures="1")
     s2 = evaluate(start("t1", "2.0.0", ["a", "c"], lenient, 0), {"c": FAILED, "a": TODO},
                   lenient, now=1)
     assert s2.phase == PROGRESSING
+
+
+@pytest.mark.parametrize("budget, unit, failing, halts", [
+    ("25%", "clusters", 1, False),  # 25% of 4 clusters: one may fail
+    ("25%", "clusters", 2, True),
+    ("25%", "releases", 1, False),  # 25% of 8 releases: two may fail (one each here)
+    ("25%", "releases", 2, False),
+    ("25%", "releases", 3, True),
+    ("1", "clusters", 1, False),  # a plain number keeps its meaning, in the unit chosen
+    ("1", "releases", 2, True),
+    ("0%", "clusters", 1, True),
+    ("100%", "clusters", 4, False),
+])
+def test_a_failure_budget_is_a_count_or_a_share_of_the_wave(budget: str, unit: str,
+                                                            failing: int, halts: bool) -> None:
+    """Issue 49.1: a wave of 4 clusters with 2 releases each; `failing` of them have one
+    failed release."""
+    policy = Policy(max_parallel=4, max_failures=budget, failure_unit=unit,
+                    wave_deadline=100)
+    seen = {c: (FAILED if i < failing else OK) for i, c in enumerate("abcd")}
+    s = evaluate(start("t1", "2.0.0", list("abcd"), policy, now=0), seen, policy, now=1)
+    assert (s.phase == HALTED) is halts, s.message
+    assert (s.budget_used, s.budget_unit) == (failing, unit)
+    if halts:
+        assert f"more than the {s.budget} allowed ({budget} of" in s.message
 
 
 def test_deadline_counts_as_failed() -> None:
