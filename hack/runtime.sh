@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# A container runtime for the image's smoke test (tests/integration/test_image.py): podman,
-# with runc (this machine's hybrid cgroups are refused by crun). Best effort: where they
-# cannot be installed, the test is skipped and says why.
+# Container runtimes of the test bed: podman with runc for the image's smoke test
+# (tests/integration/test_image.py; this machine's hybrid cgroups are refused by crun), and
+# containerd, the CNI plugins and iptables for the real node (krypton/testing/node.py, SPEC T8).
+# Best effort: where podman cannot be installed its test is skipped and says why; the
+# real-node tests fail and name what is missing.
 set -uo pipefail
 missing=()
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing+=(runc)
 command -v gpg >/dev/null || missing+=(gnupg)  # signed charts (tests/integration/test_oci.py)
+command -v containerd >/dev/null || missing+=(containerd)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v iptables >/dev/null || missing+=(iptables)
 if [ "${#missing[@]}" -gt 0 ]; then
   printf 'runtime: installing %s\n' "${missing[*]}" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
-    >/dev/null 2>&1 || printf 'runtime: could not install %s; the image smoke test will be skipped\n' \
+    >/dev/null 2>&1 || printf 'runtime: could not install %s\n' \
     "${missing[*]}" >&2
 fi
 exit 0

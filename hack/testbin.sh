@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the tool binaries of the krypton test bed (SPEC T2, H1) from their Go modules:
 # helm (Helm 4, the default), helm3 (Helm 3, for the Helm 3 lane and migration tests),
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (simulated
-# nodes, with the stage definitions its module ships), the CNCF distribution registry and
-# cosign (the test bed's OCI registry and chart signing) and Prometheus (the metric gates of
-# the progressive rollout), at pinned versions, into a cache
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok (simulated
+# nodes, with the stage definitions its module ships), kubelet (the real node, SPEC T8), the
+# CNCF distribution registry and cosign (the test bed's OCI registry and chart signing) and
+# Prometheus (the metric gates of the progressive rollout), at pinned versions, into a cache
 # outside the work tree. Idempotent: a binary that is already there at its version is kept.
 # Also writes lane-helm3/, the same tools with helm being Helm 3.
 # Prints the cache directory on its last line.
@@ -108,7 +108,7 @@ GOMOD
 
 build_kubernetes() {
   local missing=()
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
     local probe=(--version)
     [ "$b" = kubectl ] && probe=(version --client)
     if have "$b" "${probe[@]}"; then say "$b ${K8S_VERSION}: cached"; else missing+=("$b"); fi

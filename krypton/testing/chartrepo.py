@@ -1,4 +1,4 @@
-"""A real Helm chart repository on loopback (SPEC T3).
+"""A real Helm chart repository on loopback or a test bridge (SPEC T3).
 
 Chart directories are packaged with ``helm package`` (optionally under several versions),
 indexed with ``helm repo index`` and served over HTTP by a small threaded server. Stopping
@@ -35,26 +35,30 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_port = True  # bound beside the repository's reservation of its port
 
 
-def _reserve_port() -> socket.socket:
-    """A loopback TCP socket bound to a free port and not listening: connections to that
+def _reserve_port(host: str) -> socket.socket:
+    """A TCP socket on `host` bound to a free port and not listening: connections to that
     port are refused, and only a socket of this user that also sets SO_REUSEPORT (the
     repository's own server) can bind it too."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     return sock
 
 
 class ChartRepository:
     """Packages charts with a real helm and serves them as a chart repository."""
 
-    def __init__(self, helm: str | Path, directory: str | Path | None = None) -> None:
+    def __init__(self, helm: str | Path, directory: str | Path | None = None, *,
+                 host: str = "127.0.0.1") -> None:
+        """`host`: the address to serve on, loopback unless the pods of a real node must
+        reach it (then the node's bridge address, :attr:`krypton.testing.node.Node.ip`)."""
         self.helm = str(helm)
+        self.host = host
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="krypton-charts-"))
-        self._reservation = _reserve_port()
+        self._reservation = _reserve_port(host)
         self.port: int = self._reservation.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self._server: ThreadingHTTPServer | None = None
         self._requests = [0]
         self._thread: threading.Thread | None = None
@@ -78,12 +82,12 @@ class ChartRepository:
                        check=True, capture_output=True)
 
     def start(self) -> ChartRepository:
-        """Serve the directory on 127.0.0.1 (the same port across restarts)."""
+        """Serve the directory on its host (the same port across restarts)."""
         if self._server is not None:
             return self
         handler_cls = type("Handler", (_QuietHandler,), {"counter": self._requests})
         handler = functools.partial(handler_cls, directory=str(self.directory))
-        self._server = _Server(("127.0.0.1", self.port), handler)
+        self._server = _Server((self.host, self.port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name=f"chart-repo-{self.port}")
         self._thread.start()

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import yaml
 
 from . import pki
+from .node import Node
 
 Auth = Literal["cert", "token"]
 
@@ -185,6 +186,7 @@ class ControlPlane:
         auth: Auth = "cert",
         controller_manager: bool = False,
         nodes: int = 0,
+        real_node: bool = False,
         pod_ready_delay: float = 1.0,
         audit: bool = False,
         workdir: str | os.PathLike[str] | None = None,
@@ -197,7 +199,9 @@ class ControlPlane:
         self.pod_ready_delay = pod_ready_delay
         self.audit = audit
         # simulated nodes need the workload controllers, so they bring a controller manager
-        self.with_controller_manager = controller_manager or nodes > 0
+        self.with_controller_manager = controller_manager or nodes > 0 or real_node
+        self.real_node = real_node
+        self.node: Node | None = None
         self.startup_timeout = startup_timeout
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"krypton-cp-{name}-"))
@@ -226,8 +230,12 @@ class ControlPlane:
             self._write_kubeconfig()
             if self.with_controller_manager:
                 self._start_controller_manager()
+            if self.nodes or self.real_node:
+                self._start_scheduler()
             if self.nodes:
                 self._start_simulated_nodes()
+            if self.real_node:
+                self.node = Node(self).start()
         except BaseException:
             self.stop()
             raise
@@ -236,6 +244,9 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop every process (kwok, scheduler, controller-manager, API server, etcd) and
         remove the workdir."""
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
         for proc in (self._kwok, self._scheduler, self._kcm, self._apiserver, self._etcd):
             if proc is not None:
                 proc.stop()
@@ -339,6 +350,9 @@ class ControlPlane:
         pki.write(self.workdir, "sa", pki.service_account_keys())
         self._admin = pki.issue(self._ca, "krypton-admin", organization="system:masters")
         pki.write(self.workdir, "admin", self._admin)
+        if self.real_node:  # how the API server proves itself to the kubelet (logs, exec)
+            pki.write(self.workdir, "kubelet-client",
+                      pki.issue(self._ca, "kube-apiserver-kubelet-client"))
         tokens = self.workdir / "tokens.csv"
         tokens.touch(mode=0o600)
         tokens.write_text(f'{self.token},krypton-admin,krypton-admin,"system:masters"\n')
@@ -384,12 +398,17 @@ class ControlPlane:
             "--service-account-signing-key-file", str(w / "sa.key"),
             "--service-cluster-ip-range", "10.0.0.0/24",
             "--authorization-mode", "RBAC",
-            "--disable-admission-plugins", "ServiceAccount",
+            # a real node's pods get their service-account token volume (SPEC T8)
+            *(() if self.real_node else ("--disable-admission-plugins", "ServiceAccount")),
             "--allow-privileged=true",
             "--cert-dir", str(w / "certs"),
         ]
         if self.auth == "token":
             argv += ["--token-auth-file", str(w / "tokens.csv")]
+        if self.real_node:
+            argv += ["--kubelet-client-certificate", str(w / "kubelet-client.crt"),
+                     "--kubelet-client-key", str(w / "kubelet-client.key"),
+                     "--kubelet-preferred-address-types", "InternalIP"]
         if self.audit:
             (w / "audit-policy.yaml").write_text(AUDIT_POLICY)
             argv += ["--audit-policy-file", str(w / "audit-policy.yaml"),
@@ -463,18 +482,16 @@ class ControlPlane:
             "--bind-address", "127.0.0.1",
             "--secure-port", str(port),
             "--leader-elect=false",
-            "--controllers", ",".join(CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes else ())),
+            "--controllers", ",".join(
+                CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes or self.real_node else ())
+                # kube-root-ca.crt in every namespace, for the pods' token volumes
+                + (("root-ca-cert-publisher",) if self.real_node else ())),
             "--service-account-private-key-file", str(w / "sa.key"),
             "--root-ca-file", str(w / "ca.crt"),
             "--cert-dir", str(w / "kcm-certs"),
         ], w / "kube-controller-manager.log")
 
-    def _start_simulated_nodes(self) -> None:
-        """kube-scheduler, kwok with its stages, and `nodes` fake nodes (SPEC T6).
-
-        kwok plays the kubelet: nodes become Ready, pods scheduled onto them become Ready
-        after `pod_ready_delay` seconds, pods of Jobs complete, deleted pods go away.
-        """
+    def _start_scheduler(self) -> None:
         w = self.workdir
         self._scheduler = self._start_listening("kube-scheduler", lambda port: [
             self._bin("kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
@@ -483,6 +500,14 @@ class ControlPlane:
             "--bind-address", "127.0.0.1", "--secure-port", str(port),
             "--leader-elect=false", "--cert-dir", str(w / "scheduler-certs")],
             w / "kube-scheduler.log")
+
+    def _start_simulated_nodes(self) -> None:
+        """kwok with its stages, and `nodes` fake nodes (SPEC T6).
+
+        kwok plays the kubelet: nodes become Ready, pods scheduled onto them become Ready
+        after `pod_ready_delay` seconds, pods of Jobs complete, deleted pods go away.
+        """
+        w = self.workdir
         stages = w / "kwok-stages.yaml"
         stages.write_text(kwok_stages(self.bin_dir / "kwok-stages", self.pod_ready_delay))
         self._kwok = self._start_listening("kwok", lambda port: [

@@ -105,6 +105,8 @@ def issue(
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes.default.svc"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    # the `kubernetes` Service, as pods on a real node reach it (SPEC T8)
+                    x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
                 ]
             ),
             critical=False,

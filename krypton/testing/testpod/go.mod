@@ -1,0 +1,3 @@
+module krypton.local/testpod
+
+go 1.24
