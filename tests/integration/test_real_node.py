@@ -146,6 +146,25 @@ def test_the_operator_runs_as_a_real_pod_and_its_tenants_pods_run(bed: Bed) -> N
     assert pod.status.container_statuses[0].restart_count == 0
 
 
+def test_namespaced_mode_runs_as_a_real_pod_with_roles_only(bed: Bed) -> None:
+    """Namespaced mode (O5) as a pod: Roles only, the CRD applied beforehand by an
+    administrator, the release and its running pods in the watch namespace."""
+    home = bed.cluster
+    home.ensure_namespace("team-n")
+    bed.kubectl("apply", "-f", str(ROOT / "crds"))
+    bed.install_operator(namespace="krypton-n", watchNamespace="team-n")
+    bed.wait_rollout("krypton-n")
+    kinds = set(bed.kubectl("get", "clusterroles,clusterrolebindings", "-o",
+                            "jsonpath={.items[*].metadata.name}").stdout.split())
+    assert not {k for k in kinds if k.startswith("krypton")}, kinds
+    name = unique("web")
+    home.create_tenant("team-n", name)
+    home.wait_phase("team-n", name, "Ready", timeout=120)
+    release = f"tenant-{name}-{SELF}"
+    deployment = client.AppsV1Api(home.api).read_namespaced_deployment(release, "team-n")
+    assert deployment.status.ready_replicas == 2
+
+
 def test_readiness_crash_loops_and_failing_hooks_are_the_kubelets(bed: Bed) -> None:
     """F6 with real pods, one Tenant on three names of the cluster, each with its own values:
     on "late" the pods answer their probe after 8 s and the release is Ready once they do; on
