@@ -179,46 +179,22 @@ class _Command(Command):
 
 
 GO_PROCESSORS = ("GOMAXPROCS", "1")  # helm's, unless the operator's environment names its own
-# The language of the message catalogue that kubectl's library in helm reads at every start:
-# one of its smallest (see helm_environment), unless the operator's environment names one.
-MESSAGE_LANGUAGE = ("LC_MESSAGES", "fr_FR.UTF-8")
-_LANGUAGE_NAMED_BY = ("LC_ALL", "LC_MESSAGES")  # kubectl's order: LC_ALL, LC_MESSAGES, LANG
-
-
-def _helm_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """What helm's environment needs that `environ` does not name."""
-    missing = {}
-    if GO_PROCESSORS[0] not in environ:
-        missing[GO_PROCESSORS[0]] = GO_PROCESSORS[1]
-    if not any(environ.get(name) for name in _LANGUAGE_NAMED_BY):
-        missing[MESSAGE_LANGUAGE[0]] = MESSAGE_LANGUAGE[1]
-    return missing
 
 
 def helm_environment(environ: Mapping[str, str], driver: str = "") -> dict[str, str]:
     """The environment helm runs in, built for each run and given to helm only (nothing is
     written into the operator's own environment, which other children, such as a
-    credential plugin, inherit): the operator's, with ``GOMAXPROCS=1`` and
-    ``LC_MESSAGES=fr_FR.UTF-8`` where it names neither (its own values then pass through;
-    for the language, ``LC_ALL`` counts too), and ``HELM_DRIVER`` set to `driver`.
+    credential plugin, inherit): the operator's, with ``GOMAXPROCS=1`` where it names none
+    (its own value then passes through), and ``HELM_DRIVER`` set to `driver`.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
     with threads spinning for work: CPU a short command does not need. With one, a helm
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
     at the same peak memory and in the same time (docs, Benchmarks, "The operator's own
-    cost"); several helm processes still run side by side (``--max-concurrent-helm``).
-
-    kubectl's library, which helm builds on, loads its message catalogue when helm starts:
-    it packs the catalogue of the language that ``LC_ALL``, ``LC_MESSAGES`` or ``LANG`` names
-    into a compressed archive in memory, unpacks it and parses it. Where none names a
-    language it has a catalogue for (the operator's image names none), that is the English
-    one, with every message of kubectl's commands: about a third of the CPU and 3.5 MiB of
-    the memory of a short helm command. Its French catalogue holds seven descriptions of
-    kubectl's own commands (``config``, ``annotate``), which helm never prints; every other
-    message stays English. Nothing else in helm reads these variables (docs, Benchmarks,
-    "helm's message catalogue")."""
-    env = {**environ, **_helm_settings(environ)}
+    cost"); several helm processes still run side by side (``--max-concurrent-helm``)."""
+    env = dict(environ)
+    env.setdefault(*GO_PROCESSORS)
     if driver:
         env["HELM_DRIVER"] = driver
     return env

@@ -1,6 +1,6 @@
 """The environment helm runs in (krypton.adapters.helm.helm_environment): one Go processor
-and kubectl's small French message catalogue, unless the operator's own environment says
-otherwise, everything else passed through."""
+unless the operator's own environment says otherwise, everything else passed through, the
+language included (issue 48: no message catalogue is chosen for helm)."""
 
 from __future__ import annotations
 
@@ -31,26 +31,18 @@ def seen_by_helm(executable: str) -> str:
     return asyncio.run(helm._command.run(["version"])).decode()
 
 
-def test_helm_runs_on_one_go_processor_with_the_small_catalogue(
+def test_helm_runs_on_one_go_processor_and_keeps_the_operators_language(
         fake_helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KRYPTON_PROBE", "kept")
-    monkeypatch.setenv("LANG", "en_US.UTF-8")  # LC_MESSAGES comes before LANG
-    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8|unset|kept"
+    assert seen_by_helm(fake_helm) == "1|unset|unset|kept"
 
 
 def test_the_operators_own_settings_pass_through(fake_helm: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOMAXPROCS", "3")
     monkeypatch.setenv("LC_MESSAGES", "de_DE.UTF-8")
-    assert seen_by_helm(fake_helm) == "3|de_DE.UTF-8|unset|unset"
-
-
-def test_a_language_named_by_lc_all_is_left_alone(fake_helm: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
-    assert seen_by_helm(fake_helm) == "1|unset|C.UTF-8|unset"
-    monkeypatch.setenv("LC_ALL", "")  # empty names nothing: kubectl reads on
-    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8||unset"
+    assert seen_by_helm(fake_helm) == "3|de_DE.UTF-8|C.UTF-8|unset"
 
 
 def test_the_operators_own_environment_is_never_written(fake_helm: str) -> None:
@@ -59,8 +51,7 @@ def test_the_operators_own_environment_is_never_written(fake_helm: str) -> None:
     import os
 
     before = dict(os.environ)
-    assert seen_by_helm(fake_helm) == "1|fr_FR.UTF-8|unset|unset"
+    assert seen_by_helm(fake_helm) == "1|unset|unset|unset"
     assert dict(os.environ) == before
     env = helm_environment({"KRYPTON_PROBE": "kept"}, "configmap")
-    assert env == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "LC_MESSAGES": "fr_FR.UTF-8",
-                   "HELM_DRIVER": "configmap"}
+    assert env == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "HELM_DRIVER": "configmap"}

@@ -156,16 +156,10 @@ async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log:
 
 async def _write_fingerprint(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]
                              ) -> dict[str, Any]:
-    """The annotation PATCH, retried on FINGERPRINT_WRITE after a temporary failure. The
-    first try, nearly always the only one, goes without the retry machinery: setting that
-    up costs more CPU than the request's own code."""
+    """The annotation PATCH, retried on FINGERPRINT_WRITE after a temporary failure."""
     policy = retry.FINGERPRINT_WRITE
-    try:
-        return await patch_meta(rt, key, patch)
-    except TemporaryError:
-        await asyncio.sleep(policy.delay(1))
     async for attempt in AsyncRetrying(retry=retry_if_exception_type(TemporaryError),
-                                       stop=stop_after_attempt(policy.attempts - 1),
+                                       stop=stop_after_attempt(policy.attempts),
                                        wait=policy.wait(), reraise=True):
         with attempt:
             return await patch_meta(rt, key, patch)
