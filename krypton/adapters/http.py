@@ -10,6 +10,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+import aiohttp
+
 from krypton.decisions.errors import ChartNotLoaded, TemporaryError
 
 
@@ -52,3 +54,18 @@ class SameOrigin(urllib.request.HTTPRedirectHandler):
             raise urllib.error.HTTPError(req.full_url, code, f"redirect to {where.scheme}://"
                                          f"{where.netloc[:100]} not followed", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+async def read_answer(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:
+    """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
+    `limit` bytes, whatever its Content-Length says or does not say (an HTTP/1.0 answer
+    without one is read until the server closes, within the request's own deadline)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
+    body = bytearray()  # grown in place: no second copy of a large answer
+    async for chunk in resp.content.iter_any():
+        if len(body) + len(chunk) > limit:
+            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
+                                 reason="AnswerTooLarge")
+        body += chunk
+    return body

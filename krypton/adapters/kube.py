@@ -34,6 +34,7 @@ import yaml
 
 from krypton import __version__
 from krypton.adapters import metrics, packages, tlsconn
+from krypton.adapters.http import read_answer
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions import retry
 from krypton.decisions.errors import (
@@ -120,21 +121,6 @@ def _api_message(body: bytes | bytearray) -> str:
 
 def _short(text: str) -> str:
     return text if len(text) < 300 else text[:300] + "..."
-
-
-async def read_bounded(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:
-    """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
-    `limit` bytes, whatever its Content-Length says or does not say (an HTTP/1.0 answer
-    without one is read until the server closes, within the request's own deadline)."""
-    if resp.content_length is not None and resp.content_length > limit:
-        raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
-    body = bytearray()  # grown in place: no second copy of a large answer
-    async for chunk in resp.content.iter_any():
-        if len(body) + len(chunk) > limit:
-            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
-                                 reason="AnswerTooLarge")
-        body += chunk
-    return body
 
 
 def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
@@ -381,7 +367,7 @@ class Kube:
                 resp = await self._send(method, path, query=query, body=body,
                                         content_type=content_type, accept=accept)
                 try:
-                    data = await read_bounded(resp, self.limits.answer, what)
+                    data = await read_answer(resp, self.limits.answer, what)
                 finally:
                     resp.release()
             except TRANSPORT_ERRORS as exc:

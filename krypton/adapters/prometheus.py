@@ -1,7 +1,8 @@
 """Instant queries against a Prometheus-compatible HTTP API (``/api/v1/query``) for the
-metric gates of the progressive rollout (SPEC F7). Blocking: the rollout controller runs it
-in a thread. Answers are bounded in size and time; TLS is verified (against
-``--rollout-gate-ca-file`` when given); credentials never appear in a message.
+metric gates of the progressive rollout (SPEC F7), on the operator's event loop with aiohttp.
+Answers are bounded in size and time; TLS is verified (against ``--rollout-gate-ca-file``
+when given); a redirect is followed only to the same scheme and host, without the
+credentials; credentials never appear in a message.
 """
 
 from __future__ import annotations
@@ -9,18 +10,21 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.adapters.http import SameOrigin, read_bounded
+import aiohttp
+
+from krypton.adapters.http import read_answer, same_origin
 from krypton.decisions import gates
 from krypton.decisions.errors import TemporaryError
 
 TIMEOUT = 10.0
 MAX_ANSWER = 4 << 20
+MAX_REDIRECTS = 5
+# what a query that got no answer raises
+UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class ServerAuth:
         return f"ServerAuth(username={self.username!r}, <hidden>)"
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes | bytearray) -> Any:
     """A server's JSON answer; ValueError for one that is not JSON or nests past the
     parser's depth (issue 46: it must not end the rollout controller)."""
     try:
@@ -54,56 +58,73 @@ class QueryRejected(Exception):
     """The server refused the query itself (``bad_data``: a PromQL syntax error)."""
 
 
+class Unanswered(Exception):
+    """The server could not be asked, or gave no usable answer."""
+
+
 class Prometheus:
     def __init__(self, url: str, *, ca_file: str = "", timeout: float = TIMEOUT) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
-        handlers: list[Any] = [SameOrigin()]
-        if url.startswith("https://"):
-            context = ssl.create_default_context(cafile=ca_file or None)
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._tls: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file or None)
+                                            if url.startswith("https://") else False)
 
-    def query(self, promql: str, auth: ServerAuth | None = None) -> Any:
+    async def query(self, promql: str, auth: ServerAuth | None = None) -> Any:
         """The server's JSON answer to an instant query (an error document for an HTTP
-        error); raises URLError/OSError/ValueError, or TemporaryError for an answer over
-        MAX_ANSWER bytes or `timeout` seconds."""
-        body = urllib.parse.urlencode({"query": promql}).encode()
-        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST",
-                                         headers={"Content-Type":
-                                                  "application/x-www-form-urlencoded"})
-        header = auth.header() if auth else None
-        if header:
-            request.add_unredirected_header("Authorization", header)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as resp:
-                return _json(read_bounded(resp, MAX_ANSWER, self.timeout,
-                                          f"the answer of {self.url}", TemporaryError))
-        except urllib.error.HTTPError as exc:
-            try:  # Prometheus answers a bad query with 400 and a JSON error document
-                return _json(exc.read(MAX_ANSWER))
-            except (ValueError, OSError):
-                return {"status": "error", "error": f"HTTP {exc.code}: {exc.msg}"[:200]}
+        error); raises Unanswered (a TemporaryError for an answer over MAX_ANSWER bytes),
+        all within `timeout` seconds."""
+        url, header = f"{self.url}/api/v1/query", auth.header() if auth else None
+        form = {"query": promql}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout),
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
+            for _ in range(MAX_REDIRECTS + 1):
+                headers = {"Authorization": header} if header else {}
+                async with session.post(url, data=form, headers=headers, ssl=self._tls,
+                                        allow_redirects=False) as resp:
+                    if resp.status in (301, 302, 303, 307, 308):
+                        target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
+                        if not same_origin(url, target):
+                            where = urllib.parse.urlsplit(target)
+                            raise Unanswered(f"HTTP {resp.status}: redirect to {where.scheme}://"
+                                             f"{where.netloc[:100]} not followed")
+                        url, header = target, None  # the credentials stay with the first URL
+                        continue
+                    body = await read_answer(resp, MAX_ANSWER, f"the answer of {self.url}")
+                    if resp.status < 400:
+                        return _json(body)
+                    try:  # Prometheus answers a bad query with 400 and a JSON error document
+                        return _json(body)
+                    except ValueError:
+                        return {"status": "error",
+                                "error": f"HTTP {resp.status}: {resp.reason}"[:200]}
+        raise Unanswered(f"more than {MAX_REDIRECTS} redirects")
 
-    def read(self, promql: str, auth: ServerAuth | None = None) -> gates.Reading:
+    async def _ask(self, promql: str, auth: ServerAuth | None) -> Any:
+        try:
+            return await self.query(promql, auth)
+        except TemporaryError as exc:
+            raise Unanswered(exc.message) from exc
+        except Unanswered:
+            raise
+        except UNREACHABLE as exc:
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc) or \
+                type(exc).__name__
+            raise Unanswered(f"{self.url} unreachable: {reason}") from exc
+
+    async def read(self, promql: str, auth: ServerAuth | None = None) -> gates.Reading:
         """One evaluation: what the answer says, or why there is none."""
         try:
-            answer = self.query(promql, auth)
-        except TemporaryError as exc:
-            return gates.Reading(gates.UNANSWERED, exc.message[:200])
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return gates.Reading(gates.UNANSWERED, f"{self.url} unreachable: {reason}"[:200])
+            answer = await self._ask(promql, auth)
+        except Unanswered as exc:
+            return gates.Reading(gates.UNANSWERED, str(exc)[:200])
         return gates.judge(answer)
 
-    def check(self, promql: str, auth: ServerAuth | None = None) -> str | None:
+    async def check(self, promql: str, auth: ServerAuth | None = None) -> str | None:
         """Ask the server to evaluate `promql` once: raises QueryRejected with the server's
         words for a query it cannot parse; returns why it could not be asked (None: asked)."""
         try:
-            answer = self.query(promql, auth)
-        except TemporaryError as exc:
-            return exc.message
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return f"{self.url} unreachable: {getattr(exc, 'reason', exc)}"
+            answer = await self._ask(promql, auth)
+        except Unanswered as exc:
+            return str(exc)
         if isinstance(answer, dict) and answer.get("errorType") == "bad_data":
             raise QueryRejected(str(answer.get("error"))[:300])
         return None

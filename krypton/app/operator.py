@@ -173,8 +173,8 @@ class Operator:
             log.warning("metric gate query not checked", reason=exc.message)
             credentials = None
         try:
-            why = await asyncio.to_thread(server.check, gates.query_for(s.rollout_gate_query,
-                                                                        example), credentials)
+            why = await server.check(gates.query_for(s.rollout_gate_query, example),
+                                     credentials)
         except QueryRejected as exc:
             raise SettingsError(f"invalid --rollout-gate-query: the server cannot parse it: "
                                 f"{exc}") from exc

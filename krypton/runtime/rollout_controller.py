@@ -113,7 +113,7 @@ class MetricGate:
             return {c: gates.Reading(gates.UNANSWERED, exc.message[:200]) for c in clusters}
         # side by side: a server that does not answer costs one timeout, not one per cluster
         readings = await asyncio.gather(*(
-            asyncio.to_thread(self.server.read, gates.query_for(self.query, c), auth)
+            self.server.read(gates.query_for(self.query, c), auth)
             for c in clusters))
         return dict(zip(clusters, readings, strict=True))
 

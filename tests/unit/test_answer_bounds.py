@@ -122,14 +122,14 @@ def test_an_api_redirect_is_not_followed(elsewhere: tuple[str, list[str]]) -> No
 
 def test_a_gate_answer_nested_past_the_parser_is_no_answer() -> None:
     with _serve(_body(DEEP)) as (url, _paths):
-        reading = Prometheus(url).read("up")
+        reading = asyncio.run(Prometheus(url).read("up"))
         assert reading.result == gates.UNANSWERED, reading
 
 
 def test_a_gate_never_follows_a_redirect_elsewhere(elsewhere: tuple[str, list[str]]) -> None:
     other, paths = elsewhere
     with _serve(_redirect(f"{other}/api/v1/query")) as (url, _):
-        reading = Prometheus(url).read("up")
+        reading = asyncio.run(Prometheus(url).read("up"))
         assert reading.result == gates.UNANSWERED, reading
         assert "not followed" in reading.value, reading
     assert paths == []
