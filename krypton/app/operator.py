@@ -33,6 +33,7 @@ from krypton.adapters.kube import (
     core_path,
 )
 from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
+from krypton.app.config import file_reader
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import user_kubeconfig_path, watch_cluster
 from krypton.decisions import gates, records, redact, retry, sharding
@@ -448,14 +449,15 @@ async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
         labels = (existing.get("metadata") or {}).get("labels") or {}
         raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
         try:
-            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets, allow_in_cluster=True)
+            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets, allow_in_cluster=True,
+                              pod_server=settings.pod_server)
             if labels.get(settings.kubeconfig_label) == "true":
                 log.info("self-cluster secret present", namespace=ns)
                 return
         except KubeconfigRejected:
             pass
     try:
-        content = await _self_kubeconfig(home)
+        content = await _self_kubeconfig(home, settings.pod_server)
     except KryptonError as exc:
         log.warning("self-cluster secret not created", error=str(exc))
         return
@@ -475,16 +477,16 @@ async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
     log.info("self-cluster secret written", namespace=ns)
 
 
-async def _self_kubeconfig(home: Kube) -> str:
+async def _self_kubeconfig(home: Kube, pod_server: str) -> str:
     """Strategy C: inline and reduce the user kubeconfig, validate, else fall back."""
     path = user_kubeconfig_path()
     if not os.path.exists(path):
         if configuration_in_cluster() is not None:
             # In a pod: reference the rotating service-account token, never copy it.
-            return kubeconfigs.in_cluster_kubeconfig(SELF_CLUSTER)
+            return kubeconfigs.in_cluster_kubeconfig(SELF_CLUSTER, pod_server)
         return synthesize_kubeconfig(home)
     text = Path(path).read_text()
-    inlined = kubeconfigs.inline_files(text, os.path.dirname(path))
+    inlined = kubeconfigs.inline_files(text, file_reader(os.path.dirname(path)))
     try:
         reduced = kubeconfigs.parse(inlined, trust=True)
         with tempfile.TemporaryDirectory(prefix="krypton-probe-") as scratch:

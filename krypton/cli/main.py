@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from krypton.app import config
 from krypton.decisions import settings as settings_mod
 from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
@@ -165,7 +166,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="krypton-cli-") as private:
             try:
                 _inherit(args, private)
-                settings = settings_mod.load(args, check_helm=args.command in ("plan", "diff"))
+                settings = config.load(args, check_helm=args.command in ("plan", "diff"))
             except SettingsError as exc:
                 from krypton.decisions.printable import escape
 
@@ -173,7 +174,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 return 2
             return _tool(args, settings)
     try:
-        settings = settings_mod.load(args)
+        settings = config.load(args)
     except SettingsError as exc:
         print(f"krypton: {exc}", file=sys.stderr)
         return 2
@@ -213,7 +214,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
         raise SettingsError(f"invalid --from-deployment: {ref!r} is not NAMESPACE/NAME")
     found, where = None, ""
     if ref != "none":
-        user = settings_mod.load(args, check_helm=False)
+        user = config.load(args, check_helm=False)
         look_in = None
         if not ref:
             namespace = settings_mod.given(settings_mod.option("namespace"), args, os.environ)

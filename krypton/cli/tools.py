@@ -26,6 +26,7 @@ from krypton.adapters.kube import (
     now_rfc3339,
     tenants_path,
 )
+from krypton.app.config import file_reader
 from krypton.app.home import watch_cluster
 from krypton.cli.view import (
     Row,
@@ -84,7 +85,8 @@ async def _clusters(home: Kube, settings: Settings, workdir: Path) -> list[Clust
     for name, spec in sorted(specs.items()):
         try:
             kc = kubeconfigs.parse(spec.kubeconfig, trust=settings.trust_kubeconfig_secrets,
-                                   allow_in_cluster=name == SELF_CLUSTER)
+                                   allow_in_cluster=name == SELF_CLUSTER,
+                                   pod_server=settings.pod_server)
             values = deep_merge(settings.chart_values, cluster_values(spec))
         except KubeconfigRejected as exc:
             handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}"))
@@ -325,7 +327,7 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
         text = path.read_text()
     except OSError as exc:
         raise KubeconfigRejected(f"cannot read {path}: {exc.strerror}") from exc
-    inlined = kubeconfigs.inline_files(text, str(path.parent))
+    inlined = kubeconfigs.inline_files(text, file_reader(str(path.parent)))
     kc = kubeconfigs.parse(inlined, context=context)
     with tempfile.TemporaryDirectory(prefix="krypton-register-") as tmp:
         home = await watch_cluster(settings, Path(tmp), trust_secret=False)

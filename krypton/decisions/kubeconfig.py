@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -153,11 +154,15 @@ def parse(
     context: str | None = None,
     trust: bool = False,
     allow_in_cluster: bool = False,
+    pod_server: str = "",
     now: dt.datetime | None = None,
 ) -> Kubeconfig:
     """Validate `data` and reduce it to `context` (default: its current-context).
 
-    Raises KubeconfigRejected with a precise, credential-free message.
+    With `allow_in_cluster`, the pod's service-account files may be named for the in-cluster
+    API server: ``kubernetes.default.svc`` or `pod_server`, the one the pod's environment
+    names (:func:`service_server`). Raises KubeconfigRejected with a precise, credential-free
+    message.
     """
     now = now or dt.datetime.now(dt.UTC)
     if data is None:
@@ -197,7 +202,7 @@ def parse(
         raise _reject(f"cluster {cluster_name!r} sets proxy-url, which krypton does not "
                       "support: its own client and helm would reach the server by different "
                       "paths; remove proxy-url (a server reached directly)")
-    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, server)
+    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, server, pod_server)
     if risky and not trust and not in_cluster:
         raise _reject(
             f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
@@ -305,38 +310,38 @@ def _text(entry: dict[str, Any], key: str, where: str, *, header: bool = False) 
     return value
 
 
-def service_server() -> str | None:
-    """The API server a pod reaches through its environment, as the in-cluster client
-    configuration finds it (``KUBERNETES_SERVICE_HOST``/``_PORT``); None outside a pod."""
-    import os
-
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+def service_server(env: Mapping[str, str]) -> str:
+    """The API server a pod reaches through its environment `env`, as the in-cluster client
+    configuration finds it (``KUBERNETES_SERVICE_HOST``/``_PORT``); "" outside a pod."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if not host or not port or not port.isdigit():
-        return None
+        return ""
     host = f"[{host}]" if ":" in host else host
     return f"https://{host}:{port}"
 
 
-def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str) -> bool:
+def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str,
+                   pod_server: str) -> bool:
     """The service-account files of the pod, used only against the in-cluster API server.
 
     Such a kubeconfig cannot send the token anywhere else, and reading the token file on
     every use keeps it working across token rotation (SPEC D6).
     """
-    return ((server in IN_CLUSTER_SERVERS or server == service_server())
+    return ((server in IN_CLUSTER_SERVERS or (pod_server != "" and server == pod_server))
             and cluster.get("certificate-authority") == SA_CA
             and set(user) == {"tokenFile"} and user["tokenFile"] == SA_TOKEN)
 
 
-def in_cluster_kubeconfig(name: str) -> str:
+def in_cluster_kubeconfig(name: str, pod_server: str) -> str:
     """A kubeconfig that uses the pod's service account by reference, never by copy.
 
-    The server is the one the pod's environment names, so that helm reaches it the way the
-    operator's own client does (also in pods without cluster DNS or on the host network).
+    The server is `pod_server`, the one the pod's environment names (:func:`service_server`),
+    so that helm reaches it the way the operator's own client does (also in pods without
+    cluster DNS or on the host network).
     """
     return str(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": service_server() or IN_CLUSTER_SERVERS[0],
+        "clusters": [{"name": name, "cluster": {"server": pod_server or IN_CLUSTER_SERVERS[0],
                                                 "certificate-authority": SA_CA}}],
         "users": [{"name": name, "user": {"tokenFile": SA_TOKEN}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
@@ -344,21 +349,18 @@ def in_cluster_kubeconfig(name: str) -> str:
     }, sort_keys=False))
 
 
-def inline_files(data: str, base_dir: str) -> str:
+def inline_files(data: str, read_file: Callable[[str], bytes]) -> str:
     """Replace file references of a trusted kubeconfig by their content (SPEC D6, O7).
 
     Certificate and key paths become ``*-data`` fields, ``tokenFile`` becomes ``token``;
-    relative paths are taken from `base_dir`. The result is self-contained.
+    `read_file` reads a referenced path (relative ones from the kubeconfig's directory) and
+    raises OSError when it cannot. The result is self-contained.
     """
-    import os
-
     doc = _mapping(data)
 
     def read(path: str) -> bytes:
-        full = path if os.path.isabs(path) else os.path.join(base_dir, path)
         try:
-            with open(os.path.expanduser(full), "rb") as fh:
-                return fh.read()
+            return read_file(path)
         except OSError as exc:
             raise _reject(f"cannot read {path}: {exc.strerror}") from exc
 

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
-import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from krypton.decisions import oci, safeyaml, versions
+from krypton.decisions import oci, versions
 from krypton.decisions.chartcrds import POLICIES as CHART_CRD_POLICIES
 from krypton.decisions.errors import SettingsError
-from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.kubeconfig import service_server
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -356,9 +353,13 @@ class Settings:
     sharding: bool = _default("sharding")
     shard_identity: str = _default("shard_identity")
     shard_pin_label: str = _default("shard_pin_label")
-    # derived at load time
+    # derived at load time (krypton.app.config.load)
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
+    # the pod's, from its environment: its namespace (POD_NAMESPACE, a reserved namespace)
+    # and the API server it reaches in-cluster (KUBERNETES_SERVICE_HOST/_PORT); "" outside one
+    pod_namespace: str = ""
+    pod_server: str = ""
 
     @property
     def lease_namespace(self) -> str:
@@ -380,11 +381,12 @@ class Settings:
         Tenant of the same name would let krypton install into or delete them (SPEC R16).
         Worked out once: every pass asks."""
         names = {self.namespace, self.leader_election_namespace,
-                 self.watch_kubeconfig_secret_namespace, os.environ.get("POD_NAMESPACE", "")}
+                 self.watch_kubeconfig_secret_namespace, self.pod_namespace}
         return frozenset(n for n in names if n)
 
 
-assert {o.name for o in OPTIONS} | {"chart_values", "helm_path"} == {f.name for f in fields(Settings)}
+assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "pod_namespace", "pod_server"} == \
+    {f.name for f in fields(Settings)}
 
 
 # --help topics, in order: (title, option-name prefixes or names); the first match wins
@@ -452,10 +454,9 @@ def given(opt: Opt, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[A
     return None
 
 
-def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
-         *, check_helm: bool = True) -> Settings:
-    """Build Settings from parsed flags and the environment; raises SettingsError."""
-    env = os.environ if env is None else env
+def parse(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    """Settings from parsed flags and the environment `env`, checked; raises SettingsError.
+    Files and the helm executable are not looked at (krypton.app.config.load does that)."""
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         got = given(opt, args, env)
@@ -472,13 +473,10 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
                 values[opt.name] = opt.parse(raw)
         except ValueError as exc:
             raise SettingsError(f"invalid {source}: {exc}") from exc
-    settings = Settings(**values)
+    settings = Settings(**values, pod_namespace=env.get("POD_NAMESPACE", ""),
+                        pod_server=service_server(env))
     _check(settings)
-    merged: dict[str, Any] = {}
-    for path in settings.chart_values_file:
-        merged = deep_merge(merged, read_values_file(path))
-    helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
-    return replace(settings, chart_values=merged, helm_path=helm_path)
+    return settings
 
 
 def _check(s: Settings) -> None:
@@ -539,24 +537,6 @@ def _check_chart_access(s: Settings) -> None:
                         (s.chart_cosign_key, "--chart-cosign-key")):
         if given and not s.chart_verify:
             raise SettingsError(f"invalid {name}: it is only read with --chart-verify")
-
-
-def read_values_file(path: str) -> dict[str, Any]:
-    try:
-        return safeyaml.load_values(Path(path).read_bytes(), what=path)
-    except OSError as exc:
-        raise SettingsError(f"invalid --chart-values-file: cannot read {path}: "
-                            f"{exc.strerror}") from exc
-    except safeyaml.YamlRejected as exc:
-        raise SettingsError(f"invalid --chart-values-file: {exc}") from exc
-
-
-def resolve_helm(executable: str) -> str:
-    found = shutil.which(executable)
-    if not found:
-        raise SettingsError(f"helm executable {executable!r} not found "
-                            "(set --helm-executable or put helm on PATH)")
-    return found
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -147,7 +147,8 @@ class Fleet:
             if problem:
                 raise KubeconfigRejected(problem, reason="ClusterNameInvalid")
             kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets,
-                                  allow_in_cluster=spec.name == SELF_CLUSTER)
+                                  allow_in_cluster=spec.name == SELF_CLUSTER,
+                                  pod_server=self.settings.pod_server)
             values = cluster_values(spec)
         except KubeconfigRejected as exc:
             message = str(exc)

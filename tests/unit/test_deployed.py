@@ -110,7 +110,7 @@ def test_what_the_user_types_wins() -> None:
     taken = overlay(args, read(CHART_LIKE), {"HELM_DRIVER": "secret"},
                     {"/etc/krypton/values.yaml": "/tmp/x/values-0.yaml"})
     assert args.chart_version == "9.0.0"  # the flag
-    assert args.helm_driver is None  # the environment variable, read later by settings.load
+    assert args.helm_driver is None  # the environment variable, read later by app.config.load
     assert args.chart_repo == "https://charts.example"
     assert args.chart_values_file == ["/tmp/x/values-0.yaml"]
     assert sorted(taken) == ["allow_chart_skip", "chart_name", "chart_repo",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from krypton.app.config import file_reader
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.kubeconfig import expiry_warnings, inline_files, parse
 from krypton.testing import pki
@@ -185,7 +186,7 @@ def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "c.key").write_bytes(GOOD.key)
     text = config(cluster={"server": "https://x", "certificate-authority": "ca.crt"},
                   user={"client-certificate": str(tmp_path / "c.crt"), "client-key": "c.key"})
-    kc = parse(inline_files(text, str(tmp_path)))
+    kc = parse(inline_files(text, file_reader(str(tmp_path))))
     assert not kc.uses_plugins_or_files
     assert kc.cert_pem == GOOD.cert and kc.ca_pem == CA.cert
 
@@ -193,7 +194,7 @@ def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
 def test_in_cluster_reference_only_for_the_self_cluster() -> None:
     from krypton.decisions.kubeconfig import in_cluster_kubeconfig
 
-    text = in_cluster_kubeconfig("self-cluster")
+    text = in_cluster_kubeconfig("self-cluster", "")
     with pytest.raises(KubeconfigRejected, match="tokenFile"):
         parse(text)
     kc = parse(text, allow_in_cluster=True)
@@ -205,16 +206,22 @@ def test_in_cluster_reference_only_for_the_self_cluster() -> None:
         parse(yaml.safe_dump(doc), allow_in_cluster=True)
 
 
-def test_in_cluster_server_follows_the_pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_cluster_server_follows_the_pod_environment() -> None:
     """In a pod the API server is the one KUBERNETES_SERVICE_HOST/_PORT name (as client-go's
     in-cluster configuration reads it); the reference is accepted for that server only."""
-    from krypton.decisions.kubeconfig import in_cluster_kubeconfig
+    from krypton.decisions.kubeconfig import in_cluster_kubeconfig, service_server
 
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
-    text = in_cluster_kubeconfig("self-cluster")
-    kc = parse(text, allow_in_cluster=True)
+    pod = service_server({"KUBERNETES_SERVICE_HOST": "10.96.0.1",
+                          "KUBERNETES_SERVICE_PORT": "6443"})
+    assert pod == "https://10.96.0.1:6443"
+    assert service_server({"KUBERNETES_SERVICE_HOST": "fd00::1",
+                           "KUBERNETES_SERVICE_PORT": "443"}) == "https://[fd00::1]:443"
+    assert service_server({}) == ""
+    text = in_cluster_kubeconfig("self-cluster", pod)
+    kc = parse(text, allow_in_cluster=True, pod_server=pod)
     assert kc.in_cluster and kc.server == "https://10.96.0.1:6443"
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "7443")  # another server: a plain file reference
+    # another server: a plain file reference
+    with pytest.raises(KubeconfigRejected, match="tokenFile"):
+        parse(text, allow_in_cluster=True, pod_server="https://10.96.0.1:7443")
     with pytest.raises(KubeconfigRejected, match="tokenFile"):
         parse(text, allow_in_cluster=True)

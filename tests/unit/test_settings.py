@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from krypton.app.config import load
 from krypton.decisions.errors import SettingsError
-from krypton.decisions.settings import OPTIONS, Settings, duration, load, parse_args
+from krypton.decisions.settings import OPTIONS, Settings, duration, parse_args
 
 
 def settings(argv: list[str], env: dict[str, str] | None = None) -> Settings:
@@ -179,3 +180,18 @@ def test_run_help_groups_flags_by_topic() -> None:
                         "logs, health and metrics options:"]
     helm = out.split("helm options:", 1)[1].split("progressive rollout options:", 1)[0]
     assert "--helm-timeout" in helm and "--chart-repo" not in helm
+
+
+def test_the_pods_namespace_and_server_come_from_the_environment_given() -> None:
+    """decisions/settings reads no environment of its own (issue 48): what the pod's
+    environment says arrives through `env`."""
+    s = settings(["--chart-repo", "https://c.example", "--chart-name", "x",
+                  "--chart-version", "1.0.0"],
+                 {"POD_NAMESPACE": "ops", "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+                  "KUBERNETES_SERVICE_PORT": "443"})
+    assert (s.pod_namespace, s.pod_server) == ("ops", "https://10.0.0.1:443")
+    assert "ops" in s.reserved_namespaces
+    bare = settings(["--chart-repo", "https://c.example", "--chart-name", "x",
+                     "--chart-version", "1.0.0"], {})
+    assert (bare.pod_namespace, bare.pod_server) == ("", "")
+    assert "ops" not in bare.reserved_namespaces

@@ -1,0 +1,56 @@
+"""The operator's and the CLI's settings as read from this process's flags, environment and
+files: the I/O around :func:`krypton.decisions.settings.parse`, which decides."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from krypton.decisions import safeyaml
+from krypton.decisions.errors import SettingsError
+from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.settings import Settings, parse
+
+
+def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
+         *, check_helm: bool = True) -> Settings:
+    """Settings from parsed flags and the environment (this process's unless `env` is
+    given), with the central values files read and merged in order and the helm executable
+    found on PATH (unless `check_helm` is false); raises SettingsError."""
+    settings = parse(args, os.environ if env is None else env)
+    merged: dict[str, Any] = {}
+    for path in settings.chart_values_file:
+        merged = deep_merge(merged, read_values_file(path))
+    helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
+    return replace(settings, chart_values=merged, helm_path=helm_path)
+
+
+def read_values_file(path: str) -> dict[str, Any]:
+    try:
+        return safeyaml.load_values(Path(path).read_bytes(), what=path)
+    except OSError as exc:
+        raise SettingsError(f"invalid --chart-values-file: cannot read {path}: "
+                            f"{exc.strerror}") from exc
+    except safeyaml.YamlRejected as exc:
+        raise SettingsError(f"invalid --chart-values-file: {exc}") from exc
+
+
+def resolve_helm(executable: str) -> str:
+    found = shutil.which(executable)
+    if not found:
+        raise SettingsError(f"helm executable {executable!r} not found "
+                            "(set --helm-executable or put helm on PATH)")
+    return found
+
+
+def file_reader(base_dir: str) -> Callable[[str], bytes]:
+    """Reads the files a kubeconfig in `base_dir` names (relative paths from there, ``~``
+    expanded), for :func:`krypton.decisions.kubeconfig.inline_files`."""
+    def read(path: str) -> bytes:
+        return Path(os.path.expanduser(os.path.join(base_dir, path))).read_bytes()
+    return read
