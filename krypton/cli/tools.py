@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from krypton.adapters.informer import Informer
 from krypton.adapters.kube import (
-    Informer,
     Kube,
     configuration_for,
     configuration_in_cluster,

@@ -27,7 +27,8 @@ from typing import Any
 
 import structlog
 
-from krypton.adapters.kube import Informer, Kube
+from krypton.adapters.informer import Informer
+from krypton.adapters.kube import Kube
 from krypton.decisions.errors import Forbidden, KryptonError
 from krypton.decisions.health import Health, release_health
 from krypton.decisions.model import TenantKey

@@ -21,7 +21,8 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, ResolvedChart
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.kube import Informer, Kube, core_path
+from krypton.adapters.informer import Informer
+from krypton.adapters.kube import Kube, core_path
 from krypton.adapters.prometheus import Prometheus, ServerAuth
 from krypton.decisions import gates
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError

@@ -37,7 +37,8 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.kube import Informer, Kube, now_micro
+from krypton.adapters.informer import Informer
+from krypton.adapters.kube import Kube, now_micro
 from krypton.decisions import leases, sharding
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
 from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL

@@ -26,15 +26,13 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
+from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import (
     HELM_RELEASE_SELECTOR,
-    Informer,
     Kube,
     configuration_for,
     configuration_in_cluster,
-    release_record_metadata,
     release_records_path,
-    shared_strings,
     tenants_path,
 )
 from krypton.decisions import crd, retry, rollout

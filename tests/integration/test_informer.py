@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from krypton.adapters import metrics
-from krypton.adapters.kube import Informer, Kube, configuration_for, configuration_from_file, core_path
+from krypton.adapters.informer import Informer
+from krypton.adapters.kube import Kube, configuration_for, configuration_from_file, core_path
 from krypton.decisions import retry
 from krypton.decisions.errors import ClusterUnreachable, TemporaryError
 from krypton.decisions.kubeconfig import parse

@@ -348,7 +348,8 @@ def test_cached_objects_keep_only_what_krypton_reads() -> None:
     """Every engaged cluster's watch caches live in memory: managedFields are dropped from
     every object, and a Helm release record keeps its name, namespace, version, labels and
     creation time only (issue 11: 1000 clusters)."""
-    from krypton.adapters.kube import release_record_metadata, without_managed_fields
+    from krypton.adapters.informer import release_record_metadata
+    from krypton.adapters.kube import without_managed_fields
 
     managed = [{"manager": "helm", "operation": "Update", "fieldsV1": {"f:data": {}}}]
     record = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
@@ -374,7 +375,7 @@ def test_cached_tenants_share_their_keys_and_short_strings() -> None:
     goes is kept as it is, without deeper recursion."""
     import json
 
-    from krypton.adapters.kube import SHARED_DEPTH, SHARED_STRING_LENGTH, shared_strings
+    from krypton.adapters.informer import SHARED_DEPTH, SHARED_STRING_LENGTH, shared_strings
 
     def tenant(name: str) -> str:
         # built from parts, so that no two equal strings are one object before decoding
