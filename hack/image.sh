@@ -107,7 +107,7 @@ main() {
   (cd "${ROOT}" && git ls-files -z krypton | grep -zv '^krypton/testing/' | \
     xargs -0 cp --parents --no-preserve=mode,ownership -t "${lib}")
   rm -rf "${lib:?}/bin"  # scripts naming the build machine's Python
-  # krypton builds its own requests and reads plain JSON (krypton/adapters/kube.py): the
+  # krypton builds its own requests and reads plain JSON (krypton/adapters/kubeapi.py): the
   # generated API classes and models of the kubernetes package (about 120 MB with their
   # compiled forms) are never imported; their packages stay, empty, for the lazy imports.
   local client

@@ -15,16 +15,15 @@ import structlog
 from aiohttp.http_exceptions import LineTooLong
 
 from krypton.adapters import metrics
-from krypton.adapters.kube import (
+from krypton.adapters.kube import Kube, without_managed_fields
+from krypton.adapters.kubeapi import (
     METADATA_ONLY,
     METADATA_ONLY_WATCH,
     SHORT_WATCH,
     TRANSPORT_ERRORS,
     EventHandler,
-    Kube,
     Obj,
     _transport_error,
-    without_managed_fields,
 )
 from krypton.decisions import retry
 from krypton.decisions.errors import (

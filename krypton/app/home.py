@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from krypton.adapters.kube import (
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import (
     HOME,
-    Kube,
     configuration_for,
     configuration_from_file,
     configuration_in_cluster,

@@ -25,7 +25,8 @@ from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, involved_secret, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
 from krypton.adapters.informer import Informer
-from krypton.adapters.kube import Kube, bearer_token, configuration_for, configuration_in_cluster, core_path
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import bearer_token, configuration_for, configuration_in_cluster, core_path
 from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
 from krypton.app.config import file_reader
 from krypton.app.health import HealthServer, LoopWatch

@@ -22,7 +22,8 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, ResolvedChart
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.informer import Informer
-from krypton.adapters.kube import Kube, core_path
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import core_path
 from krypton.adapters.prometheus import Prometheus, ServerAuth
 from krypton.decisions import gates
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError

@@ -27,9 +27,9 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
-from krypton.adapters.kube import (
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import (
     HELM_RELEASE_SELECTOR,
-    Kube,
     configuration_for,
     configuration_in_cluster,
     release_records_path,

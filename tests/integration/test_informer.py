@@ -12,7 +12,8 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.adapters.informer import Informer
-from krypton.adapters.kube import Kube, configuration_for, configuration_from_file, core_path
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import configuration_for, configuration_from_file, core_path
 from krypton.decisions import retry
 from krypton.decisions.errors import ClusterUnreachable, TemporaryError
 from krypton.decisions.kubeconfig import parse
@@ -242,7 +243,7 @@ def test_a_throttled_request_waits_as_told_and_succeeds(tmp_path: Path) -> None:
 
 
 def test_a_server_that_keeps_throttling_is_an_error_in_the_end(tmp_path: Path) -> None:
-    from krypton.adapters.kube import THROTTLED_RETRIES
+    from krypton.adapters.kubeapi import THROTTLED_RETRIES
 
     server, times = _throttling(100)
     error = _version_through(server, tmp_path)

@@ -14,7 +14,8 @@ import pytest
 from kubernetes.aio.client.configuration import Configuration
 
 from krypton.adapters import registry
-from krypton.adapters.kube import Kube, Limits
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import Limits
 from krypton.adapters.prometheus import Prometheus
 from krypton.decisions import gates, oci
 from krypton.decisions.errors import ChartNotLoaded, KryptonError

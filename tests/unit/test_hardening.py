@@ -470,7 +470,7 @@ def test_the_environment_decides_whether_requests_look_for_a_proxy(
         env: dict[str, str], expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """aiohttp trusts the environment (proxy variables, ~/.netrc, looked up per request in a
     thread) only when the operator's own environment names a proxy (issue 31)."""
-    from krypton.adapters.kube import proxy_in_environment
+    from krypton.adapters.kubeapi import proxy_in_environment
 
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy",
                  "no_proxy", "ALL_PROXY", "all_proxy"):

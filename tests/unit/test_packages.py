@@ -24,12 +24,12 @@ OPERATOR = """
 import asyncio, json, os, ssl, sys, tempfile
 from pathlib import Path
 import krypton.cli.main, krypton.app.operator
-from krypton.adapters import kube
+from krypton.adapters import kube, kubeapi
 async def main():
     seen = [{"later": ssl.create_default_context().cert_store_stats()["x509"],
              "SSL_CERT_FILE": os.environ.get("SSL_CERT_FILE")}]
     for path in sys.argv[1:]:
-        cfg = await kube.configuration_from_file(path, workdir=Path(tempfile.mkdtemp()))
+        cfg = await kubeapi.configuration_from_file(path, workdir=Path(tempfile.mkdtemp()))
         client = kube.Kube(cfg, name="c")
         client._session()
         await client.close()
