@@ -39,12 +39,11 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
-if TYPE_CHECKING:
-    from .controlplane import ControlPlane
+from .ports import free_port
 
 TESTPOD_SOURCE = Path(__file__).resolve().parent / "testpod"
 CNI_BIN = Path("/usr/lib/cni")
@@ -122,13 +121,21 @@ def testpod_image(into: Path) -> Path:
 # -- the node --------------------------------------------------------------------------------
 
 
+class ControlPlaneLike(Protocol):
+    """What a node needs of its control plane (:class:`krypton.testing.ControlPlane`)."""
+
+    name: str
+    bin_dir: Path
+    workdir: Path
+    kubeconfig: Path
+    api_port: int
+
+
 class Node:
     """containerd + kubelet + a CNI bridge for `cp` (see the module doc). :meth:`stop` is
     idempotent and removes everything :meth:`start` made."""
 
-    def __init__(self, cp: ControlPlane, *, name: str | None = None) -> None:
-        from .controlplane import free_port
-
+    def __init__(self, cp: ControlPlaneLike, *, name: str | None = None) -> None:
         self.cp = cp
         self.name = name or f"{cp.name}-node"
         self.id = secrets.token_hex(3)

@@ -1,0 +1,49 @@
+"""Free loopback ports for the servers of the test bed."""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import socket
+from pathlib import Path
+
+# Ports handed out by free_port: below the kernel's ephemeral range, starting at a random
+# place so that two test processes on one machine do not walk the same way.
+_LOWEST_PORT = 10000
+_next_port = _LOWEST_PORT + secrets.randbelow(20000)
+
+
+@functools.cache
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = (int(part) for part in text.split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a server started later.
+
+    It is taken below the kernel's ephemeral range, from which a port bound to 0 would come:
+    the local ports of outgoing connections are taken from that range too, and one of them
+    could take the port before its server binds it (the server then fails with EADDRINUSE).
+    Successive calls walk through the ports below the range, so that one process does not
+    hand out a port again until it has handed out all the others. Where the range leaves
+    no room below it, the kernel chooses (port 0)."""
+    global _next_port
+    low, _ = _ephemeral_range()
+    span = low - _LOWEST_PORT
+    for _ in range(min(span, 2000)):  # none where span <= 0
+        port = _LOWEST_PORT + (_next_port - _LOWEST_PORT) % span
+        _next_port = port + 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
