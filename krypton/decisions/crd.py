@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 
 def crd_text() -> str:
-    return resources.files(__package__).joinpath("crd.yaml").read_text()
+    """The manifest as shipped beside this module (package data, not a file of the user's)."""
+    return Path(__file__).with_name("crd.yaml").read_text()
 
 
 @cache
