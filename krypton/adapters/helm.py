@@ -191,8 +191,8 @@ def helm_environment(environ: Mapping[str, str], driver: str = "") -> dict[str, 
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
     with threads spinning for work: CPU a short command does not need. With one, a helm
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
-    at the same peak memory and in the same time (docs, Benchmarks, "The operator's own
-    cost"); several helm processes still run side by side (``--max-concurrent-helm``)."""
+    at the same peak memory and in the same time (docs, Benchmarks, "Throughput");
+    several helm processes still run side by side (``--max-concurrent-helm``)."""
     env = dict(environ)
     env.setdefault(*GO_PROCESSORS)
     if driver:

@@ -50,7 +50,7 @@ def shared_strings(obj: Obj) -> Obj:
     keys, condition types, reasons, versions and messages hundreds of times. Interned, each
     is kept once (Python frees an interned string once nothing refers to it). Measured on
     the Tenants of a bench run: 2951 instead of 7004 bytes each, for 11 us more per decoded
-    Tenant (docs, Benchmarks, "helm's message catalogue"). The walk stops at `SHARED_DEPTH`,
+    Tenant (docs, Benchmarks, "The operator's own cost"). The walk stops at `SHARED_DEPTH`,
     so a deeply nested object, which anyone who may write a Tenant can make, costs no deeper
     recursion than a flat one."""
     return _shared(without_managed_fields(obj), SHARED_DEPTH)
