@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -35,24 +34,12 @@ from typing import Any, Literal
 import yaml
 
 from . import pki
+from .host import free_port, terminate
 from .node import Node
-from .ports import free_port
 
 Auth = Literal["cert", "token"]
 
 _live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
-
-
-def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:
-    """SIGTERM, up to `grace` seconds, then SIGKILL; returns the exit status."""
-    if popen.poll() is None:
-        popen.send_signal(signal.SIGTERM)
-        try:
-            popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(5)
-    return int(popen.returncode)
 
 
 class BlackHole:

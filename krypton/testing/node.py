@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from .ports import free_port
+from .host import free_port, terminate
 
 TESTPOD_SOURCE = Path(__file__).resolve().parent / "testpod"
 CNI_BIN = Path("/usr/lib/cni")
@@ -183,11 +183,11 @@ class Node:
         """Remove every pod (so their networks and mounts go), stop the kubelet and
         containerd and the shims they left, and undo the network, cgroups and sysctls."""
         if self._kubelet is not None:
-            self._stop(self._kubelet)
+            terminate(self._kubelet, 15.0)
             self._kubelet = None
         if self._containerd is not None:
             self._remove_sandboxes()
-            self._stop(self._containerd)
+            terminate(self._containerd, 15.0)
             self._containerd = None
         self._kill_shims()
         self._unmount()
@@ -331,16 +331,6 @@ class Node:
         return done.stdout.strip() == "True"
 
     # -- tear-down -----------------------------------------------------------------------
-
-    @staticmethod
-    def _stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
 
     def _remove_sandboxes(self) -> None:
         """Every task deleted (killed first) and every container removed, through containerd

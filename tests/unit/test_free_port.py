@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from krypton.testing import ports as port_source
-from krypton.testing.ports import free_port
+from krypton.testing import host
+from krypton.testing.host import free_port
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -22,7 +22,7 @@ def ephemeral_range() -> tuple[int, int]:
 def test_ports_are_below_the_ephemeral_range_distinct_and_free() -> None:
     low, _ = ephemeral_range()
     ports = [free_port() for _ in range(50)]
-    assert all(port_source._LOWEST_PORT <= port < low for port in ports), ports
+    assert all(host._LOWEST_PORT <= port < low for port in ports), ports
     assert len(set(ports)) == len(ports)
     for port in ports:
         with socket.socket() as server:
@@ -35,14 +35,14 @@ def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        monkeypatch.setattr(port_source, "_next_port", port)
+        monkeypatch.setattr(host, "_next_port", port)
         other = free_port()
     assert other != port
-    assert port_source._LOWEST_PORT <= other < ephemeral_range()[0]
+    assert host._LOWEST_PORT <= other < ephemeral_range()[0]
 
 
 def test_the_kernel_chooses_when_there_is_no_room_below_the_range(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(port_source, "_ephemeral_range", lambda: (port_source._LOWEST_PORT, 60999))
+    monkeypatch.setattr(host, "_ephemeral_range", lambda: (host._LOWEST_PORT, 60999))
     low, high = ephemeral_range()
     assert low <= free_port() <= high

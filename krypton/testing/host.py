@@ -1,10 +1,13 @@
-"""Free loopback ports for the servers of the test bed."""
+"""What the test bed takes from this machine: free loopback ports for its servers, and the
+end of the processes it starts."""
 
 from __future__ import annotations
 
 import functools
 import secrets
+import signal
 import socket
+import subprocess
 from pathlib import Path
 
 # Ports handed out by free_port: below the kernel's ephemeral range, starting at a random
@@ -47,3 +50,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM, up to `grace` seconds, then SIGKILL; returns the exit status."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+    return int(popen.returncode)
