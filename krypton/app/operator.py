@@ -82,6 +82,9 @@ class Operator:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.stopping = asyncio.Event()
+        # set once the running work has finished (or was cut off) after stopping: until then
+        # the Leases are renewed, so no other replica takes over what is still running
+        self.drained = asyncio.Event()
         self.workdir = Path(tempfile.mkdtemp(prefix="krypton-run-"))
         os.chmod(self.workdir, 0o700)
         self.home: Kube | None = None
@@ -200,7 +203,7 @@ class Operator:
             self.elector = self._elector()
             if not await self.elector.acquire(self.stopping):
                 return
-            self._lease_task = asyncio.create_task(self._hold(self.elector.hold(self.stopping)))
+            self._lease_task = asyncio.create_task(self._hold(self.elector.hold(self.drained)))
         dirty = asyncio.Event()
         if s.sharding:
             self.shards = Shards(self.home, s.lease_namespace, s.leader_election_id,
@@ -208,7 +211,7 @@ class Operator:
                                  lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
                                  retry_period=s.retry_period, on_change=dirty.set)
             await self.shards.join()
-            self._lease_task = asyncio.create_task(self._hold(self.shards.hold(self.stopping)))
+            self._lease_task = asyncio.create_task(self._hold(self.shards.hold(self.drained)))
         if s.ensure_watch_crds:
             result, _ = await self.home.ensure_crd(crd_manifest(),
                                                    upgrade=s.crd_policy == "upgrade")
@@ -375,11 +378,13 @@ class Operator:
         return mine, elsewhere, waiting
 
     async def _hold(self, renewing: Awaitable[None]) -> None:
-        """Renew the leader Lease or this replica's membership until stopping; when it ends
-        before that, the Lease was lost: stop working at once (others take over) and exit 1
-        to come back as a standby or a new member."""
+        """Renew the leader Lease or this replica's membership until the work is drained
+        after stopping (a helm run finishing within --shutdown-timeout is still this
+        replica's: no other may take its clusters meanwhile); when it ends before that, the
+        Lease was lost: stop working at once (others take over) and exit 1 to come back as a
+        standby or a new member."""
         await renewing
-        if not self.stopping.is_set():
+        if not self.drained.is_set():
             self.exit_code = 1
             self.lease_lost = True
             self.stopping.set()
@@ -395,6 +400,7 @@ class Operator:
             task.cancel()
         if self.fleet is not None:
             await self.fleet.shutdown(grace)
+        self.drained.set()  # nothing runs any more: the Leases may go
         if self._lease_task is not None:
             self._lease_task.cancel()
         for elector in (self.elector, self._rollout_elector):

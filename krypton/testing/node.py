@@ -8,7 +8,8 @@ its own and goes when it stops:
 
 * a work directory holding containerd's root, state and socket, the kubelet's root, the pod
   logs and the CNI configuration and address store;
-* a bridge ``kr<id>`` with a /24 of 10.88.0.0/16 for the pods (the CNI bridge plugin);
+* a bridge ``kr<id>`` with a /24 of 10.123.0.0/16 that no interface of the machine is in,
+  for the pods (the CNI bridge plugin; podman's own networks are in 10.88 and 10.89);
 * iptables rules marked ``krypton-node-<id>``: pods reach the loopback API server through
   the ``kubernetes`` Service address (a DNAT to 127.0.0.1 with ``route_localnet`` on the
   bridge), and forwarded traffic from the bridge to anywhere else is dropped, so nothing a
@@ -48,6 +49,7 @@ from .host import free_port, terminate
 TESTPOD_SOURCE = Path(__file__).resolve().parent / "testpod"
 CNI_BIN = Path("/usr/lib/cni")
 PAUSE_IMAGE = "krypton.test/testpod:1"
+NO_REGISTRY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 API_SERVICE_IP = "10.0.0.1"  # the first address of the control plane's service range
 # kernel settings that the kubelet (protectKernelDefaults: false) or the bridge plugin
 # (ip_forward) write; read before and written back after
@@ -121,6 +123,16 @@ def testpod_image(into: Path) -> Path:
 # -- the node --------------------------------------------------------------------------------
 
 
+def free_subnet() -> str:
+    """A /24 of 10.123.0.0/16 that no address of this machine is in."""
+    taken = _run("ip", "-4", "-o", "addr", "show", check=False).stdout
+    for _ in range(100):
+        subnet = f"10.123.{secrets.randbelow(254) + 1}.0/24"
+        if f" {subnet.rsplit('.', 1)[0]}." not in taken:
+            return subnet
+    raise RuntimeError("no free /24 in 10.123.0.0/16 for a node's pods")
+
+
 class ControlPlaneLike(Protocol):
     """What a node needs of its control plane (:class:`krypton.testing.ControlPlane`)."""
 
@@ -142,7 +154,7 @@ class Node:
         self.workdir = Path(cp.workdir) / "node"
         self.socket = self.workdir / "containerd.sock"
         self.bridge = f"kr{self.id}"
-        self.subnet = f"10.88.{secrets.randbelow(250) + 1}.0/24"
+        self.subnet = free_subnet()
         self.ip = self.subnet.replace(".0/24", ".1")  # the bridge's: the node's address
         self.cgroup_root = f"/krypton-{self.id}"
         self.comment = f"krypton-node-{self.id}"
@@ -267,6 +279,9 @@ class Node:
                            "runtimes": {"runc": {"runtime_type": "io.containerd.runc.v2",
                                                  "options": {"SystemdCgroup": False}}}},
             "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(w / "cni")},
+            # every registry is a closed port on loopback: an image that was not imported
+            # fails to pull here, it is never fetched from anywhere
+            "registry": {"config_path": str(self._no_registries())},
         }
         text = "\n".join([
             "version = 2",
@@ -281,6 +296,13 @@ class Node:
         path = w / "containerd.toml"
         path.write_text(text + "\n")
         return path
+
+    def _no_registries(self) -> Path:
+        hosts = self.workdir / "registries"
+        (hosts / "_default").mkdir(parents=True, exist_ok=True)
+        (hosts / "_default" / "hosts.toml").write_text(
+            f'server = "{NO_REGISTRY}"\n[host."{NO_REGISTRY}"]\ncapabilities = ["pull", "resolve"]\n')
+        return hosts
 
     def _kubelet_config(self) -> Path:
         path = self.workdir / "kubelet.yaml"
