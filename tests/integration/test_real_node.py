@@ -289,10 +289,10 @@ def _records(cluster: Cluster, namespace: str, release: str) -> list[tuple[int, 
 
 def _memory_peak(node: Node, pod: client.V1Pod) -> int:
     """The largest memory use of the pod's cgroup, in bytes (cgroup v1)."""
-    (found,) = list(Path("/sys/fs/cgroup/memory").glob(
-        f"{node.cgroup_root[1:]}/kubepods/*/pod{pod.metadata.uid}/memory.max_usage_in_bytes")
-        or Path("/sys/fs/cgroup/memory").glob(
-        f"{node.cgroup_root[1:]}/kubepods/pod{pod.metadata.uid}/memory.max_usage_in_bytes"))
+    pods = Path("/sys/fs/cgroup/memory") / node.cgroup_root[1:] / "kubepods"
+    # Guaranteed pods sit right under kubepods, the others under their QoS class
+    (found,) = [*pods.glob(f"pod{pod.metadata.uid}/memory.max_usage_in_bytes"),
+                *pods.glob(f"*/pod{pod.metadata.uid}/memory.max_usage_in_bytes")]
     return int(found.read_text())
 
 
