@@ -20,7 +20,10 @@ CHART_VERSION="${CHART_VERSION:-1.19.1}"
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "${ROOT}/chart/Chart.yaml")"
 ARCHIVE="${ROOT}/dist/krypton-${VERSION}.oci.tar"
 IMAGE="ghcr.io/openkcm/krypton:${VERSION}"  # the chart's default image
+DRIVER=configmap  # where the releases are recorded (the chart's helm.driver, said outright)
 LOG_FILE="${LOG_FILE:-/tmp/krypton-e2e-kind.log}"  # the operator's log, kept
+NODE_IMAGE=()  # kind's default node image unless KIND_NODE_IMAGE names another
+[ -z "${KIND_NODE_IMAGE:-}" ] || NODE_IMAGE=(--image "${KIND_NODE_IMAGE}")
 
 log() { printf '%s\n' "$*"; }
 
@@ -41,9 +44,9 @@ done
 [ -f "${ARCHIVE}" ] || make -C "${ROOT}" image
 
 log "creating kind clusters home and remote"
-kind create cluster --name home --wait 120s
+kind create cluster --name home "${NODE_IMAGE[@]}" --wait 120s
 sleep 2 # the remote API server port is sometimes reused too quickly
-kind create cluster --name remote --wait 120s
+kind create cluster --name remote "${NODE_IMAGE[@]}" --wait 120s
 
 for ctx in "${HOME_CTX}" "${REMOTE_CTX}"; do
   kubectl --context "${ctx}" apply -f "${ROOT}/crds/"
@@ -63,7 +66,7 @@ kubectl --context "${HOME_CTX}" -n krypton-system label secret remote \
   sigs.k8s.io/multicluster-runtime-kubeconfig=true
 
 helm --kube-context "${HOME_CTX}" install krypton "${ROOT}/chart" -n krypton-system \
-  --set image.pullPolicy=Never --set chart.repo="${CHART_REPO}" \
+  --set image.pullPolicy=Never --set helm.driver="${DRIVER}" --set chart.repo="${CHART_REPO}" \
   --set chart.name="${CHART_NAME}" --set chart.version="${CHART_VERSION}"
 kubectl --context "${HOME_CTX}" -n krypton-system rollout status deploy/krypton --timeout=180s
 log "operator running in home from ${IMAGE}"
@@ -87,11 +90,12 @@ kubectl --context "${REMOTE_CTX}" get namespace acme >/dev/null
 log "workspace namespace created"
 
 for _ in $(seq 1 150); do
-  helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote 2>/dev/null \
-    | grep -q 'STATUS: deployed' && break
+  HELM_DRIVER="${DRIVER}" helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote \
+    2>/dev/null | grep -q 'STATUS: deployed' && break
   sleep 2
 done
-helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote | grep -q 'STATUS: deployed'
+HELM_DRIVER="${DRIVER}" helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote \
+  | grep -q 'STATUS: deployed'
 log "helm install success"
 
 kubectl --context "${REMOTE_CTX}" wait --for=jsonpath='{.status.phase}'=Ready tenant/acme \

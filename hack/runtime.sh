@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Container runtimes of the test bed: podman with runc for the image's smoke test
 # (tests/integration/test_image.py; this machine's hybrid cgroups are refused by crun), and
-# containerd, the CNI plugins and iptables for the real node (krypton/testing/node.py, SPEC T8).
+# containerd, the CNI plugins and iptables for the real node (krypton/testing/node.py, SPEC T8);
+# skopeo for hack/e2e-kind.sh and mmdebstrap for its node image (krypton/testing/kind.py, T9).
 # Best effort: where podman cannot be installed its test is skipped and says why; the
 # real-node tests fail and name what is missing.
 set -uo pipefail
@@ -12,6 +13,8 @@ command -v gpg >/dev/null || missing+=(gnupg)  # signed charts (tests/integratio
 command -v containerd >/dev/null || missing+=(containerd)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null || missing+=(iptables)
+command -v skopeo >/dev/null || missing+=(skopeo)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ "${#missing[@]}" -gt 0 ]; then
   printf 'runtime: installing %s\n' "${missing[*]}" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \

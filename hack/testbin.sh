@@ -7,6 +7,8 @@
 # Prometheus (the metric gates of the progressive rollout), at pinned versions, into a cache
 # outside the work tree. Idempotent: a binary that is already there at its version is kept.
 # Also writes lane-helm3/, the same tools with helm being Helm 3.
+# With the argument `kind`, also what the kind lane needs (SPEC T9): kind, kubeadm,
+# kube-proxy and CoreDNS, for the node image krypton.testing.kind builds.
 # Prints the cache directory on its last line.
 set -euo pipefail
 
@@ -18,6 +20,10 @@ HELM3_VERSION="${HELM3_VERSION:-v3.19.5}"
 REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
 COSIGN_VERSION="${COSIGN_VERSION:-v3.1.3}"
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # the Go module's version of Prometheus 3
+KIND_VERSION="${KIND_VERSION:-v0.30.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.12.1}"  # the one kubeadm of K8S_VERSION deploys
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+[ "${1:-}" = kind ] && KUBE_BINARIES+=(kubeadm kube-proxy)
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_helm3-${HELM3_VERSION}_kwok-${KWOK_VERSION}"
 dir="${KRYPTON_TESTBIN:-${HOME}/.cache/krypton/testbin/${key}}"
@@ -108,9 +114,10 @@ GOMOD
 
 build_kubernetes() {
   local missing=()
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+  for b in "${KUBE_BINARIES[@]}"; do
     local probe=(--version)
     [ "$b" = kubectl ] && probe=(version --client)
+    [ "$b" = kubeadm ] && probe=(version -o short)
     if have "$b" "${probe[@]}"; then say "$b ${K8S_VERSION}: cached"; else missing+=("$b"); fi
   done
   [ ${#missing[@]} -gt 0 ] || return 0
@@ -145,6 +152,10 @@ go_tool cosign github.com/sigstore/cosign/v3/cmd/cosign "${COSIGN_VERSION}" vers
 # without its service discovery plugins: the test bed scrapes static targets only
 GO_TAGS=remove_all_sd GO_LDFLAGS="-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
   go_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "${PROMETHEUS_VERSION}" --version
+if [ "${1:-}" = kind ]; then
+  go_tool kind sigs.k8s.io/kind "${KIND_VERSION}" version
+  go_tool coredns github.com/coredns/coredns "${COREDNS_VERSION}" -version
+fi
 helm3_lane
 say "all tools ready in ${dir}"
 echo "${dir}"

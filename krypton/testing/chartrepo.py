@@ -35,13 +35,13 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_port = True  # bound beside the repository's reservation of its port
 
 
-def _reserve_port(host: str) -> socket.socket:
-    """A TCP socket on `host` bound to a free port and not listening: connections to that
-    port are refused, and only a socket of this user that also sets SO_REUSEPORT (the
-    repository's own server) can bind it too."""
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A TCP socket on `host` bound to `port` (any free one for 0) and not listening:
+    connections to that port are refused, and only a socket of this user that also sets
+    SO_REUSEPORT (the repository's own server) can bind it too."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     return sock
 
 
@@ -49,14 +49,15 @@ class ChartRepository:
     """Packages charts with a real helm and serves them as a chart repository."""
 
     def __init__(self, helm: str | Path, directory: str | Path | None = None, *,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", port: int = 0) -> None:
         """`host`: the address to serve on, loopback unless the pods of a real node must
-        reach it (then the node's bridge address, :attr:`krypton.testing.node.Node.ip`)."""
+        reach it (then the node's bridge address, :attr:`krypton.testing.node.Node.ip`);
+        `port`: its port, any free one when 0."""
         self.helm = str(helm)
         self.host = host
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="krypton-charts-"))
-        self._reservation = _reserve_port(host)
+        self._reservation = _reserve_port(host, port)
         self.port: int = self._reservation.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
         self._server: ThreadingHTTPServer | None = None

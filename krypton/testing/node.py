@@ -15,7 +15,9 @@ its own and goes when it stops:
   bridge), and forwarded traffic from the bridge to anywhere else is dropped, so nothing a
   pod runs reaches beyond this machine;
 * a cgroup tree ``/krypton-<id>`` for the kubelet's pods, in every cgroup v1 controller;
-* the kernel settings the kubelet and the bridge plugin change (they are written back).
+* the kernel settings the kubelet and the bridge plugin change (they are written back), and
+  the iptables chains the kubelet makes in the machine's tables (``KUBE-FIREWALL``,
+  ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``) when they were not there before.
 
 Images are never pulled: every image a pod runs is imported from an OCI archive built here
 (:meth:`Node.import_image`); the pod sandbox's pause image is :func:`testpod_image`, built
@@ -35,6 +37,7 @@ import io
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import tarfile
@@ -65,29 +68,37 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def oci_archive(path: Path, *, name: str, files: dict[str, tuple[bytes, int]],
-                entrypoint: list[str], cmd: list[str], user: str = "65532:65532") -> Path:
+                entrypoint: list[str], cmd: list[str], user: str = "65532:65532",
+                base: Path | None = None, compress: bool = True) -> Path:
     """Write an OCI image archive of one layer holding `files` (path -> (content, mode)),
-    named `name` (``repository:tag``) for ``ctr images import``."""
+    after the whole of the tar archive `base` when given, named `name` (``repository:tag``)
+    for ``ctr images import``; the layer is gzipped unless `compress` is false."""
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if base is not None:
+            with tarfile.open(base) as below:
+                for info in below:
+                    tar.addfile(info, below.extractfile(info) if info.isreg() else None)
         for member, (content, mode) in sorted(files.items()):
             info = tarfile.TarInfo(member.lstrip("/"))
             info.size, info.mode = len(content), mode
             tar.addfile(info, io.BytesIO(content))
     raw = layer.getvalue()
-    packed = gzip.compress(raw, mtime=0)
+    packed = gzip.compress(raw, mtime=0) if compress else raw
     config = json.dumps({
         "architecture": "amd64", "os": "linux",
-        "config": {"Entrypoint": entrypoint, "Cmd": cmd, "User": user, "WorkingDir": "/"},
+        "config": {"Entrypoint": entrypoint, "Cmd": cmd, "User": user, "WorkingDir": "/",
+                   "Env": ["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(raw).hexdigest()}"]},
     }).encode()
     blobs = {"config": config, "layer": packed}
     digests = {k: f"sha256:{hashlib.sha256(v).hexdigest()}" for k, v in blobs.items()}
+    layer_type = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if compress else "")
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                    "digest": digests["config"], "size": len(config)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+        "layers": [{"mediaType": layer_type,
                     "digest": digests["layer"], "size": len(packed)}],
     }).encode()
     blobs["manifest"] = manifest
@@ -107,14 +118,20 @@ def oci_archive(path: Path, *, name: str, files: dict[str, tuple[bytes, int]],
     return path
 
 
-def testpod_image(into: Path) -> Path:
-    """The test bed's one image, ``krypton.test/testpod:1``: the static ``testpod`` program
-    (``pause``, ``serve``, ``exit N``) built from its Go source, as ``/testpod``, run as
-    user 65532. It is the pod sandbox's pause image and the test charts' workload."""
+def testpod_binary(into: Path) -> Path:
+    """The static ``testpod`` program, built from its Go source into `into`."""
     binary = into / "testpod"
     subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."],
                    cwd=TESTPOD_SOURCE, check=True, capture_output=True,
                    env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"})
+    return binary
+
+
+def testpod_image(into: Path) -> Path:
+    """The test bed's one image, ``krypton.test/testpod:1``: the static ``testpod`` program
+    (``pause``, ``serve``, ``exit N``) built from its Go source, as ``/testpod``, run as
+    user 65532. It is the pod sandbox's pause image and the test charts' workload."""
+    binary = testpod_binary(into)
     return oci_archive(into / "testpod.oci.tar", name=PAUSE_IMAGE,
                        files={"/testpod": (binary.read_bytes(), 0o755)},
                        entrypoint=["/testpod"], cmd=["pause"])
@@ -160,6 +177,7 @@ class Node:
         self.comment = f"krypton-node-{self.id}"
         self.kubelet_port, self.healthz_port = free_port(), free_port()
         self._sysctls: dict[str, str] = {}
+        self._chains_before: set[tuple[str, str, str]] = set()
         self._rules: list[list[str]] = []
         self._netns: set[str] = set()  # the pods' network namespaces (bind mounts)
         self._containerd: subprocess.Popen[bytes] | None = None
@@ -173,6 +191,7 @@ class Node:
             for key in SYSCTLS:
                 with contextlib.suppress(OSError):
                     self._sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
+            self._chains_before = chains()
             self._network()
             self._make_cgroups()
             self._containerd = self._spawn("containerd", [
@@ -206,6 +225,7 @@ class Node:
         for rule in reversed(self._rules):
             _run("iptables", "-w", *["-D" if a == "-I" else a for a in rule], check=False)
         self._rules.clear()
+        remove_chains(chains() - self._chains_before)
         _run("ip", "link", "delete", self.bridge, check=False)
         self._remove_cgroups()
         for key, value in self._sysctls.items():
@@ -430,6 +450,8 @@ class Node:
         for table in ("filter", "nat"):
             rules = _run("iptables", "-w", "-t", table, "-S", check=False).stdout
             found += [f"{table}: {r}" for r in rules.splitlines() if self.comment in r]
+        found += [f"{binary} -t {table} chain {chain}"
+                  for binary, table, chain in sorted(chains() - self._chains_before)]
         found += [f"netns {path}" for path in sorted(self._netns) if os.path.exists(path)]
         found += [f"cgroup {c}" for c in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_root[1:]}")]
         below = str(self.workdir)
@@ -440,6 +462,32 @@ class Node:
             if (Path("/proc/sys") / key).read_text().strip() != value:
                 found.append(f"sysctl {key}")
         return found
+
+
+def chains(prefix: str = "KUBE-") -> set[tuple[str, str, str]]:
+    """The chains named `prefix`... in the machine's iptables and ip6tables, as (program,
+    table, chain)."""
+    found = set()
+    for program in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            listed = _run(program, "-w", "-t", table, "-S", check=False).stdout
+            found |= {(program, table, line.split()[1]) for line in listed.splitlines()
+                      if line.startswith(f"-N {prefix}")}
+    return found
+
+
+def remove_chains(which: set[tuple[str, str, str]]) -> None:
+    """Remove the chains `which` (as :func:`chains` names them) and every rule that jumps to
+    them."""
+    for program, table in {(p, t) for p, t, _ in which}:
+        mine = {c for p, t, c in which if (p, t) == (program, table)}
+        for rule in _run(program, "-w", "-t", table, "-S", check=False).stdout.splitlines():
+            words = shlex.split(rule)
+            if words[0] == "-A" and "-j" in words and words[words.index("-j") + 1] in mine:
+                _run(program, "-w", "-t", table, "-D", *words[1:], check=False)
+        for verb in ("-F", "-X"):
+            for chain in sorted(mine):
+                _run(program, "-w", "-t", table, verb, chain, check=False)
 
 
 DISABLED_PLUGINS = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
