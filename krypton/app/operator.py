@@ -4,7 +4,6 @@ and metrics (O3), graceful shutdown (O9)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import platform
@@ -26,28 +25,14 @@ from krypton.adapters.events import EventRecorder, involved_secret, reporting_in
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import bearer_token, configuration_for, configuration_in_cluster, core_path
-from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
-from krypton.app.config import file_reader
+from krypton.adapters.kubeapi import core_path
+from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
-from krypton.app.home import user_kubeconfig_path, watch_cluster
-from krypton.decisions import gates, records, redact, retry, sharding
-from krypton.decisions import kubeconfig as kubeconfigs
+from krypton.app.home import ensure_record_key, ensure_self_cluster, watch_cluster
+from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import (
-    LABEL_VALUE,
-    SELF_CLUSTER,
-    by_label,
-    decode_data,
-    secret_strings,
-)
-from krypton.decisions.errors import (
-    AlreadyExists,
-    KryptonError,
-    KubeconfigRejected,
-    SettingsError,
-    TemporaryError,
-)
+from krypton.decisions.discovery import LABEL_VALUE, by_label
+from krypton.decisions.errors import SettingsError, TemporaryError
 from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
@@ -64,8 +49,6 @@ from krypton.runtime.slots import FairSlots
 from krypton.runtime.worker import Shared
 
 log = structlog.get_logger("krypton")
-RECORD_KEY_SECRET = "krypton-record-key"
-
 
 
 def raise_file_limit() -> None:
@@ -126,7 +109,7 @@ class Operator:
         metrics.BUILD.info({"version": krypton.__version__, "python": platform.python_version()})
         try:
             self.home = await self._connect_home()
-            self._metric_gate = await self._gate_of(self.home)
+            self._metric_gate = await metric_gate(self.settings, self.home)
         except SettingsError as exc:
             heartbeat.cancel()
             self.health.stop()
@@ -142,44 +125,6 @@ class Operator:
             await self._shutdown()
             heartbeat.cancel()
         return self.exit_code
-
-    async def _gate_of(self, home: Kube) -> MetricGate | None:
-        """The rollout's metric gate (F7), its query checked by the server's own parser:
-        a query it cannot parse is a bad flag (exit 2). A server that cannot be asked now
-        is said in the log; the gate then waits for its answers."""
-        s = self.settings
-        if not s.rollout_gate_query:
-            return None
-        server = Prometheus(s.rollout_gate_prometheus, ca_file=s.rollout_gate_ca_file)
-        name, namespace = s.rollout_gate_credentials_secret, s.namespace
-
-        async def auth() -> ServerAuth | None:
-            if not name:
-                return None
-            secret = await home.get_secret(namespace, name)
-            if secret is None:
-                raise TemporaryError(f"metrics server credentials Secret {namespace}/{name} "
-                                     "not found")
-            data = secret_strings(secret)
-            redact.register(data.get("password"), data.get("token"))
-            return ServerAuth(data.get("username", ""), data.get("password", ""),
-                              data.get("token", ""))
-
-        example = next(iter(Policy.from_settings(s).canaries), "krypton")
-        try:
-            credentials = await auth()
-        except KryptonError as exc:
-            log.warning("metric gate query not checked", reason=exc.message)
-            credentials = None
-        try:
-            why = await server.check(gates.query_for(s.rollout_gate_query, example),
-                                     credentials)
-        except QueryRejected as exc:
-            raise SettingsError(f"invalid --rollout-gate-query: the server cannot parse it: "
-                                f"{exc}") from exc
-        if why:
-            log.warning("metric gate query not checked", reason=why)
-        return MetricGate(server, s.rollout_gate_query, s.rollout_gate_interval, auth)
 
     async def _connect_home(self) -> Kube:
         failures = 0
@@ -413,120 +358,3 @@ class Operator:
         self.health.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("stopped")
-
-
-async def ensure_record_key(home: Kube, namespace: str) -> bytes:
-    """The key that seals krypton's release records (issue 46), from the Secret
-    ``krypton-record-key`` in the discovery namespace, created with a random key when absent
-    (several replicas may race: the Secret that was created first is every one's). Only who
-    may read Secrets there, who already holds every cluster's credentials, can read it."""
-    for _ in range(2):
-        existing = await home.get_secret(namespace, RECORD_KEY_SECRET)
-        if existing is not None:
-            key = decode_data((existing.get("data") or {}).get("key")) or b""
-            if len(key) < records.KEY_BYTES:
-                raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
-                                    f"{records.KEY_BYTES} bytes or more under data.key; delete "
-                                    "it and krypton makes a new one (every release is then "
-                                    "adopted again, once)")
-            return key
-        body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "krypton"}},
-                "type": "Opaque",
-                "data": {"key": base64.b64encode(os.urandom(records.KEY_BYTES)).decode()}}
-        try:
-            await home.create_secret(namespace, body)
-            log.info("release record key created", secret=f"{namespace}/{RECORD_KEY_SECRET}")
-        except AlreadyExists:
-            continue
-    raise TemporaryError(f"Secret {namespace}/{RECORD_KEY_SECRET} could not be read back")
-
-
-async def ensure_self_cluster(home: Kube, settings: Settings) -> None:
-    """Create the labelled ``self-cluster`` Secret unless a valid one exists (SPEC D6)."""
-    ns = settings.namespace
-    existing = await home.get_secret(ns, SELF_CLUSTER)
-    if existing is not None:
-        labels = (existing.get("metadata") or {}).get("labels") or {}
-        raw = decode_data((existing.get("data") or {}).get(settings.kubeconfig_key))
-        try:
-            kubeconfigs.parse(raw, trust=settings.trust_kubeconfig_secrets, allow_in_cluster=True,
-                              pod_server=settings.pod_server)
-            if labels.get(settings.kubeconfig_label) == "true":
-                log.info("self-cluster secret present", namespace=ns)
-                return
-        except KubeconfigRejected:
-            pass
-    try:
-        content = await _self_kubeconfig(home, settings.pod_server)
-    except KryptonError as exc:
-        log.warning("self-cluster secret not created", error=str(exc))
-        return
-
-    body: dict[str, Any] = {
-        "metadata": {"name": SELF_CLUSTER, "namespace": ns,
-                     "labels": {settings.kubeconfig_label: "true",
-                                "app.kubernetes.io/managed-by": "krypton"}},
-        "type": "Opaque",
-        "data": {settings.kubeconfig_key: base64.b64encode(content.encode()).decode()},
-    }
-    if existing is None:
-        await home.create_secret(ns, body)
-    else:
-        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-        await home.replace_secret(ns, SELF_CLUSTER, body)
-    log.info("self-cluster secret written", namespace=ns)
-
-
-async def _self_kubeconfig(home: Kube, pod_server: str) -> str:
-    """Strategy C: inline and reduce the user kubeconfig, validate, else fall back."""
-    path = user_kubeconfig_path()
-    if not os.path.exists(path):
-        if configuration_in_cluster() is not None:
-            # In a pod: reference the rotating service-account token, never copy it.
-            return kubeconfigs.in_cluster_kubeconfig(SELF_CLUSTER, pod_server)
-        return synthesize_kubeconfig(home)
-    text = Path(path).read_text()
-    inlined = kubeconfigs.inline_files(text, file_reader(os.path.dirname(path)))
-    try:
-        reduced = kubeconfigs.parse(inlined, trust=True)
-        with tempfile.TemporaryDirectory(prefix="krypton-probe-") as scratch:
-            probe = Kube(await configuration_for(reduced, Path(scratch), trust=True),
-                         name="self-probe", timeout=10)
-            try:
-                await probe.server_version()
-            finally:
-                await probe.close()
-        return reduced.to_yaml()
-    except KryptonError as exc:
-        log.warning("reduced self kubeconfig failed validation; using the full file",
-                    error=str(exc))
-        return inlined
-
-
-def synthesize_kubeconfig(home: Kube) -> str:
-    """A minimal kubeconfig from the process's own client configuration."""
-
-    import yaml
-
-    cfg = home.config
-    cluster: dict[str, Any] = {"server": cfg.host}
-    if cfg.ssl_ca_cert:
-        cluster["certificate-authority-data"] = base64.b64encode(
-            Path(cfg.ssl_ca_cert).read_bytes()).decode()
-    user: dict[str, Any] = {}
-    token = bearer_token(cfg)
-    if token:
-        user["token"] = token
-    if cfg.cert_file and cfg.key_file:
-        user["client-certificate-data"] = base64.b64encode(Path(cfg.cert_file).read_bytes()).decode()
-        user["client-key-data"] = base64.b64encode(Path(cfg.key_file).read_bytes()).decode()
-    return str(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": SELF_CLUSTER, "cluster": cluster}],
-        "users": [{"name": SELF_CLUSTER, "user": user}],
-        "contexts": [{"name": SELF_CLUSTER, "context": {"cluster": SELF_CLUSTER,
-                                                         "user": SELF_CLUSTER}}],
-        "current-context": SELF_CLUSTER,
-    }, sort_keys=False))
-

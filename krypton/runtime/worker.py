@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,34 +36,23 @@ from krypton.adapters.kubeapi import (
 )
 from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.errors import (
-    ClusterUnreachable,
-    Forbidden,
-    KryptonError,
-    NotFound,
-    TemporaryError,
-)
+from krypton.decisions.errors import KryptonError, TemporaryError
 from krypton.decisions.fingerprint import fingerprint
-from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
-from krypton.decisions.model import RolloutGate, TenantKey
+from krypton.decisions.kubeconfig import Kubeconfig
+from krypton.decisions.model import RolloutGate
 from krypton.decisions.planner import admission
-from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
+from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
+from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
+from krypton.runtime.consumer import Consumer
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
-from krypton.runtime.reconcile.view import OwnWrites
 from krypton.runtime.slots import FairSlots
-from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
-Reporter = Callable[[str, str, str, str], Awaitable[None]]
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
 FIRST_LISTS = 32  # clusters making their first lists at once
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
-REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
-
-
-HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
 
 
 @dataclass
@@ -87,32 +75,38 @@ class Shared:
 
 
 class Worker:
+    """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
+    Tenant keys, its periodic work and its :class:`ClusterHealth`."""
+
     def __init__(self, name: str, kc: Kubeconfig, values: dict[str, Any], shared: Shared) -> None:
         self.name, self.kc, self.values, self.shared = name, kc, values, shared
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.engaged = False
-        self.queue: WorkQueue[TenantKey] = WorkQueue()
+        self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles)
+        self.queue = self.consumer.queue
+        self.health = ClusterHealth(name, shared.report, shared.settings.api_timeout)
         self.kube: Kube | None = None
         self.runtime: ClusterRuntime | None = None
-        self._busy = 0
-        self._idle = asyncio.Event()  # set while no reconcile is running
-        self._idle.set()
-        self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
-        self.own_writes = OwnWrites()  # its Tenant writes, whose echoes start no pass
-        # Tenant name -> the namespaces a Tenant of that name is in (a release's namespace is
-        # its Tenant's name): who to look at when a release changes, without a scan
-        self._namespaces_with: dict[str, set[str]] = {}
         self._dir = shared.workdir / name
-        self.reconciles = 0
         self.last_error = ""  # why engagement failed last, "" once engaged
-        self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
-        self._away_since = 0.0  # monotonic time its watches first failed to reach it
-        self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
-        self._release_changes = 0
-        self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
         self.draining = False  # set by stop(): no key handed out, no helm started
-        self._reports: set[asyncio.Task[None]] = set()
         self._identity: str | None = None
+
+    @property
+    def problem(self) -> str:
+        return self.health.problem
+
+    @property
+    def crd_outdated(self) -> str:
+        return self.health.crd_outdated
+
+    @property
+    def orphans(self) -> list[tuple[str, str, str]]:
+        return self.health.orphans
+
+    @property
+    def reconciles(self) -> int:
+        return self.consumer.reconciles
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,11 +124,7 @@ class Worker:
         """Drain: stop taking work and starting helm (a reconcile still waiting for a helm
         slot gives up); give running reconciles up to `grace` seconds to finish."""
         self.draining = True
-        await self.queue.close()
-        if grace > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self._idle.wait()
+        await self.consumer.close(grace)
 
     async def _engage_with_backoff(self) -> None:
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(KryptonError),
@@ -174,7 +164,7 @@ class Worker:
             result, served = await self.kube.ensure_crd(crd_manifest(),
                                                         upgrade=settings.crd_policy == "upgrade")
             phases = crd.served_phases(served)
-            await self._judge_crd(served)
+            await self.health.judge_crd(served)
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
@@ -185,28 +175,17 @@ class Worker:
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants={}, values=self.values, own_writes=self.own_writes,
+            releases=ReleaseIndex(), tenants={}, values=self.values,
+            own_writes=self.consumer.own_writes,
             gate=lambda cluster: self.shared.gate(cluster),
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
-            readiness=None if settings.helm_wait else Readiness(self.kube, self._workload_turned),
+            readiness=None if settings.helm_wait else Readiness(self.kube,
+                                                                self.consumer.workload_turned),
             record_key=self.shared.record_key)
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
-
-    async def _judge_crd(self, served: dict[str, Any]) -> None:
-        """An older Tenant CRD (the original operator's, or an earlier krypton revision kept
-        by --crd-policy=create) makes the API server drop fields krypton writes: reported
-        once per engagement, with the command that fixes it (issue 16)."""
-        reason = crd.outdated(served)
-        self.crd_outdated = reason or ""
-        metrics.CRD_OUTDATED.labels(self.name).set(1 if reason else 0)
-        if reason:
-            message = (f"the Tenant CRD on this cluster is outdated: {reason}; the API server "
-                       f"drops what it lacks. Fix: {crd.FIX}")
-            self.log.warning("tenant CRD outdated", detail=reason)
-            await self.shared.report(self.name, "Warning", "CRDOutdated", message)
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or
@@ -226,16 +205,16 @@ class Worker:
         rt = self.runtime
 
         tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
-                           self._tenant_changed, on_error=self._watch_failed,
-                           on_healthy=self._watch_restored, transform=shared_strings)
+                           self.consumer.tenant_changed, on_error=self.health.watch_failed,
+                           on_healthy=self.health.watch_restored, transform=shared_strings)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
                             release_records_path(settings.helm_driver,
                                                  settings.shared_release_namespace),
                             self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
                             metadata_only=True, transform=release_record_metadata,
-                            on_list=self._releases_listed, on_error=self._watch_failed,
-                            on_healthy=self._watch_restored)
+                            on_list=self._releases_listed, on_error=self.health.watch_failed,
+                            on_healthy=self.health.watch_restored)
         async with asyncio.TaskGroup() as group:
             # Release records first, so the first Tenant passes see real release state:
             # before that list every release looks missing, and "missing" means install.
@@ -247,36 +226,9 @@ class Worker:
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
-            group.create_task(self._consume(reconciler, group), name=f"{self.name}-consumer")
+            group.create_task(self.consumer.run(reconciler, group),
+                              name=f"{self.name}-consumer")
             await self._housekeeping(reconciler, tenants.store)
-
-    def _tenant_changed(self, type_: str, obj: dict[str, Any]) -> None:
-        """A Tenant watch event: its key is queued, unless the event is the echo of this
-        cluster's own write. Only a change of the Tenant itself (not of its status) is
-        urgent: it cuts a backoff short."""
-        meta = obj["metadata"]
-        key = TenantKey(meta["namespace"], meta["name"])
-        signature = (meta.get("generation"), meta.get("deletionTimestamp"),
-                     tuple(sorted((meta.get("annotations") or {}).items())),
-                     tuple(meta.get("finalizers") or ()))
-        urgent = type_ == "DELETED" or self._signatures.get(key) != signature
-        if type_ == "DELETED":
-            self._signatures.pop(key, None)
-            self.own_writes.forget(key)
-            names = self._namespaces_with.get(key.name, set())
-            names.discard(key.namespace)
-            if not names:
-                self._namespaces_with.pop(key.name, None)
-        else:
-            self._signatures[key] = signature
-            self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
-            version = str(meta.get("resourceVersion"))
-            if self.queue.processing(key):
-                self.own_writes.hold(key, version, urgent=urgent)
-                return
-            if self.own_writes.echo(key, version):
-                return  # this cluster's own write: the pass that made it knew the result
-        self.queue.add(key, urgent=urgent)
 
     async def _housekeeping(self, reconciler: Reconciler,
                             store: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -284,112 +236,27 @@ class Worker:
         seconds, every Tenant queued again each --resync-period, a look for orphaned
         releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
         every CREDENTIALS_CHECK seconds."""
+        assert self.runtime is not None
         settings = self.shared.settings
         now = time.monotonic()
         next_resync, next_orphans = now + settings.resync_period, now
         next_credentials = now + CREDENTIALS_CHECK
-        looked: tuple[frozenset[str], int] | None = None
         warned = now if self.kc.warnings else -REPEAT_WARNING  # said at engagement
         while True:
             now = time.monotonic()
             if now >= next_orphans:
                 next_orphans = now + ORPHAN_CHECK
-                looked = await self._look_for_orphans(looked)
+                await self.health.look_for_orphans(
+                    self.runtime.releases, self.shared.discovered(), self.consumer.release_changes,
+                    own_namespace=settings.shared_release_namespace is None)
             if now >= next_credentials:
                 next_credentials = now + CREDENTIALS_CHECK
-                warned = await self._judge_credentials(warned)
+                warned = await self.health.judge_credentials(self.kc, warned)
             await asyncio.sleep(min(5.0, settings.resync_period))
-            self._count_phases(reconciler)
+            self.health.count_phases(self.runtime, len(self.queue), reconciler)
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
-                for ns, name in list(store):
-                    self.queue.add(TenantKey(ns, name), urgent=False)
-
-    async def _look_for_orphans(self, looked: tuple[frozenset[str], int] | None
-                                ) -> tuple[frozenset[str], int] | None:
-        """Releases here that were made for a cluster name no longer discovered (issue
-        25.3), looked for when the release records or the discovered names changed since
-        `looked`: a change of what is found is a Warning Event on the cluster's Secret (with
-        the commands that remove them) and a metric, and their end a Normal Event. krypton
-        neither adopts nor removes them. Returns what was looked at."""
-        assert self.runtime is not None
-        known = self.shared.discovered()
-        if known is None or (known, self._release_changes) == looked:
-            return looked
-        looked = (known, self._release_changes)
-        own = self.shared.settings.shared_release_namespace is None
-        found = orphaned(self.runtime.releases.clusters(), self.name, known, own_namespace=own)
-        if found != self.orphans:
-            self.orphans = found
-            metrics.ORPHANED_RELEASES.labels(self.name).set(len(found))
-            if found:
-                message = orphan_message(found)
-                self.log.warning("orphaned releases", detail=message)
-                await self.shared.report(self.name, "Warning", "OrphanedReleases", message)
-            else:
-                await self.shared.report(self.name, "Normal", "OrphanedReleasesGone",
-                                         "no release of an undiscovered cluster is left")
-        return looked
-
-    async def _judge_credentials(self, warned: float) -> float:
-        """Judge the client certificate's expiry again (not only at engagement): one that
-        enters its last 14 days (or expires) raises CredentialsExpiringSoon, again at most
-        once a day after `warned`. Returns when it was last said."""
-        warnings = expiry_warnings(self.kc)
-        if not warnings or time.monotonic() - warned < REPEAT_WARNING:
-            return warned
-        for warning in warnings:
-            self.log.warning("credentials expiring soon", detail=warning)
-            await self.shared.report(self.name, "Warning", "CredentialsExpiringSoon", warning)
-        return time.monotonic()
-
-    # -- failures after engagement (D8) ----------------------------------------------------
-
-    def _watch_failed(self, exc: Exception) -> None:
-        """A watch of an engaged cluster failed. Lost access (401/403: revoked credentials,
-        an expired certificate, removed RBAC), a deleted Tenant CRD and answers krypton
-        refuses (over a bound, not JSON) are not passing faults: the cluster is reported
-        failing (Warning Event once per episode, metric, /readyz, krypton status) until a
-        list or a watch is accepted again."""
-        self.log.warning("watch failed, retrying", error=str(exc))
-        if isinstance(exc, Forbidden):
-            reason = "ClusterAccessDenied"
-        elif isinstance(exc, NotFound) and "tenants" in str(exc):
-            reason = "TenantCRDMissing"
-        elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
-            reason = exc.reason  # an answer over a bound, or not one (issue 46)
-        elif isinstance(exc, ClusterUnreachable):
-            # away for a moment is the network's weather; away for longer than two API
-            # timeouts is worth saying (issue 46)
-            now = time.monotonic()
-            self._away_since = self._away_since or now
-            if now - self._away_since < 2 * self.shared.settings.api_timeout:
-                return
-            reason = "ClusterUnreachable"
-        else:
-            return
-        if self.problem:
-            return
-        self.problem = f"{reason}: {exc}"
-        metrics.CLUSTER_HEALTHY.labels(self.name).set(0)
-        self.log.error("cluster failing after engagement", reason=reason, error=str(exc))
-        self._spawn(self.shared.report(self.name, "Warning", reason,
-                                       f"{exc}; krypton keeps retrying"))
-
-    def _watch_restored(self) -> None:
-        self._away_since = 0.0
-        metrics.CLUSTER_HEALTHY.labels(self.name).set(1)
-        if not self.problem:
-            return
-        self.problem = ""
-        self.log.info("cluster healthy again")
-        self._spawn(self.shared.report(self.name, "Normal", "ClusterRecovered",
-                                       "its watches work again; the earlier failure is over"))
-
-    def _spawn(self, report: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(report)
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
+                self.consumer.requeue(list(store))
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
                           ) -> None:
@@ -448,8 +315,7 @@ class Worker:
 
     def requeue_all(self) -> None:
         if self.runtime is not None:
-            for ns, name in list(self.runtime.tenants):
-                self.queue.add(TenantKey(ns, name), urgent=False)
+            self.consumer.requeue(list(self.runtime.tenants))
 
     def _desired_fingerprint(self) -> str | None:
         resolved = self.shared.chart.cached
@@ -470,25 +336,6 @@ class Worker:
             return ClusterObservation(False, 0, 0, 0)
         return rollout.observe_cluster(self.name, self._served(), self._desired_fingerprint())
 
-    def _count_phases(self, reconciler: Reconciler) -> None:
-        assert self.runtime is not None
-        store = self.runtime.tenants
-        phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
-        metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
-        metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
-        stalled = f"ClusterError/{self.name}"
-        metrics.RELEASES_STALLED.labels(self.name).set(sum(
-            any(c.get("type") == stalled and c.get("status") == "True"
-                and c.get("reason") == "RetriesExhausted"
-                for c in (t.get("status") or {}).get("conditions") or [])
-            for t in list(store.values())))
-        metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
-        if self.runtime.readiness is not None:
-            metrics.WORKLOADS_FOLLOWED.labels(self.name).set(self.runtime.readiness.followed())
-        for key in list(self.runtime.published):
-            if (key.namespace, key.name) not in store:
-                reconciler.unpublish(key)
-
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None
         key = self.runtime.releases.on_event(type_, obj, time.time())
@@ -504,84 +351,8 @@ class Worker:
             self._release_moved(namespace, release, gone=not releases.has(namespace, release))
 
     def _release_moved(self, namespace: str, release: str, *, gone: bool) -> None:
-        """A release in `namespace` changed (or went): its Tenant is looked at, and when one
-        went, the Tenants refused for SharedObjects (it may have owned what they need)."""
         assert self.runtime is not None
-        self._release_changes += 1
-        refused = f"ClusterError/{self.name}"
-        if not gone:
-            if self.runtime.own_release_change(namespace, release):
-                return  # its own helm run's records: that pass tells the outcome
-            for ns in self._namespaces_with.get(namespace, ()):
-                self.queue.add(TenantKey(ns, namespace), urgent=False)
-            return
-        for (ns, name), tenant in list(self.runtime.tenants.items()):
-            if name == namespace:
-                self.queue.add(TenantKey(ns, name), urgent=False)
-            elif any(
-                    c.get("type") == refused and c.get("reason") == "SharedObjects"
-                    and c.get("status") == "True"
-                    for c in (tenant.get("status") or {}).get("conditions") or []):
-                # the release that went may have owned what this Tenant was refused
-                self.queue.add(TenantKey(ns, name), urgent=True)
-
-    async def _consume(self, reconciler: Reconciler, group: asyncio.TaskGroup) -> None:
-        """Hand each queued key to a task of its own, at most --max-concurrent-reconciles at
-        once: an idle cluster keeps one waiting task, not one per allowed reconcile."""
-        slots = asyncio.Semaphore(self.shared.settings.max_concurrent_reconciles)
-        while True:
-            await slots.acquire()
-            try:
-                key = await self.queue.get()
-            except QueueClosed:
-                return
-            self._busy += 1
-            self._idle.clear()
-            task = group.create_task(self._reconcile(reconciler, key),
-                                     name=f"{self.name}-reconcile")
-            task.add_done_callback(functools.partial(self._reconciled, slots, key))
-
-    def _reconciled(self, slots: asyncio.Semaphore, key: TenantKey, _task: object) -> None:
-        """A reconcile task ended (also one cancelled before it ran): its slot and key are
-        free again."""
-        slots.release()
-        self._busy -= 1
-        if not self._busy:
-            self._idle.set()
-        urgent = self.own_writes.settle(key)
-        if urgent is not None:
-            self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
-        self.queue.done(key)
-
-    async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
-        metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))
-        start = time.monotonic()
-        try:
-            outcome = await reconciler.reconcile(key)
-            if outcome.retry:
-                self.queue.retry(key)
-            else:
-                self.queue.forget(key)
-                if outcome.requeue_after:
-                    self.queue.add_after(key, outcome.requeue_after)
-        except KryptonError as exc:
-            delay = self.queue.retry(key)
-            metrics.RECONCILE_ERRORS.labels(self.name, exc.reason).inc()
-            self.log.warning("reconcile failed", tenant=str(key), reason=exc.reason,
-                             error=str(exc), retry_in=delay)
-        except Exception:  # noqa: BLE001 - a defect must not kill the worker
-            delay = self.queue.retry(key)
-            metrics.RECONCILE_ERRORS.labels(self.name, "Internal").inc()
-            self.log.exception("reconcile crashed", tenant=str(key), retry_in=delay)
-        finally:
-            self.reconciles += 1
-            metrics.RECONCILES.labels(self.name).inc()
-            metrics.RECONCILE_SECONDS.labels(self.name).observe(time.monotonic() - start)
-
-    def _workload_turned(self, key: TenantKey) -> None:
-        """A followed workload became ready or stopped being ready: look at it now (a
-        ReadinessTimeout's backoff is cut short)."""
-        self.queue.add(key, urgent=True)
+        self.consumer.release_moved(self.runtime, namespace, release, gone=gone)
 
     async def _close_kube(self) -> None:
         if self.runtime is not None and self.runtime.readiness is not None:

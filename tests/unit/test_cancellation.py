@@ -56,8 +56,8 @@ def _await_sync(tmp_path: Path) -> tuple[Coroutine[Any, Any, Any], Callable[[], 
 
 def _drain(tmp_path: Path) -> tuple[Coroutine[Any, Any, Any], Callable[[], None], list[Any]]:
     worker = _worker(tmp_path)
-    worker._idle.clear()  # a reconcile is running
-    return worker.stop(grace=30.0), worker._idle.set, []
+    worker.consumer._idle.clear()  # a reconcile is running
+    return worker.stop(grace=30.0), worker.consumer._idle.set, []
 
 
 def _pause(_tmp_path: Path) -> tuple[Coroutine[Any, Any, Any], Callable[[], None], list[Any]]:

@@ -16,6 +16,7 @@ from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.model import ReleaseStatus, is_valid_namespace_name, release_name
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.retry import Policy
+from krypton.runtime.consumer import Consumer
 from krypton.runtime.slots import FairSlots
 from krypton.runtime.workqueue import QueueClosed, WorkQueue
 from tests.unit.workers import Group, workers
@@ -316,19 +317,14 @@ def test_only_the_label_value_true_makes_a_cluster_and_the_rest_is_named() -> No
         [("b", "True"), ("c", "yes"), ("d", "1"), ("e", "")]
 
 
-def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
-        tmp_path: Path) -> None:
+def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task() -> None:
     """--max-concurrent-reconciles passes at once (never more), each queued key once, and
     an idle cluster holds one waiting task instead of one per allowed pass."""
-    import dataclasses
-
     from krypton.decisions.model import TenantKey
-    from krypton.decisions.settings import Settings
     from krypton.runtime.reconcile.model import Outcome
 
     limit, keys = 3, [TenantKey("ns", f"t{i}") for i in range(10)]
-    settings = dataclasses.replace(Settings(), max_concurrent_reconciles=limit)
-    worker = workers(tmp_path, settings, 1)[0]
+    consumer = Consumer("c0", limit)
 
     class Counting:
         def __init__(self) -> None:
@@ -346,11 +342,11 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
     async def scenario() -> tuple[Counting, int, int]:
         reconciler = Counting()
         async with asyncio.TaskGroup() as group:
-            consumer = group.create_task(worker._consume(reconciler, group))  # type: ignore[arg-type]
+            running = group.create_task(consumer.run(reconciler, group))  # type: ignore[arg-type]
             await asyncio.sleep(0)
             idle_tasks = len(asyncio.all_tasks()) - 1  # without this test's own task
             for key in keys:
-                worker.queue.add(key)
+                consumer.queue.add(key)
             while reconciler.running < limit:
                 await asyncio.sleep(0)
             for _ in range(20):  # let anything over the limit start, if it could
@@ -359,15 +355,15 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task(
             reconciler.release.set()
             while len(reconciler.seen) < len(keys) or reconciler.running:
                 await asyncio.sleep(0)
-            await worker.queue.close()
-            await consumer
+            await consumer.queue.close()
+            await running
         return reconciler, idle_tasks, busy_at_limit
 
     reconciler, idle_tasks, busy_at_limit = asyncio.run(scenario())
     assert idle_tasks == 1
     assert busy_at_limit == limit and reconciler.most == limit
     assert sorted(reconciler.seen) == sorted(keys)
-    assert worker.reconciles == len(keys) and worker._idle.is_set()
+    assert consumer.reconciles == len(keys) and consumer._idle.is_set()
 
 
 def test_clusters_take_turns_for_their_first_lists(tmp_path: Path) -> None:
@@ -550,16 +546,12 @@ def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
     assert own.echo(key, str(100 + 3 * OwnWrites.KEPT - OwnWrites.KEPT))
 
 
-def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes(
-        tmp_path: Path) -> None:
+def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes() -> None:
     """Events of a Tenant that come while a pass of it runs wait for its end (the answer to
     a write may come after the write's event): the pass's own writes start no pass, anyone
     else's write does; an own write's echo coming after the pass starts none either."""
-
-    from krypton.decisions.settings import Settings
-
-    worker = workers(tmp_path, Settings(), 1)[0]
-    own = worker.own_writes
+    consumer = Consumer("c0", 1)
+    own = consumer.own_writes
 
     def tenant(rv: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": "t1", "resourceVersion": rv}}
@@ -569,23 +561,23 @@ def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes(
         returns how many keys are queued once it is done."""
         slots = asyncio.Semaphore(1)
         await slots.acquire()
-        key = await worker.queue.get()
-        worker._busy += 1
+        key = await consumer.queue.get()
+        consumer._busy += 1
         for rv in events:
-            worker._tenant_changed("MODIFIED", tenant(rv))
+            consumer.tenant_changed("MODIFIED", tenant(rv))
         for rv in writes:
             own.wrote(tenant(rv))
-        worker._reconciled(slots, key, None)
-        return len(worker.queue)
+        consumer._reconciled(slots, key, None)
+        return len(consumer.queue)
 
     async def scenario() -> list[int]:
-        worker._tenant_changed("ADDED", tenant("1"))
+        consumer.tenant_changed("ADDED", tenant("1"))
         counts = [await pass_(["2", "3"], ["2", "3"])]  # finalizer and status: echoes only
         own.wrote(tenant("4"))  # a write answered before its event, after the pass
-        worker._tenant_changed("MODIFIED", tenant("4"))
-        counts.append(len(worker.queue))
-        worker._tenant_changed("MODIFIED", tenant("5"))  # someone else's write
-        counts.append(len(worker.queue))
+        consumer.tenant_changed("MODIFIED", tenant("4"))
+        counts.append(len(consumer.queue))
+        consumer.tenant_changed("MODIFIED", tenant("5"))  # someone else's write
+        counts.append(len(consumer.queue))
         counts.append(await pass_(["6", "7"], ["6"]))  # 7: someone else's, during the pass
         return counts
 

@@ -1,0 +1,154 @@
+"""What is wrong with an engaged cluster, said once per episode (SPEC D8).
+
+Lost access (401/403), a deleted or outdated Tenant CRD, answers krypton refuses, an absence
+longer than two API timeouts, releases of cluster names no longer discovered and a client
+certificate near its expiry: each is a Warning Event on the cluster's Secret, a log line and
+a metric when it starts, and a Normal Event when it ends. Also the gauges of its Tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from krypton.adapters import metrics
+from krypton.decisions import crd
+from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError, NotFound
+from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
+from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
+from krypton.runtime.reconcile import ClusterRuntime, Reconciler
+
+Reporter = Callable[[str, str, str, str], Awaitable[None]]
+HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
+REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
+
+
+class ClusterHealth:
+    """The standing problems of one engaged cluster, and their reports."""
+
+    def __init__(self, name: str, report: Reporter, api_timeout: float) -> None:
+        self.name, self.report, self.api_timeout = name, report, api_timeout
+        self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
+        self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
+        self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
+        self._away_since = 0.0  # monotonic time its watches first failed to reach it
+        self._looked: tuple[frozenset[str], int] | None = None  # (names, changes) looked at
+        self._reports: set[asyncio.Task[None]] = set()
+
+    def watch_failed(self, exc: Exception) -> None:
+        """A watch of an engaged cluster failed. Lost access (401/403: revoked credentials,
+        an expired certificate, removed RBAC), a deleted Tenant CRD and answers krypton
+        refuses (over a bound, not JSON) are not passing faults: the cluster is reported
+        failing (Warning Event once per episode, metric, /readyz, krypton status) until a
+        list or a watch is accepted again."""
+        self.log.warning("watch failed, retrying", error=str(exc))
+        if isinstance(exc, Forbidden):
+            reason = "ClusterAccessDenied"
+        elif isinstance(exc, NotFound) and "tenants" in str(exc):
+            reason = "TenantCRDMissing"
+        elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
+            reason = exc.reason  # an answer over a bound, or not one (issue 46)
+        elif isinstance(exc, ClusterUnreachable):
+            # away for a moment is the network's weather; away for longer than two API
+            # timeouts is worth saying (issue 46)
+            now = time.monotonic()
+            self._away_since = self._away_since or now
+            if now - self._away_since < 2 * self.api_timeout:
+                return
+            reason = "ClusterUnreachable"
+        else:
+            return
+        if self.problem:
+            return
+        self.problem = f"{reason}: {exc}"
+        metrics.CLUSTER_HEALTHY.labels(self.name).set(0)
+        self.log.error("cluster failing after engagement", reason=reason, error=str(exc))
+        self._spawn(self.report(self.name, "Warning", reason, f"{exc}; krypton keeps retrying"))
+
+    def watch_restored(self) -> None:
+        self._away_since = 0.0
+        metrics.CLUSTER_HEALTHY.labels(self.name).set(1)
+        if not self.problem:
+            return
+        self.problem = ""
+        self.log.info("cluster healthy again")
+        self._spawn(self.report(self.name, "Normal", "ClusterRecovered",
+                                "its watches work again; the earlier failure is over"))
+
+    def _spawn(self, report: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(report)
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def judge_crd(self, served: dict[str, Any]) -> None:
+        """An older Tenant CRD (the original operator's, or an earlier krypton revision kept
+        by --crd-policy=create) makes the API server drop fields krypton writes: reported
+        once per engagement, with the command that fixes it (issue 16)."""
+        reason = crd.outdated(served)
+        self.crd_outdated = reason or ""
+        metrics.CRD_OUTDATED.labels(self.name).set(1 if reason else 0)
+        if reason:
+            message = (f"the Tenant CRD on this cluster is outdated: {reason}; the API server "
+                       f"drops what it lacks. Fix: {crd.FIX}")
+            self.log.warning("tenant CRD outdated", detail=reason)
+            await self.report(self.name, "Warning", "CRDOutdated", message)
+
+    async def look_for_orphans(self, releases: ReleaseIndex, known: frozenset[str] | None,
+                               changes: int, *, own_namespace: bool) -> None:
+        """Releases here that were made for a cluster name no longer discovered (issue
+        25.3), looked for when the release records (their count of `changes`) or the
+        `known` names changed since the last look: a change of what is found is a Warning
+        Event on the cluster's Secret (with the commands that remove them) and a metric, and
+        their end a Normal Event. krypton neither adopts nor removes them."""
+        if known is None or (known, changes) == self._looked:
+            return
+        self._looked = (known, changes)
+        found = orphaned(releases.clusters(), self.name, known, own_namespace=own_namespace)
+        if found == self.orphans:
+            return
+        self.orphans = found
+        metrics.ORPHANED_RELEASES.labels(self.name).set(len(found))
+        if found:
+            message = orphan_message(found)
+            self.log.warning("orphaned releases", detail=message)
+            await self.report(self.name, "Warning", "OrphanedReleases", message)
+        else:
+            await self.report(self.name, "Normal", "OrphanedReleasesGone",
+                              "no release of an undiscovered cluster is left")
+
+    def count_phases(self, rt: ClusterRuntime, queued: int, reconciler: Reconciler) -> None:
+        """The cluster's gauges of its Tenants (phases, stalled releases, queue, followed
+        workloads); a Tenant gone from the cache has its own series removed."""
+        store = rt.tenants
+        phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
+        metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
+        metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
+        stalled = f"ClusterError/{self.name}"
+        metrics.RELEASES_STALLED.labels(self.name).set(sum(
+            any(c.get("type") == stalled and c.get("status") == "True"
+                and c.get("reason") == "RetriesExhausted"
+                for c in (t.get("status") or {}).get("conditions") or [])
+            for t in list(store.values())))
+        metrics.QUEUE_DEPTH.labels(self.name).set(queued)
+        if rt.readiness is not None:
+            metrics.WORKLOADS_FOLLOWED.labels(self.name).set(rt.readiness.followed())
+        for key in list(rt.published):
+            if (key.namespace, key.name) not in store:
+                reconciler.unpublish(key)
+
+    async def judge_credentials(self, kc: Kubeconfig, warned: float) -> float:
+        """Judge the client certificate's expiry again (not only at engagement): one that
+        enters its last 14 days (or expires) raises CredentialsExpiringSoon, again at most
+        once a day after `warned`. Returns when it was last said."""
+        warnings = expiry_warnings(kc)
+        if not warnings or time.monotonic() - warned < REPEAT_WARNING:
+            return warned
+        for warning in warnings:
+            self.log.warning("credentials expiring soon", detail=warning)
+            await self.report(self.name, "Warning", "CredentialsExpiringSoon", warning)
+        return time.monotonic()
