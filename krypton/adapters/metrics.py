@@ -35,6 +35,9 @@ API_REQUESTS = Counter("krypton_api_requests_total",
                        ["cluster", "verb"])
 API_WRITES = Counter("krypton_api_writes_total", "API writes (status, tenant, namespace, event)",
                      ["cluster", "kind"])
+TENANT_RECORDS = Gauge("krypton_tenant_records",
+                       "Tenants whose record the cluster's runtime keeps (those in its Tenant "
+                       "cache; it returns there when Tenants go)", ["cluster"])
 TENANT_RELEASE = Gauge(
     "krypton_tenant_release_info",
     "1 per Tenant \u00d7 cluster",
@@ -82,7 +85,8 @@ EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
 _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CLUSTER_ENGAGED,
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
-                ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS)
+                ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS,
+                TENANT_RECORDS)
 
 
 def forget_cluster(cluster: str) -> None:

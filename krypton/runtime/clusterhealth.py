@@ -20,7 +20,7 @@ from krypton.decisions import crd
 from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError, NotFound
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
-from krypton.runtime.reconcile import ClusterRuntime, Reconciler
+from krypton.runtime.reconcile import ClusterRuntime
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
@@ -121,9 +121,9 @@ class ClusterHealth:
             await self.report(self.name, "Normal", "OrphanedReleasesGone",
                               "no release of an undiscovered cluster is left")
 
-    def count_phases(self, rt: ClusterRuntime, queued: int, reconciler: Reconciler) -> None:
+    def count_phases(self, rt: ClusterRuntime, queued: int) -> None:
         """The cluster's gauges of its Tenants (phases, stalled releases, queue, followed
-        workloads); a Tenant gone from the cache has its own series removed."""
+        workloads)."""
         store = rt.tenants
         phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
         metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
@@ -137,9 +137,6 @@ class ClusterHealth:
         metrics.QUEUE_DEPTH.labels(self.name).set(queued)
         if rt.readiness is not None:
             metrics.WORKLOADS_FOLLOWED.labels(self.name).set(rt.readiness.followed())
-        for key in list(rt.published):
-            if (key.namespace, key.name) not in store:
-                reconciler.unpublish(key)
 
     async def judge_credentials(self, kc: Kubeconfig, warned: float) -> float:
         """Judge the client certificate's expiry again (not only at engagement): one that

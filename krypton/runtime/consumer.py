@@ -20,6 +20,7 @@ from krypton.adapters import metrics
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.model import TenantKey
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
+from krypton.runtime.reconcile.memory import Memory
 from krypton.runtime.reconcile.view import OwnWrites
 from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
@@ -31,13 +32,11 @@ class Consumer:
         self.name, self.max_concurrent = name, max_concurrent
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.queue: WorkQueue[TenantKey] = WorkQueue()
-        self.own_writes = OwnWrites()  # its Tenant writes, whose echoes start no pass
+        self.memory = Memory(name)  # one record per Tenant of the cluster's cache
+        self.own_writes = OwnWrites(self.memory)  # its Tenant writes, whose echoes start no pass
         self.reconciles = 0
         self.release_changes = 0  # release record changes seen (the orphan look's clock)
-        self._signatures: dict[TenantKey, tuple[Any, ...]] = {}
-        # Tenant name -> the namespaces a Tenant of that name is in (a release's namespace is
-        # its Tenant's name): who to look at when a release changes, without a scan
-        self._namespaces_with: dict[str, set[str]] = {}
+        self._gone: set[TenantKey] = set()  # Tenants deleted while a pass of theirs ran
         self._busy = 0
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
@@ -61,23 +60,19 @@ class Consumer:
         signature = (meta.get("generation"), meta.get("deletionTimestamp"),
                      tuple(sorted((meta.get("annotations") or {}).items())),
                      tuple(meta.get("finalizers") or ()))
-        urgent = type_ == "DELETED" or self._signatures.get(key) != signature
         if type_ == "DELETED":
-            self._signatures.pop(key, None)
-            self.own_writes.forget(key)
-            names = self._namespaces_with.get(key.name, set())
-            names.discard(key.namespace)
-            if not names:
-                self._namespaces_with.pop(key.name, None)
-        else:
-            self._signatures[key] = signature
-            self._namespaces_with.setdefault(key.name, set()).add(key.namespace)
-            version = str(meta.get("resourceVersion"))
-            if self.queue.processing(key):
-                self.own_writes.hold(key, version, urgent=urgent)
-                return
-            if self.own_writes.echo(key, version):
-                return  # this cluster's own write: the pass that made it knew the result
+            self._went(key)
+            self.queue.add(key, urgent=True)
+            return
+        self._gone.discard(key)
+        record = self.memory.of(key)  # made on first sight
+        urgent, record.signature = record.signature != signature, signature
+        version = str(meta.get("resourceVersion"))
+        if self.queue.processing(key):
+            self.own_writes.hold(key, version, urgent=urgent)
+            return
+        if self.own_writes.echo(key, version):
+            return  # this cluster's own write: the pass that made it knew the result
         self.queue.add(key, urgent=urgent)
 
     def release_moved(self, rt: ClusterRuntime, namespace: str, release: str, *,
@@ -89,7 +84,7 @@ class Consumer:
         if not gone:
             if rt.own_release_change(namespace, release):
                 return  # its own helm run's records: that pass tells the outcome
-            for ns in self._namespaces_with.get(namespace, ()):
+            for ns in self.memory.namespaces_with(namespace):
                 self.queue.add(TenantKey(ns, namespace), urgent=False)
             return
         for (ns, name), tenant in list(rt.tenants.items()):
@@ -140,6 +135,17 @@ class Consumer:
         if urgent is not None:
             self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
         self.queue.done(key)
+        if key in self._gone:
+            self._went(key)
+
+    def _went(self, key: TenantKey) -> None:
+        """The Tenant went from the cluster's cache: its record is dropped, at once or, while
+        a pass of it runs, when that pass ends (the pass may still write to the record)."""
+        if self.queue.processing(key):
+            self._gone.add(key)
+            return
+        self._gone.discard(key)
+        self.memory.drop(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))

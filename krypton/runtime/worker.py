@@ -176,7 +176,7 @@ class Worker:
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
             releases=ReleaseIndex(), tenants={}, values=self.values,
-            own_writes=self.consumer.own_writes,
+            memory=self.consumer.memory, own_writes=self.consumer.own_writes,
             gate=lambda cluster: self.shared.gate(cluster),
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
@@ -184,6 +184,9 @@ class Worker:
             readiness=None if settings.helm_wait else Readiness(self.kube,
                                                                 self.consumer.workload_turned),
             record_key=self.shared.record_key)
+        readiness = self.runtime.readiness
+        self.consumer.memory.forget_elsewhere = \
+            readiness.forget if readiness is not None else lambda _key: None
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 
@@ -228,10 +231,9 @@ class Worker:
             reconciler = Reconciler(rt)
             group.create_task(self.consumer.run(reconciler, group),
                               name=f"{self.name}-consumer")
-            await self._housekeeping(reconciler, tenants.store)
+            await self._housekeeping(tenants.store)
 
-    async def _housekeeping(self, reconciler: Reconciler,
-                            store: dict[tuple[str, str], dict[str, Any]]) -> None:
+    async def _housekeeping(self, store: dict[tuple[str, str], dict[str, Any]]) -> None:
         """The engaged cluster's periodic work, in one task: the phase gauges every few
         seconds, every Tenant queued again each --resync-period, a look for orphaned
         releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
@@ -253,7 +255,7 @@ class Worker:
                 next_credentials = now + CREDENTIALS_CHECK
                 warned = await self.health.judge_credentials(self.kc, warned)
             await asyncio.sleep(min(5.0, settings.resync_period))
-            self.health.count_phases(self.runtime, len(self.queue), reconciler)
+            self.health.count_phases(self.runtime, len(self.queue))
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))

@@ -62,6 +62,13 @@ class Cluster:
         return self.custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
             GROUP, VERSION, namespace, PLURAL, name)
 
+    def tenant_gone(self, namespace: str, name: str) -> bool:
+        try:
+            self.tenant(namespace, name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
     def patch_tenant(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
 

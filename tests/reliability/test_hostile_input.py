@@ -424,17 +424,9 @@ def test_removed_cluster_leaves_no_stale_state(fleet: Fleet) -> None:
     # the Tenant can be deleted: no finalizer is left waiting for a worker that is gone
     fleet.remote.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1",
                                                         fleet.tenant_ns, "tenants", name)
-    wait_for(lambda: _gone(fleet.remote, fleet.tenant_ns, name), 30, what="Tenant deleted")
+    wait_for(lambda: fleet.remote.tenant_gone(fleet.tenant_ns, name), 30, what="Tenant deleted")
     other = fleet.tenant(fleet.home, unique("still"))
     fleet.home.wait_phase(fleet.tenant_ns, other, "Ready")
-
-
-def _gone(cluster: Cluster, namespace: str, name: str) -> bool:
-    try:
-        cluster.tenant(namespace, name)
-    except ApiException as exc:
-        return exc.status == 404
-    return False
 
 
 # -- 13. one API server under two names -------------------------------------------------------
@@ -478,7 +470,7 @@ def test_reserved_and_foreign_namespaces(fleet: Fleet) -> None:
     fleet.home.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1",
                                                       fleet.tenant_ns, "tenants",
                                                       fleet.discovery_ns)
-    wait_for(lambda: _gone(fleet.home, fleet.tenant_ns, fleet.discovery_ns), 30,
+    wait_for(lambda: fleet.home.tenant_gone(fleet.tenant_ns, fleet.discovery_ns), 30,
              what="reserved Tenant deleted")
     assert fleet.home.core.read_namespace(fleet.discovery_ns).status.phase == "Active"
     # an existing namespace krypton did not create is not adopted
@@ -500,7 +492,7 @@ def test_adopted_namespace_is_never_deleted(fleet: Fleet) -> None:
     assert ns.metadata.annotations.get("mesh.openkcm.io/adopted") == "true"
     fleet.home.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1",
                                                       fleet.tenant_ns, "tenants", foreign)
-    wait_for(lambda: _gone(fleet.home, fleet.tenant_ns, foreign), 60, what="Tenant deleted")
+    wait_for(lambda: fleet.home.tenant_gone(fleet.tenant_ns, foreign), 60, what="Tenant deleted")
     assert fleet.home.release_records(foreign, f"tenant-{foreign}-home") == []
     assert fleet.home.core.read_namespace(foreign).status.phase == "Active"
 

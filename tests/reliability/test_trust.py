@@ -22,7 +22,7 @@ from kubernetes import client
 from krypton.testing import ControlPlane
 from krypton.testing.operator import OperatorProcess, kubeconfig_secret, wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
-from tests.reliability.test_hostile_input import Responder, _gone
+from tests.reliability.test_hostile_input import Responder
 
 LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 OSC = "\x1b]8;;https://evil.example/\x07click\x1b]8;;\x07"
@@ -193,7 +193,7 @@ def test_a_tenant_of_the_same_name_never_takes_over_the_release(fleet: Fleet,
         "finalizers": ["mesh.openkcm.io/release-cleanup"]}})
     solo.custom.delete_namespaced_custom_object("mesh.openkcm.io", "v1alpha1", second,
                                                 "tenants", name)
-    wait_for(lambda: _gone(solo, second, name), 60, what="the second Tenant deleted")
+    wait_for(lambda: solo.tenant_gone(second, name), 60, what="the second Tenant deleted")
     event = solo.wait_event(second, name, "ReleaseNotOwned")
     assert f"{first}/{name}" in event.message
     assert op.metric("krypton_helm_processes_total", operation="uninstall") == 0

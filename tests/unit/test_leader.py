@@ -284,11 +284,13 @@ def test_a_missing_applied_time_counts_from_when_it_was_first_seen() -> None:
     rt, _reconciler, _cluster = _runtime(object())
     first = rt.observe(TENANT).since_applied
     assert first is not None and first < 1.0
-    rt.unapplied_since[TenantKey("ns", "t")] -= 100.0  # as if first seen 100 s ago
+    record = rt.memory.of(TenantKey("ns", "t"))
+    assert record.unapplied_since is not None
+    record.unapplied_since -= 100.0  # as if first seen 100 s ago
     assert 100.0 <= rt.observe(TENANT).since_applied < 101.0  # type: ignore[operator]
     stamped = {**TENANT, "status": {"clusters": {"c1": {"lastAppliedTime": time_ago(30)}}}}
     assert 29.0 <= rt.observe(stamped).since_applied < 32.0  # type: ignore[operator]
-    assert TenantKey("ns", "t") not in rt.unapplied_since  # the status has it now
+    assert record.unapplied_since is None  # the status has it now
 
 
 def time_ago(seconds: float) -> str:

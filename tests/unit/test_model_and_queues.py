@@ -538,8 +538,8 @@ def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
     assert not own.echo(key, "12") and not own.echo(key, "13")  # each echo once
     assert not own.echo(TenantKey("other", "t1"), "13")
     own.wrote(tenant("20"))
-    own.forget(key)  # the Tenant went
-    assert not own.echo(key, "20")
+    own.memory.drop(key)  # the Tenant went: its record with it
+    assert not own.echo(key, "20") and key not in own.memory
     for rv in range(100, 100 + 3 * OwnWrites.KEPT):  # bounded however many go unechoed
         own.wrote(tenant(str(rv)))
     assert not own.echo(key, "100")  # the oldest are not kept
@@ -582,3 +582,44 @@ def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes() ->
         return counts
 
     assert asyncio.run(scenario()) == [0, 0, 1, 1]
+
+
+def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes() -> None:
+    """Issue 48: one record per Tenant, made by its first event, dropped by its DELETED
+    event (at once, or when a pass of it that is running ends: the pass may still write),
+    with its metric series and the workloads followed for it; the count is a metric."""
+    from krypton.adapters import metrics
+    from krypton.decisions.model import TenantKey
+
+    consumer = Consumer("churn", 1)
+    memory, forgotten = consumer.memory, []
+    memory.forget_elsewhere = forgotten.append
+
+    def tenant(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}}
+
+    def records() -> float:
+        return metrics.TENANT_RECORDS.labels("churn")._value.get()  # noqa: SLF001
+
+    async def scenario() -> None:
+        a, b = TenantKey("ns", "a"), TenantKey("ns", "b")
+        consumer.tenant_changed("ADDED", tenant("a", "1"))
+        consumer.tenant_changed("ADDED", tenant("b", "2"))
+        assert len(memory) == 2 and records() == 2 and memory.namespaces_with("a") == ("ns",)
+        metrics.TENANT_RELEASE.labels("churn", "ns", "a", "tenant-a", "1.0.0", "f").set(1)
+        memory.of(a).published = ("churn", "ns", "a", "tenant-a", "1.0.0", "f")
+        consumer.tenant_changed("DELETED", tenant("a", "3"))  # no pass of it runs
+        assert a not in memory and forgotten == [a] and records() == 1
+        assert memory.namespaces_with("a") == ()
+        assert ("churn", "ns", "a", "tenant-a", "1.0.0", "f") not in {
+            tuple(s.labels.values()) for f in metrics.TENANT_RELEASE.collect() for s in f.samples}
+        while await consumer.queue.get() != b:  # a pass of b starts
+            consumer.queue.done(a)
+        consumer._busy += 1
+        consumer.tenant_changed("DELETED", tenant("b", "4"))
+        consumer.own_writes.wrote(tenant("b", "5"))  # the pass writes on
+        assert b in memory  # kept while its pass runs
+        consumer._reconciled(asyncio.Semaphore(0), b, None)
+        assert len(memory) == 0 and records() == 0 and forgotten == [a, b]
+
+    asyncio.run(scenario())

@@ -175,7 +175,7 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339(),
                "records": history.sealed(rt, p, result, *seen)}
-    rt.retries.pop(key, None)
+    rt.memory.of(key).retry = None
     try:
         p.obj = await status.set_fingerprint(rt, p.obj, chart.fingerprint, p.log)
     except KryptonError as exc:
@@ -189,7 +189,7 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
         ], applied=applied, last_chart=chart.ref,
             outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
     rt.publish(key, p.release, chart)
-    rt.gone.pop(key, None)
+    rt.memory.of(key).gone = ()
     waiting = None if rt.settings.helm_wait else await look.not_ready(
         rt, key, p.release, namespace, str(result.get("manifest") or ""))
     if waiting is not None:

@@ -35,7 +35,7 @@ async def look_in_sync(rt: ClusterRuntime, obs: Observation) -> Observation | No
     """An in-sync release's objects and workload, when a look is due (F2, F6): the
     observation with what was found, None when nothing was looked at or found."""
     key = obs.tenant.key
-    missing, found = rt.gone.get(key) or (), None
+    missing, found = rt.memory.of(key).gone, None
     if not missing and look_due(rt, key, obs.tenant):
         found = rt.readiness.health(key) if rt.readiness else None
         if found is not None:  # the watches keep its workload current: no reads
@@ -47,7 +47,7 @@ async def look_in_sync(rt: ClusterRuntime, obs: Observation) -> Observation | No
     if missing:
         # remembered until a helm run restores them: the pass that announces the
         # upgrade and the one that makes it both see them
-        rt.gone[key] = missing
+        rt.memory.of(key).gone = missing
     if not missing and found is None:
         return None
     return dataclasses.replace(obs, missing=missing, health=found)
@@ -61,11 +61,12 @@ def look_due(rt: ClusterRuntime, key: TenantKey, t: TenantView) -> bool:
     object of the fleet at once)."""
     if t.readiness is None or not t.readiness[0]:
         return True
-    now = time.monotonic()
-    last = rt.looked_at.setdefault(key, now)
-    if now - last < rt.settings.resync_period:
+    now, record = time.monotonic(), rt.memory.of(key)
+    if record.looked_at is None:
+        record.looked_at = now
+    if now - record.looked_at < rt.settings.resync_period:
         return False
-    rt.looked_at[key] = now
+    record.looked_at = now
     return True
 
 

@@ -133,7 +133,7 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
                              "failedTarget": target, "lastFailureTime": rfc3339(now),
                              "nextAttemptTime": rfc3339(now + delay)},
                     chart_version=chart.version, event=event, outcome=outcome)
-    rt.retries[p.key] = dict(report.applied or {})
+    rt.memory.of(p.key).retry = dict(report.applied or {})
     if reason == "RetriesExhausted":  # the run's own failure is an Event too
         report.events.append(("Warning", f"Helm{verb}Failed", str(exc)))
     return report

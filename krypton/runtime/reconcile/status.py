@@ -75,7 +75,7 @@ async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
             updated = rt.wrote(await rt.kube.patch_tenant_status(key, patch))
             sent, stored = _comparable(new), _comparable(updated.get("status") or {})
             # kept for every Tenant: one copy where the server stored what was sent
-            rt.written[key] = (sent, sent if stored == sent else stored)
+            rt.memory.of(key).written = (sent, sent if stored == sent else stored)
         except Conflict:
             fresh = await rt.kube.get_tenant(key)
             if fresh is None:
@@ -102,7 +102,8 @@ def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
     """The same status was written before and the server stored what it holds now: the
     difference is what the served CRD prunes (issue 16), and writing again would change
     nothing but the resourceVersion, on every pass."""
-    return rt.written.get(key) == (_comparable(new), _comparable(live))
+    record = rt.memory.peek(key)
+    return record is not None and record.written == (_comparable(new), _comparable(live))
 
 
 

@@ -41,6 +41,7 @@ from krypton.decisions.planner import Action, Plan, admission, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
+from krypton.runtime.reconcile.memory import Memory
 from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view
 from krypton.runtime.slots import FairSlots
 
@@ -62,10 +63,8 @@ class ClusterView:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
-    # per Tenant: the retry record of its last failed helm run, as written (R18)
-    retries: dict[TenantKey, dict[str, Any]] = field(default_factory=dict)
-    # per Tenant without a lastAppliedTime: when it was first seen so (monotonic)
-    unapplied_since: dict[TenantKey, float] = field(default_factory=dict)
+    # what is remembered of each Tenant between passes (one record each)
+    memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
     known_clusters: Callable[[], frozenset[str] | None] = lambda: None
 
@@ -213,10 +212,13 @@ class ClusterView:
         release krypton took over), from when this view first saw it so: a missing time
         never counts as elapsed (issue 32.5)."""
         since = _since(text)
+        record = self.memory.of(key)
         if since is not None:
-            self.unapplied_since.pop(key, None)
+            record.unapplied_since = None
             return since
-        return time.monotonic() - self.unapplied_since.setdefault(key, time.monotonic())
+        if record.unapplied_since is None:
+            record.unapplied_since = time.monotonic()
+        return time.monotonic() - record.unapplied_since
 
     def _known_for(self, view: TenantView) -> frozenset[str] | None:
         """Every discovered cluster's name, for a Tenant that targets another cluster (the
@@ -235,7 +237,8 @@ class ClusterView:
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
         applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
-        remembered = self.retries.get(view.key)
+        record = self.memory.peek(view.key)
+        remembered = record.retry if record is not None else None
         if remembered is not None and "failedTarget" not in applied:
             # an older CRD dropped the retry record this process wrote: the brakes hold on
             # the copy kept here (until a restart)
@@ -281,19 +284,18 @@ class OwnWrites:
     """The resourceVersions this cluster's writes gave each Tenant, until their watch
     events come back: such an event is the write's echo, and the pass that wrote knew what
     it says. Events that come while a pass of their Tenant runs are held until it ends: the
-    answer to a write may come after the write's event."""
+    answer to a write may come after the write's event. Kept in the Tenants' records."""
 
     KEPT = 8  # per Tenant (a pass makes at most 4 writes)
 
-    def __init__(self) -> None:
-        self._versions: dict[TenantKey, list[str]] = {}
-        self._held: dict[TenantKey, tuple[tuple[str, ...], bool]] = {}  # (versions, urgent)
+    def __init__(self, memory: Memory | None = None) -> None:
+        self.memory = memory if memory is not None else Memory("")
 
     def wrote(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if meta.get("resourceVersion") and meta.get("name"):
             key = TenantKey(str(meta.get("namespace") or ""), str(meta["name"]))
-            versions = self._versions.setdefault(key, [])
+            versions = self.memory.of(key).own_versions
             versions.append(str(meta["resourceVersion"]))
             del versions[:-self.KEPT]
 
@@ -301,26 +303,26 @@ class OwnWrites:
         """Whether an event of `key` at `resource_version` is the echo of an own write. A
         Tenant's events come in the order of its versions, so the versions written before
         it go too (a relist skips events)."""
-        versions = self._versions.get(key)
-        if not versions or resource_version not in versions:
+        record = self.memory.peek(key)
+        versions = record.own_versions if record is not None else []
+        if resource_version not in versions:
             return False
         del versions[:versions.index(resource_version) + 1]
-        if not versions:
-            del self._versions[key]
         return True
-
-    def forget(self, key: TenantKey) -> None:
-        self._versions.pop(key, None)
 
     def hold(self, key: TenantKey, resource_version: str, *, urgent: bool) -> None:
         """An event of `key` came while a pass of it runs: judged when it ends (`settle`)."""
-        versions, was_urgent = self._held.get(key, ((), False))
-        self._held[key] = ((*versions, resource_version), was_urgent or urgent)
+        record = self.memory.of(key)
+        versions, was_urgent = record.held
+        record.held = ((*versions, resource_version), was_urgent or urgent)
 
     def settle(self, key: TenantKey) -> bool | None:
         """The pass of `key` ended: None when every event held meanwhile was the echo of an
         own write (or none came), else whether one of them was urgent."""
-        versions, urgent = self._held.pop(key, ((), False))
+        record = self.memory.peek(key)
+        if record is None:
+            return None
+        (versions, urgent), record.held = record.held, ((), False)
         echoes = [self.echo(key, version) for version in versions]  # each one consumed
         return None if all(echoes) else urgent
 
@@ -331,15 +333,9 @@ class ClusterRuntime(ClusterView):
 
     recorder: EventRecorder
     slots: FairSlots
-    published: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)
-    # per Tenant: (the status last written, the status the server stored), both without
-    # timestamps; they differ when the served CRD prunes fields (an older CRD)
-    written: dict[TenantKey, tuple[Any, Any]] = field(default_factory=dict)
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     readiness: Readiness | None = None  # follows workloads helm did not wait for
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
-    looked_at: dict[TenantKey, float] = field(default_factory=dict)  # monotonic time
-    gone: dict[TenantKey, tuple[str, ...]] = field(default_factory=dict)  # missing objects
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
     # per release: a revision's objects without a namespace, read once (issue 32.2)
     manifest_objects: dict[tuple[str, str], tuple[int, frozenset[ObjectRef]]] = \
@@ -347,8 +343,8 @@ class ClusterRuntime(ClusterView):
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
     # Echoes of krypton's own writes start no pass (issue 31): per Tenant, the
-    # resourceVersions its writes were given, until their watch events come back; and the
-    # releases a helm run of this cluster is working on now
+    # resourceVersions its writes were given, until their watch events come back (in the
+    # Tenants' records); and the releases a helm run of this cluster is working on now
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     running: set[tuple[str, str]] = field(default_factory=set)
     record_key: bytes = b""  # the operator's key for sealing release records (issue 46)
@@ -364,13 +360,12 @@ class ClusterRuntime(ClusterView):
     def publish(self, key: TenantKey, release: str, chart: ChartTarget) -> None:
         """The per Tenant x cluster info metric: release, chart version, fingerprint."""
         labels = (self.name, key.namespace, key.name, release, chart.version, chart.fingerprint)
-        old = self.published.get(key)
-        if old == labels:
+        record = self.memory.of(key)
+        if record.published == labels:
             return
-        if old is not None:
-            metrics.TENANT_RELEASE.remove(*old)
+        self.memory.unpublish(key)
         metrics.TENANT_RELEASE.labels(*labels).set(1)
-        self.published[key] = labels
+        record.published = labels
 
     def wrote(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` is a Tenant as one of this cluster's writes left it. Returns `obj`."""
@@ -383,17 +378,9 @@ class ClusterRuntime(ClusterView):
         return (namespace, release) in self.running or self.releases.settled(namespace, release)
 
     def unpublish(self, key: TenantKey) -> None:
-        if self.readiness is not None:
-            self.readiness.forget(key)
-        self.written.pop(key, None)
-        self.own_writes.forget(key)
-        self.looked_at.pop(key, None)
-        self.gone.pop(key, None)
-        self.unapplied_since.pop(key, None)
-        self.retries.pop(key, None)
-        old = self.published.pop(key, None)
-        if old is not None:
-            metrics.TENANT_RELEASE.remove(*old)
+        """The release is gone from this cluster: its info metric series goes (what else
+        is remembered of the Tenant goes with its record, when the Tenant goes)."""
+        self.memory.unpublish(key)
 
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
         async with self.slots.slot(self.name):  # a helm process like any other (--max-concurrent-helm)

@@ -1,0 +1,98 @@
+"""What a cluster's runtime remembers of each Tenant (issue 48): one record per Tenant,
+made when the Tenant is first seen and dropped in one place, :meth:`Memory.drop`, when it
+goes. Everything else the runtime keeps is per cluster or per release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from krypton.adapters import metrics
+from krypton.decisions.model import TenantKey
+
+
+@dataclass
+class TenantRecord:
+    """One Tenant on one cluster, as the runtime remembers it between passes."""
+
+    # its metadata that a pass acts on (generation, deletion, annotations, finalizers): a
+    # change of it, not of its status, cuts a backoff short
+    signature: tuple[Any, ...] | None = None
+    # the resourceVersions this cluster's writes gave it, until their watch events come
+    # back, and the events held while a pass of it runs (versions, one of them urgent)
+    own_versions: list[str] = field(default_factory=list)
+    held: tuple[tuple[str, ...], bool] = ((), False)
+    # the retry record of its last failed helm run, as written (R18), for a CRD that drops it
+    retry: dict[str, Any] | None = None
+    # when it was first seen without a lastAppliedTime (monotonic)
+    unapplied_since: float | None = None
+    # the status last written and the one the server stored, both without timestamps
+    written: tuple[Any, Any] | None = None
+    # when its release's objects were last looked at (monotonic), and those found missing
+    looked_at: float | None = None
+    gone: tuple[str, ...] = ()
+    # the labels of its info metric (krypton_tenant_release), while it has a series
+    published: tuple[str, ...] | None = None
+
+
+class Memory:
+    """The records of one cluster's Tenants, and an index of the namespaces each Tenant
+    name is in (a release's namespace is its Tenant's name)."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self._records: dict[TenantKey, TenantRecord] = {}
+        self._namespaces: dict[str, set[str]] = {}
+        # what else keeps state per Tenant and forgets it with the record (the workloads
+        # followed for it, by the engagement's Readiness)
+        self.forget_elsewhere: Callable[[TenantKey], None] = lambda _key: None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[TenantKey]:
+        return iter(list(self._records))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records
+
+    def of(self, key: TenantKey) -> TenantRecord:
+        """The record of `key`, made on first sight."""
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = TenantRecord()
+            self._namespaces.setdefault(key.name, set()).add(key.namespace)
+            self._count()
+        return record
+
+    def peek(self, key: TenantKey) -> TenantRecord | None:
+        """The record of `key`, without making one."""
+        return self._records.get(key)
+
+    def namespaces_with(self, name: str) -> tuple[str, ...]:
+        return tuple(self._namespaces.get(name, ()))
+
+    def unpublish(self, key: TenantKey) -> None:
+        """Remove the Tenant's info metric series, if it has one."""
+        record = self._records.get(key)
+        if record is not None and record.published is not None:
+            metrics.TENANT_RELEASE.remove(*record.published)
+            record.published = None
+
+    def drop(self, key: TenantKey) -> None:
+        """The Tenant went: everything remembered of it goes, its metric series too."""
+        self.unpublish(key)
+        if self._records.pop(key, None) is not None:
+            names = self._namespaces[key.name]
+            names.discard(key.namespace)
+            if not names:
+                del self._namespaces[key.name]
+            self._count()
+        self.forget_elsewhere(key)
+
+    def _count(self) -> None:
+        if self.cluster:  # a cluster's runtime (not the CLI's view of one)
+            metrics.TENANT_RECORDS.labels(self.cluster).set(len(self._records))
+
