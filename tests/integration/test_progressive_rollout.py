@@ -200,3 +200,54 @@ def test_a_budget_of_a_quarter_of_the_clusters(fleet: Fleet, repo: ChartReposito
         assert "2 failed clusters, more than the 1 allowed (25% of 4)" in state["message"]
     status = krypton(fleet, "status", *args)
     assert f"failures  {failing} of 1 clusters allowed in the wave" in status.stdout, status.stdout
+
+
+def test_clusters_that_leave_and_join_mid_rollout(fleet: Fleet, repo: ChartRepository) -> None:
+    """Issue 49.3: a rollout over three names of one API server, one cluster per wave, each
+    wave soaking 10 s. The cluster of the wave in progress leaves (its Secret is removed):
+    the wave neither fails nor waits for it. A cluster that joins mid-rollout with a release
+    on the old version is appended as a further wave and is upgraded only when that wave
+    runs, after the others; a brand-new cluster (no release to keep on the old version) is
+    installed at once, as a brand-new Tenant is."""
+    for name in ("w1", "w2", "w3", "w4"):
+        fleet.register(name, fleet.remote)
+    _apply_crd(fleet.remote)
+    tenant = fleet.tenant(fleet.remote, unique("jl"))
+
+    def start_at(version: str) -> OperatorProcess:
+        args = fleet.args("--rollout-max-parallel-clusters", "1", "--rollout-wave-soak", "10s",
+                          "--allow-duplicate-clusters", version=version)
+        args[args.index(fleet.chart_repo.url)] = repo.url
+        op = OperatorProcess(args, helm_dir=fleet.testbin).start()
+        fleet.operators.append(op)
+        op.wait_ready()
+        return op
+
+    def applied(cluster: str) -> dict[str, Any]:
+        status = fleet.remote.tenant(fleet.tenant_ns, tenant).get("status") or {}
+        return (status.get("clusters") or {}).get(cluster) or {}
+
+    op = start_at("0.2.0")
+    wait_for(lambda: all(applied(c).get("chartVersion") == "0.2.0"
+                         for c in ("w1", "w2", "w3", "w4")), 90, what="0.2.0 everywhere")
+    op.stop()
+    fleet.unregister("w4")  # away while the next rollout is planned; its release stays
+    start_at("0.3.0")
+    state = wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0"
+                     and s["wave"] == 1 and s, 90, what="the second wave of 0.3.0")
+    assert [len(w) for w in state["waves"]] == [1, 1, 1], state["waves"]
+    leaving = state["waves"][1][0]
+    fleet.unregister(leaving)
+    fleet.register("w4", fleet.remote)  # back, with its release on 0.2.0
+    fleet.register("w5", fleet.remote)  # new: no release anywhere yet
+    final = wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0"
+                     and s["phase"] != "Progressing" and s, 120, what="the rollout's end")
+    assert final["phase"] == "Complete" and leaving not in final["failed"], final["message"]
+    assert sorted(final["waves"][3:]) == [["w4"], ["w5"]], final["waves"]  # appended
+    stayed = [c for c in ("w1", "w2", "w3") if c != leaving]
+    last = max(applied(c)["lastAppliedTime"] for c in stayed)
+    w4, w5 = applied("w4"), applied("w5")
+    assert w4["chartVersion"] == w5["chartVersion"] == "0.3.0"
+    # w4's upgrade waited for its wave, after the last of the others had soaked 10 s;
+    # w5's first install did not
+    assert w4["lastAppliedTime"] > last > w5["lastAppliedTime"], (w4, w5, last)
