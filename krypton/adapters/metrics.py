@@ -46,6 +46,10 @@ TENANT_RELEASE = Gauge(
 BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")
+ROLLOUT_FAILURE_BUDGET = Gauge("krypton_rollout_failure_budget",
+                               "The failure budget of the wave in progress (or of the one that "
+                               "halted): failures used and allowed, in --rollout-failure-unit",
+                               ["count", "unit"])
 ROLLOUT_GATE = Gauge("krypton_rollout_gate",
                      "The metric gate's last evaluation for a cluster of a soaking wave: 1 "
                      "passed, 0 failed, -1 unanswered", ["cluster"])

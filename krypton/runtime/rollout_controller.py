@@ -55,6 +55,9 @@ ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster
 def _report(state: RolloutState) -> None:
     metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
     metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+    if state.budget_unit:
+        metrics.ROLLOUT_FAILURE_BUDGET.labels("used", state.budget_unit).set(state.budget_used)
+        metrics.ROLLOUT_FAILURE_BUDGET.labels("allowed", state.budget_unit).set(state.budget)
 
 
 class _Gated:

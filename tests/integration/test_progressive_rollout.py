@@ -195,6 +195,8 @@ def test_a_budget_of_a_quarter_of_the_clusters(fleet: Fleet, repo: ChartReposito
     assert state["phase"] == phase, state["message"]
     assert (state["budget_used"], state["budget"], state["budget_unit"]) == \
         (failing, 1, "clusters")
+    assert [op.metric("krypton_rollout_failure_budget", count=c, unit="clusters")
+            for c in ("used", "allowed")] == [failing, 1]
     if phase == "Halted":
         assert state["failed"] == ["w1", "w2"]
         assert "2 failed clusters, more than the 1 allowed (25% of 4)" in state["message"]
