@@ -197,9 +197,8 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 """
 NETWORK = "krypton-kind"
-KIND_LABEL = "io.x-k8s.kind.cluster"
-# global kernel settings a kind node's kubelet writes, and ip_forward (netavark's)
-WRITTEN = SYSCTLS
+KIND_LABEL = "io.x-k8s.kind.cluster"  # on kind's node containers
+NODES = ("home-control-plane", "remote-control-plane")  # the script's; label keys of their /var
 
 
 class Bed:
@@ -212,14 +211,17 @@ class Bed:
         self.gateway = self.subnet.replace(".0/24", ".1")
         self.bridge = ""
         self.comment = f"krypton-kind-{os.getpid()}"
-        self._sysctls = {key: (Path("/proc/sys") / key).read_text().strip() for key in WRITTEN}
+        # the global kernel settings a node's kubelet writes, and ip_forward (netavark's)
+        self._sysctls = {key: (Path("/proc/sys") / key).read_text().strip() for key in SYSCTLS}
         self._chains = chains("NETAVARK") | chains()
         self._modules = not Path("/lib/modules").exists()
         self._rule: list[str] = []
 
     def env(self) -> dict[str, str]:
+        # kind writes the clusters' contexts into $KUBECONFIG: a file of the lane's own
         return {"CONTAINERS_CONF": str(self.conf), "KIND_EXPERIMENTAL_PROVIDER": "podman",
-                "KIND_EXPERIMENTAL_PODMAN_NETWORK": NETWORK}
+                "KIND_EXPERIMENTAL_PODMAN_NETWORK": NETWORK,
+                "KUBECONFIG": str(self.work / "kubeconfig")}
 
     def __enter__(self) -> Bed:
         self.conf.write_text(CONTAINERS_CONF)
@@ -238,11 +240,11 @@ class Bed:
 
     def __exit__(self, *exc: object) -> None:
         env = {**os.environ, **self.env()}
-        for kind, label in (("container", f"label={KIND_LABEL}"), ("volume", "dangling=true")):
-            listed = subprocess.run(["podman", kind, "ls", "-q", "--filter", label], env=env,
-                                    capture_output=True, text=True).stdout.split()
-            if listed and kind == "container":
-                subprocess.run(["podman", "rm", "-f", "-v", *listed], env=env, capture_output=True)
+        for kind in ("container", "volume"):  # what the script did not delete (it failed)
+            listed = self._podman_ls(kind)
+            if listed:
+                subprocess.run(["podman", kind, "rm", "-f", *listed], env=env,
+                               capture_output=True)
         subprocess.run(["podman", "network", "rm", "-f", NETWORK], env=env, capture_output=True)
         if self._rule:
             subprocess.run(["iptables", "-w", *["-D" if a == "-I" else a for a in self._rule]],
@@ -257,11 +259,17 @@ class Bed:
             with contextlib.suppress(OSError):
                 Path("/lib/modules").rmdir()
 
+    def _podman_ls(self, kind: str) -> list[str]:
+        """kind's node containers, or their volumes (each labelled with its node's name)."""
+        labels, every = ([KIND_LABEL], ["--all"]) if kind == "container" else (list(NODES), [])
+        return [name for label in labels for name in subprocess.run(
+            ["podman", kind, "ls", "-q", *every, "--filter", f"label={label}"],
+            env={**os.environ, **self.env()}, capture_output=True, text=True).stdout.split()]
+
     def leftovers(self) -> list[str]:
         env = {**os.environ, **self.env()}
-        found = [f"container {c}" for c in subprocess.run(
-            ["podman", "ps", "-aq", "--filter", f"label={KIND_LABEL}"], env=env,
-            capture_output=True, text=True).stdout.split()]
+        found = [f"{kind} {name}" for kind in ("container", "volume")
+                 for name in self._podman_ls(kind)]
         if subprocess.run(["podman", "network", "exists", NETWORK], env=env).returncode == 0:
             found.append(f"network {NETWORK}")
         if self.bridge and Path(f"/sys/class/net/{self.bridge}").exists():
