@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -74,6 +75,13 @@ class Consumer:
         if self.own_writes.echo(key, version):
             return  # this cluster's own write: the pass that made it knew the result
         self.queue.add(key, urgent=urgent)
+
+    def forget_unlisted(self, store: Mapping[tuple[str, str], Any]) -> None:
+        """After an engagement's first list of the Tenants: the records of those not in it
+        are of Tenants that went while no watch saw them go (the cluster was away)."""
+        for key in self.memory:
+            if (key.namespace, key.name) not in store:
+                self._went(key)
 
     def release_moved(self, rt: ClusterRuntime, namespace: str, release: str, *,
                       gone: bool) -> None:

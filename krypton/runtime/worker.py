@@ -225,6 +225,7 @@ class Worker:
             # Engaged means its Tenants are known: before their first list a cluster looks
             # empty, and an empty cluster would count as a finished rollout wave (F1).
             await self._first_list(group, tenants, "Tenants")
+            self.consumer.forget_unlisted(tenants.store)  # gone while it was not engaged
             self.engaged = True
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()

@@ -621,5 +621,10 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
         assert b in memory  # kept while its pass runs
         consumer._reconciled(asyncio.Semaphore(0), b, None)
         assert len(memory) == 0 and records() == 0 and forgotten == [a, b]
+        # engaged again: the first list has c but not d, deleted while no watch was there
+        consumer.tenant_changed("ADDED", tenant("c", "6"))
+        consumer.tenant_changed("ADDED", tenant("d", "7"))
+        consumer.forget_unlisted({("ns", "c"): {}})
+        assert list(memory) == [TenantKey("ns", "c")] and records() == 1
 
     asyncio.run(scenario())
