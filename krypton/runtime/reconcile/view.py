@@ -349,6 +349,10 @@ class ClusterRuntime(ClusterView):
     running: set[tuple[str, str]] = field(default_factory=set)
     record_key: bytes = b""  # the operator's key for sealing release records (issue 46)
 
+    def __post_init__(self) -> None:
+        if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
+            self.own_writes = OwnWrites(self.memory)
+
     @functools.cached_property
     def log(self) -> Any:
         return structlog.get_logger("krypton.reconciler").bind(cluster=self.name)
