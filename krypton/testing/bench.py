@@ -100,7 +100,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
 
-def _status_field(pid: int, field: str) -> int:
+def status_field(pid: int, field: str) -> int:
     """A field of /proc/<pid>/status in its unit (kB for memory); 0 once the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -112,11 +112,11 @@ def _status_field(pid: int, field: str) -> int:
 
 
 def peak_rss_mib(pid: int) -> float:
-    return _status_field(pid, "VmHWM") / 1024
+    return status_field(pid, "VmHWM") / 1024
 
 
 def threads(pid: int) -> int:
-    return _status_field(pid, "Threads")
+    return status_field(pid, "Threads")
 
 
 def _rollup_kib(pid: int, field: str) -> int:
@@ -173,7 +173,7 @@ class TreeMemory:
         while not self._stop.wait(self.interval):
             names = spawned(self.pid)
             tree = [self.pid, *names]
-            rss = sum(_status_field(p, "VmRSS") for p in tree)
+            rss = sum(status_field(p, "VmRSS") for p in tree)
             sizes = {p: _pss_kib(p) for p in tree}
             helms = [p for p in names if names[p] == "helm"]
             for p in helms:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .chartrepo import ChartRepository
 from .host import free_port
-from .node import SYSCTLS, chains, free_subnet, oci_archive, remove_chains, testpod_binary
+from .node import SYSCTLS, chains, free_subnet, oci_archive, remove_chains, run, testpod_binary
 
 HERE = Path(__file__).resolve().parent
 FILES = HERE / "kindnode"
@@ -75,16 +75,11 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def _run(*argv: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in argv], check=True, capture_output=True, text=True,
-                          **kwargs)  # type: ignore[call-overload]
-
-
 # -- the node image --------------------------------------------------------------------------
 
 
 def kube_version(tools: Path) -> str:
-    return _run(tools / "kubeadm", "version", "-o", "short").stdout.strip()
+    return run(tools / "kubeadm", "version", "-o", "short").stdout.strip()
 
 
 def image_name(tools: Path) -> str:
@@ -114,7 +109,7 @@ def node_image(tools: Path) -> str:
         _images(tools, work, rootfs / "kind" / "images")
         _node_files(tools, rootfs)
         _import(rootfs, name)
-    for old in _run("podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
+    for old in run("podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
                     IMAGE_REPOSITORY).stdout.split():
         if old != name:
             subprocess.run(["podman", "rmi", old], capture_output=True)
@@ -122,7 +117,7 @@ def node_image(tools: Path) -> str:
 
 
 def _debian(into: Path, packages: tuple[str, ...], *, variant: str) -> None:
-    _run("mmdebstrap", "--quiet", f"--variant={variant}", f"--include={','.join(packages)}",
+    run("mmdebstrap", "--quiet", f"--variant={variant}", f"--include={','.join(packages)}",
          "--aptopt=APT::Install-Recommends \"false\"",
          "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
          "--dpkgopt=path-exclude=/usr/share/locale/*",
@@ -133,7 +128,7 @@ def _debian(into: Path, packages: tuple[str, ...], *, variant: str) -> None:
 def _images(tools: Path, work: Path, into: Path) -> None:
     """One OCI archive per image kubeadm names for this Kubernetes version."""
     into.mkdir(parents=True)
-    listed = _run(tools / "kubeadm", "config", "images", "list", "--kubernetes-version",
+    listed = run(tools / "kubeadm", "config", "images", "list", "--kubernetes-version",
                   kube_version(tools)).stdout.split()
     for ref in listed:
         image = ref.rsplit(":", 1)[0].rsplit("/", 1)[1]
@@ -175,7 +170,7 @@ def _import(rootfs: Path, name: str) -> None:
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
                            stdout=subprocess.PIPE)
     try:
-        _run("podman", "import",
+        run("podman", "import",
              "--change", 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]',
              "--change", "STOPSIGNAL SIGRTMIN+3", "-", name, stdin=tar.stdout)
     finally:
@@ -227,15 +222,15 @@ class Bed:
         self.conf.write_text(CONTAINERS_CONF)
         if self._modules:  # kind's podman provider mounts it into every node
             Path("/lib/modules").mkdir()
-        _run("podman", "network", "create", "--subnet", self.subnet, "--gateway", self.gateway,
+        run("podman", "network", "create", "--subnet", self.subnet, "--gateway", self.gateway,
              "--label", self.comment, NETWORK, env={**os.environ, **self.env()})
-        self.bridge = _run("podman", "network", "inspect", NETWORK, "--format",
+        self.bridge = run("podman", "network", "inspect", NETWORK, "--format",
                            "{{.NetworkInterface}}", env={**os.environ, **self.env()}).stdout.strip()
         # nothing the clusters forward leaves their network (mangle: before netavark's
         # own FORWARD rules, which accept it)
         self._rule = ["-t", "mangle", "-I", "FORWARD", "-i", self.bridge, "!", "-o", self.bridge,
                       "-m", "comment", "--comment", self.comment, "-j", "DROP"]
-        _run("iptables", "-w", *self._rule)
+        run("iptables", "-w", *self._rule)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -276,7 +271,7 @@ class Bed:
             found.append(f"bridge {self.bridge}")
         found += [f"{p} -t {t} chain {c}"
                   for p, t, c in sorted((chains("NETAVARK") | chains()) - self._chains)]
-        rules = _run("iptables", "-w", "-t", "mangle", "-S").stdout
+        rules = run("iptables", "-w", "-t", "mangle", "-S").stdout
         found += [f"rule {r}" for r in rules.splitlines() if self.comment in r]
         found += [f"sysctl {key}" for key, value in self._sysctls.items()
                   if (Path("/proc/sys") / key).read_text().strip() != value]
@@ -300,7 +295,7 @@ class Bed:
 
 
 def main() -> int:
-    tools = Path(os.environ.get("KRYPTON_TESTBIN_DIR") or _run(
+    tools = Path(os.environ.get("KRYPTON_TESTBIN_DIR") or run(
         "bash", ROOT / "hack" / "testbin.sh", "kind").stdout.strip().splitlines()[-1])
     image = node_image(tools)
     say(f"kind node image {image}")

@@ -60,8 +60,10 @@ SYSCTLS = ("net/ipv4/ip_forward", "vm/overcommit_memory", "vm/panic_on_oom", "ke
            "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=check)
+def run(*argv: str | Path, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`argv` run to its end, its output captured as text (`kwargs`: env, stdin, ...)."""
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check,
+                          **kwargs)
 
 
 # -- images ----------------------------------------------------------------------------------
@@ -142,7 +144,7 @@ def testpod_image(into: Path) -> Path:
 
 def free_subnet() -> str:
     """A /24 of 10.123.0.0/16 that no address of this machine is in."""
-    taken = _run("ip", "-4", "-o", "addr", "show", check=False).stdout
+    taken = run("ip", "-4", "-o", "addr", "show", check=False).stdout
     for _ in range(100):
         subnet = f"10.123.{secrets.randbelow(254) + 1}.0/24"
         if f" {subnet.rsplit('.', 1)[0]}." not in taken:
@@ -196,7 +198,7 @@ class Node:
             self._make_cgroups()
             self._containerd = self._spawn("containerd", [
                 "containerd", "--config", str(self._containerd_config())])
-            self._wait(lambda: _run("ctr", "--address", str(self.socket), "version",
+            self._wait(lambda: run("ctr", "--address", str(self.socket), "version",
                                     check=False).returncode == 0, self._containerd, "containerd")
             self.import_image(testpod_image(self.workdir))
             self._kubelet = self._spawn("kubelet", [
@@ -223,10 +225,10 @@ class Node:
         self._kill_shims()
         self._unmount()
         for rule in reversed(self._rules):
-            _run("iptables", "-w", *["-D" if a == "-I" else a for a in rule], check=False)
+            run("iptables", "-w", *["-D" if a == "-I" else a for a in rule], check=False)
         self._rules.clear()
         remove_chains(chains() - self._chains_before)
-        _run("ip", "link", "delete", self.bridge, check=False)
+        run("ip", "link", "delete", self.bridge, check=False)
         self._remove_cgroups()
         for key, value in self._sysctls.items():
             with contextlib.suppress(OSError):
@@ -239,11 +241,11 @@ class Node:
                 "--no-unpack"]
         if base_name:
             argv += ["--base-name", base_name]
-        _run(*argv, str(archive))
+        run(*argv, str(archive))
 
     def ctr(self, *args: str) -> str:
         """``ctr`` against this node's containerd, namespace ``k8s.io``."""
-        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args).stdout
+        return run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args).stdout
 
     def log(self, what: str = "kubelet", lines: int = 40) -> str:
         text = (self.workdir / f"{what}.log").read_text(errors="replace")
@@ -262,9 +264,9 @@ class Node:
                                   "routes": [{"dst": "0.0.0.0/0"}],
                                   "dataDir": str(self.workdir / "cni-ipam")}}]}))
         # the bridge exists before any pod, so that route_localnet can be set on it
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        _run("ip", "addr", "add", f"{self.ip}/24", "dev", self.bridge)
-        _run("ip", "link", "set", self.bridge, "up")
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        run("ip", "addr", "add", f"{self.ip}/24", "dev", self.bridge)
+        run("ip", "link", "set", self.bridge, "up")
         Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/route_localnet").write_text("1")
         mark = ["-m", "comment", "--comment", self.comment]
         for rule in (
@@ -273,7 +275,7 @@ class Node:
              f"127.0.0.1:{self.cp.api_port}"],
             ["-I", "FORWARD", "-i", self.bridge, "!", "-o", self.bridge, *mark, "-j", "DROP"],
         ):
-            _run("iptables", "-w", *rule)
+            run("iptables", "-w", *rule)
             self._rules.append(rule)
 
     def _make_cgroups(self) -> None:
@@ -367,7 +369,7 @@ class Node:
             time.sleep(0.2)
 
     def _node_ready(self) -> bool:
-        done = _run(str(self.cp.bin_dir / "kubectl"), "--kubeconfig", str(self.cp.kubeconfig),
+        done = run(str(self.cp.bin_dir / "kubectl"), "--kubeconfig", str(self.cp.kubeconfig),
                     "get", "node", self.name, "-o",
                     "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
         return done.stdout.strip() == "True"
@@ -390,12 +392,12 @@ class Node:
         if containers:
             self._ctr("containers", "delete", *containers)
         for path in self._netns:
-            _run("umount", path, check=False)
+            run("umount", path, check=False)
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
     def _ctr(self, *args: str) -> str:
-        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args,
+        return run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args,
                     check=False).stdout
 
     def _processes(self) -> dict[int, list[bytes]]:
@@ -427,7 +429,7 @@ class Node:
         below = str(self.workdir)
         mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
         for target in sorted({m for m in mounts if m.startswith(below)}, key=len, reverse=True):
-            _run("umount", "-l", target, check=False)
+            run("umount", "-l", target, check=False)
 
     def _remove_cgroups(self) -> None:
         for controller in Path("/sys/fs/cgroup").iterdir():
@@ -448,7 +450,7 @@ class Node:
         if Path(f"/sys/class/net/{self.bridge}").exists():
             found.append(f"bridge {self.bridge}")
         for table in ("filter", "nat"):
-            rules = _run("iptables", "-w", "-t", table, "-S", check=False).stdout
+            rules = run("iptables", "-w", "-t", table, "-S", check=False).stdout
             found += [f"{table}: {r}" for r in rules.splitlines() if self.comment in r]
         found += [f"{binary} -t {table} chain {chain}"
                   for binary, table, chain in sorted(chains() - self._chains_before)]
@@ -470,7 +472,7 @@ def chains(prefix: str = "KUBE-") -> set[tuple[str, str, str]]:
     found = set()
     for program in ("iptables", "ip6tables"):
         for table in ("filter", "nat", "mangle"):
-            listed = _run(program, "-w", "-t", table, "-S", check=False).stdout
+            listed = run(program, "-w", "-t", table, "-S", check=False).stdout
             found |= {(program, table, line.split()[1]) for line in listed.splitlines()
                       if line.startswith(f"-N {prefix}")}
     return found
@@ -481,13 +483,13 @@ def remove_chains(which: set[tuple[str, str, str]]) -> None:
     them."""
     for program, table in {(p, t) for p, t, _ in which}:
         mine = {c for p, t, c in which if (p, t) == (program, table)}
-        for rule in _run(program, "-w", "-t", table, "-S", check=False).stdout.splitlines():
+        for rule in run(program, "-w", "-t", table, "-S", check=False).stdout.splitlines():
             words = shlex.split(rule)
             if words[0] == "-A" and "-j" in words and words[words.index("-j") + 1] in mine:
-                _run(program, "-w", "-t", table, "-D", *words[1:], check=False)
+                run(program, "-w", "-t", table, "-D", *words[1:], check=False)
         for verb in ("-F", "-X"):
             for chain in sorted(mine):
-                _run(program, "-w", "-t", table, verb, chain, check=False)
+                run(program, "-w", "-t", table, verb, chain, check=False)
 
 
 DISABLED_PLUGINS = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",

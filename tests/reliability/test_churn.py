@@ -8,22 +8,14 @@ from one round to the next.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from krypton.decisions.model import PAUSED_ANNOTATION
+from krypton.testing.bench import status_field
 from krypton.testing.operator import wait_for
 from tests.integration.conftest import GROUP, PLURAL, VERSION, Fleet, unique
 
 ROUNDS = 2
 INSTALLED, ELSEWHERE, PAUSED = 15, 60, 45  # Tenants of each kind per round
 TOTAL = INSTALLED + ELSEWHERE + PAUSED
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_tenant_records_return_to_baseline_after_churn(fleet: Fleet) -> None:
@@ -55,7 +47,7 @@ def test_tenant_records_return_to_baseline_after_churn(fleet: Fleet) -> None:
         wait_for(lambda: op.metric("krypton_tenant_records", cluster="remote") == baseline,
                  60, what="the records back to baseline")
         assert op.metric("krypton_tenant_release_info", cluster="remote") == 0
-        rss.append(_rss_mib(op.pid))
+        rss.append(status_field(op.pid, "VmRSS") / 1024)
     print(f"operator RSS after each round: {', '.join(f'{r:.1f}' for r in rss)} MiB")
     # what is left after a round is what a later round reuses, not more of it each time
     assert rss[-1] <= rss[0] + 8.0, rss
