@@ -91,11 +91,11 @@ log "workspace namespace created"
 
 for _ in $(seq 1 150); do
   HELM_DRIVER="${DRIVER}" helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote \
-    2>/dev/null | grep -q 'STATUS: deployed' && break
+    2>/dev/null | grep 'STATUS: deployed' >/dev/null && break  # all read: no SIGPIPE for helm
   sleep 2
 done
 HELM_DRIVER="${DRIVER}" helm --kube-context "${REMOTE_CTX}" -n acme status tenant-acme-remote \
-  | grep -q 'STATUS: deployed'
+  | grep 'STATUS: deployed' >/dev/null
 log "helm install success"
 
 kubectl --context "${REMOTE_CTX}" wait --for=jsonpath='{.status.phase}'=Ready tenant/acme \
