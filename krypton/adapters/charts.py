@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import ssl
 import threading
 import time
@@ -43,7 +44,7 @@ from krypton.decisions.errors import (
     VersionNotFound,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.versions import is_exact, parse_constraint, resolve
+from krypton.decisions.versions import is_exact, newer_than, parse_constraint, resolve
 
 T = TypeVar("T")
 INDEX_DEADLINE = 60.0  # the whole index.yaml download, however slowly it trickles in
@@ -59,6 +60,7 @@ class ResolvedChart:
     path: str
     digest: str = ""  # an OCI chart's manifest digest
     pinned: bool = False  # the digest is --chart-digest's: part of the fingerprint
+    newer: str = ""  # the newest version in the repository above this one (the update notice)
 
     @property
     def fingerprinted(self) -> str:
@@ -176,18 +178,22 @@ class ChartSource:
         return None
 
     def _fresh(self, now: float) -> bool:
-        if self._resolved is None:
-            return False
-        # A pin in an index never changes; a range, and an OCI tag (which can be pushed again
-        # with other content), are looked at again after index_ttl.
-        return (is_exact(self.spec) and not self.is_oci) or now - self._resolved_at < self.index_ttl
+        # A range, an OCI tag (which can be pushed again with other content) and the update
+        # notice of any chart are looked at again after index_ttl.
+        return self._resolved is not None and now - self._resolved_at < self.index_ttl
 
     async def _load(self) -> ResolvedChart:
         if self.is_oci:
             return await self._load_oci(None)
-        versions = await _in_daemon_thread(self._index_versions)
-        version = resolve(self.spec, versions)
-        return await self.fetch(version)
+        try:
+            versions = await _in_daemon_thread(self._index_versions)
+            version = resolve(self.spec, versions)
+        except (ChartNotLoaded, VersionNotFound):
+            if self._resolved is not None and is_exact(self.spec):
+                return self._resolved  # a pin does not move: only its notice waits
+            raise
+        return dataclasses.replace(await self.fetch(version),
+                                   newer=newer_than(version, versions))
 
     async def fetch(self, version: str) -> ResolvedChart:
         """A specific version of the chart (for reverts), pulled once and kept."""
@@ -212,7 +218,7 @@ class ChartSource:
         registry = Registry(ref.host, credentials=credentials, ca_file=self.access.ca_file,
                             plain_http=self.access.plain_http, deadline=self.index_deadline)
         resolved = await _in_daemon_thread(lambda: self._from_registry(registry, ref, version))
-        version, digest, archive = resolved
+        version, digest, archive, newer = resolved
         pinned = bool(self.access.digest) and version == self.spec  # checked against the pin
         path = self._pulled.get(digest)
         if path is None:
@@ -223,16 +229,24 @@ class ChartSource:
                                            f"{ref}:{oci.tag(version)}", self.name,
                                            "@" + digest.removeprefix("sha256:")[:12])
             self._pulled[digest] = path
-        return ResolvedChart(self.repo, self.name, version, str(path), digest, pinned)
+        return ResolvedChart(self.repo, self.name, version, str(path), digest, pinned, newer)
 
     def _from_registry(self, registry: Registry, ref: oci.Reference,
-                       version: str | None) -> tuple[str, str, bytes | None]:
-        """(version, manifest digest, chart archive or None when already unpacked), each
-        checked: the digest against the pin, the signature against the cosign key."""
+                       version: str | None) -> tuple[str, str, bytes | None, str]:
+        """(version, manifest digest, chart archive or None when already unpacked, the
+        newer version of the update notice), each checked: the digest against the pin, the
+        signature against the cosign key."""
         self.fetches += 1
+        newer = ""
         if version is None:
-            version = self.spec if is_exact(self.spec) else \
-                resolve(self.spec, oci.versions(registry.tags(ref)))
+            try:
+                tags = oci.versions(registry.tags(ref))
+            except ChartNotLoaded:
+                if not is_exact(self.spec):
+                    raise
+                tags = []  # a pin needs no tag list; only its update notice does
+            version = self.spec if is_exact(self.spec) else resolve(self.spec, tags)
+            newer = newer_than(version, tags)
         where = f"{ref}:{oci.tag(version)}"
         try:
             digest, body = registry.manifest(ref, oci.tag(version))
@@ -245,9 +259,9 @@ class ChartSource:
         if self.access.cosign_key is not None:
             self._check_signature(registry, ref, where, digest)
         if digest in self._pulled:
-            return version, digest, None
+            return version, digest, None, newer
         layer, _size = oci.chart_layer(oci.manifest(body, where), where)
-        return version, digest, registry.blob(ref, layer, oci.MAX_CHART)
+        return version, digest, registry.blob(ref, layer, oci.MAX_CHART), newer
 
     def _check_signature(self, registry: Registry, ref: oci.Reference, where: str,
                          digest: str) -> None:

@@ -40,8 +40,10 @@ TENANT_RECORDS = Gauge("krypton_tenant_records",
                        "cache; it returns there when Tenants go)", ["cluster"])
 TENANT_RELEASE = Gauge(
     "krypton_tenant_release_info",
-    "1 per Tenant \u00d7 cluster",
-    ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint"],
+    "1 per Tenant \u00d7 cluster; newer_version: a newer chart in the repository, which the "
+    "settings do not take (\"\" when none is)",
+    ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint",
+     "newer_version"],
 )
 BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")

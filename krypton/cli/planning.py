@@ -15,7 +15,7 @@ from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
-from krypton.cli.view import Row, with_digest
+from krypton.cli.view import Row, joined, update_notice, with_digest
 from krypton.decisions import conflicts as fields
 from krypton.decisions import manifests, ownership, safeyaml
 from krypton.decisions.errors import KryptonError, TemporaryError
@@ -28,7 +28,7 @@ from krypton.decisions.model import (
     release_name,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.planner import HELM_ACTIONS, Action, Plan, attempt_target
+from krypton.decisions.planner import HELM_ACTIONS, Action, Need, Plan, attempt_target
 from krypton.decisions.records import decode
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import Policy, gate_for
@@ -105,7 +105,7 @@ async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         records = await _release_records(kube, settings, release, namespace)
         for record in records:
             view.releases.on_event("ADDED", record)
-        _, obs, decided = await view.decide(t, gate(c.name))
+        obs, decided = await view.decide(t, gate(c.name))
         out.append(Decided(t, release, records, obs, decided))
     return view, out
 
@@ -139,7 +139,9 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
             chart_version=f"{old_version} -> {new_version}",
             fingerprint=f"{old_fp[:12] or '-'} -> {new_fp[:12] or '-'}",
             action=_action_word(decided.action), reason=decided.reason, change=change,
-            detail=_with_attempts(decided, obs)))
+            detail=joined(_with_attempts(decided, obs),
+                          update_notice(getattr(obs.chart, "version", ""),
+                                        getattr(obs.chart, "newer", "")))))
     return rows
 
 
@@ -312,15 +314,16 @@ def _with_attempts(decided: Plan, obs: Observation) -> str:
     return f"{decided.message} (failed {t.failures} time(s){when})"
 
 
-def _action_word(action: Action) -> str:
+def _action_word(action: Action | Need) -> str:
     if action in HELM_ACTIONS:
         return "install" if action in (Action.INSTALL, Action.UNINSTALL_THEN_INSTALL) \
             else "upgrade"
-    return {Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
-            Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall",
-            Action.NOTHING: "skip", Action.WAIT: "wait", Action.HOLD: "held",
-            Action.STALLED: "blocked", Action.BACKOFF: "backoff",
-            Action.DROP_FINALIZER: "uninstall"}.get(action, action.value)
+    words: dict[Action | Need, str] = {
+        Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
+        Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall", Action.NOTHING: "skip",
+        Action.WAIT: "wait", Action.HOLD: "held", Action.STALLED: "blocked",
+        Action.BACKOFF: "backoff", Action.DROP_FINALIZER: "uninstall"}
+    return words.get(action, action.value)
 
 
 def changes_pending(rows: list[Row]) -> bool:

@@ -73,7 +73,9 @@ def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]
                         chart_version=with_digest(mine.get("chartVersion", ""),
                                                   mine.get("chartDigest", "")),
                         fingerprint=(mine.get("fingerprint") or "")[:12],
-                        detail=detail(by_type, cluster) + attempts(mine, by_type, cluster),
+                        detail=joined(detail(by_type, cluster) + attempts(mine, by_type, cluster),
+                                      update_notice(mine.get("chartVersion") or "",
+                                                    mine.get("newerVersion") or "")),
                         message=(by_type.get("Ready") or {}).get("message", ""),
                         ready=(by_type.get(f"ClusterReady/{cluster}") or {}).get("status")
                         == "True"))
@@ -152,6 +154,15 @@ def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
             or error.get("reason") == "RetriesExhausted":
         return ""
     return f" [failed {failures}x; next attempt {mine.get('nextAttemptTime') or 'soon'}]"
+
+
+def update_notice(version: str, newer: str) -> str:
+    """What a row says of a newer chart in the repository that the settings do not take."""
+    return f"chart {newer} is available (the settings take {version})" if newer else ""
+
+
+def joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def with_digest(version: str, digest: str) -> str:

@@ -155,11 +155,20 @@ class ChartTarget:
     fingerprint: str
     path: str = ""  # local unpacked chart directory
     digest: str = ""  # an OCI chart's manifest digest
+    newer: str = ""  # a newer version in the repository, which the settings do not take (F8)
 
     @property
     def applied(self) -> dict[str, str]:
         """What the status records of the chart a helm run applied or a check found."""
         return {"chartVersion": self.version, **({"chartDigest": self.digest} if self.digest else {})}
+
+    def notice(self, recorded: dict[str, Any]) -> dict[str, str]:
+        """The update notice of ``status.clusters.<c>``, given what that record holds: the
+        newer version while there is one, cleared ("") once there is none; a record that
+        never had one is left without the field."""
+        if self.newer or recorded.get("newerVersion"):
+            return {"newerVersion": self.newer}
+        return {}
 
     @property
     def ref(self) -> str:

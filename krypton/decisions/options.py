@@ -128,8 +128,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("chart_ca_file", "CA bundle for the chart repository's or registry's TLS "
         "(default: the system's)", "", metavar="FILE"),
     Opt("chart_plain_http", "OCI only: reach the registry over plain HTTP", False, boolean),
-    Opt("chart_index_ttl", "How long a resolved range, or an OCI tag's digest, is used before "
-        "the repository is asked again (looked at on the next pass after it)", 300.0, duration),
+    Opt("chart_index_ttl", "How long a resolved range, an OCI tag's digest and the update "
+        "notice (a newer version the settings do not take) are used before the repository is "
+        "asked again (looked at on the next pass after it)", 300.0, duration),
     Opt("chart_credentials_secret", "Secret in --namespace with the registry's credentials "
         "(username and password keys, or a .dockerconfigjson)", ""),
     Opt("allow_chart_skip", "Chart load errors do not block phase Ready (re-queue after 120s)",

@@ -19,9 +19,9 @@ single decision table, in order:
    release labelled as another live Tenant's -> Blocked NamespaceConflict (permanent): a
                         Tenant of the same name in another namespace maps to the same
                         release and namespace; it never adopts, annotates or uninstalls it
-5. chart unresolved  -> ResolveChart (the caller resolves it, then plans again)
+5. chart unresolved  -> the need ResolveChart (the caller resolves it, then plans again)
    chart problem     -> Blocked with the chart reason
-6. no finalizer      -> AddFinalizer (then plan again)
+6. no finalizer      -> AddFinalizer (the caller commits it, then plans again)
 7. InSync            -> Skip when its workload is ready or was not looked at in this pass;
                         not ready: Unhealthy Degraded if it was ready before, AwaitReady
                         (WaitingForReadiness) within --helm-timeout of the helm run that
@@ -34,14 +34,14 @@ single decision table, in order:
    the release is locked)
 9. the rollout gate is closed and the Tenant would move to a new target -> Hold (drift
    repairs and first installs are not held: they restore or create, they move nothing)
-10. namespace unknown -> ObserveNamespace (the caller looks, then plans again); except for
+10. namespace unknown -> the need ObserveNamespace (the caller looks, then plans again); except for
     a first install by the operator (`create_namespace`, the release absent, no shared
     object in the way, not refused with NamespaceConflict before): the install creates the
     namespace and judges it, as below, only if it already exists
 11. namespace owned by another Tenant, or existing and not created by krypton (unless
     adoption is allowed) -> Blocked NamespaceConflict (permanent)
 12. Locked           -> Wait (retry later, no writes)
-    shared objects unknown -> ObserveShared (the caller looks, then plans again)
+    shared objects unknown -> the need ObserveShared (the caller looks, then plans again)
     an object the chart renders alike for every release (a CRD, an IngressClass) is owned
     by another release or by nobody -> Blocked SharedObjects (permanent): helm would refuse
     it, every retry again
@@ -125,13 +125,10 @@ class Action(enum.Enum):
     BLOCKED = "blocked"
     PAUSE = "pause"
     NOT_TARGETED = "not-targeted"
-    OBSERVE_NAMESPACE = "observe-namespace"
-    RESOLVE_CHART = "resolve-chart"
     WAIT = "wait"
     ANNOTATE = "annotate"
     ADD_FINALIZER = "add-finalizer"
     HOLD = "hold"
-    OBSERVE_SHARED = "observe-shared"
     REVERT = "revert"
     AWAIT_READY = "await-ready"
     UNHEALTHY = "unhealthy"
@@ -142,6 +139,15 @@ class Action(enum.Enum):
     NOTHING = "nothing"
 
 
+class Need(enum.Enum):
+    """What the planner must know before it can choose an action: the caller looks (or
+    resolves) and plans again."""
+
+    RESOLVE_CHART = "resolve-chart"
+    OBSERVE_NAMESPACE = "observe-namespace"
+    OBSERVE_SHARED = "observe-shared"
+
+
 INSTALLING = {Action.INSTALL, Action.UNINSTALL_THEN_INSTALL}
 UPGRADING = {Action.UPGRADE, Action.ROLLBACK_THEN_UPGRADE}
 HELM_ACTIONS = INSTALLING | UPGRADING
@@ -149,7 +155,7 @@ HELM_ACTIONS = INSTALLING | UPGRADING
 
 @dataclass(frozen=True)
 class Plan:
-    action: Action
+    action: Action | Need
     reason: str
     message: str
     permanent: bool = False  # a Blocked plan that retrying cannot fix
@@ -252,7 +258,7 @@ def _plan(obs: Observation) -> Plan:
     if refused is not None:
         return refused
     if obs.chart is None:
-        return Plan(Action.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
+        return Plan(Need.RESOLVE_CHART, "ResolveChart", "resolve the chart version")
     if isinstance(obs.chart, ChartProblem):
         return Plan(Action.BLOCKED, obs.chart.reason, obs.chart.message,
                     permanent=obs.chart.reason in ("VersionInvalid",))
@@ -305,7 +311,7 @@ def _plan(obs: Observation) -> Plan:
     if state is ReleaseState.LOCKED:
         return _locked(rel)
     if obs.shared is None:
-        return Plan(Action.OBSERVE_SHARED, "ObserveShared",
+        return Plan(Need.OBSERVE_SHARED, "ObserveShared",
                     "look for objects of the chart that other releases own")
     if obs.shared:
         more = f" (and {len(obs.shared) - 5} more)" if len(obs.shared) > 5 else ""
@@ -351,7 +357,7 @@ def _deleting(obs: Observation) -> Plan:
     present = rel.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED)
     if present and rel.owner_uid != t.uid and obs.own_namespace:
         if obs.namespace is NamespaceState.UNKNOWN:
-            return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
+            return Plan(Need.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
         if obs.namespace is NamespaceState.CONFLICT:
             return Plan(Action.DROP_FINALIZER, "ReleaseNotOwned",
                         f"release not uninstalled: namespace {t.key.name!r} and its release "
@@ -375,7 +381,7 @@ def _namespace_rules(obs: Observation, creates: bool = False) -> Plan | None:
     this Tenant's to use (R5, R16)."""
     t = obs.tenant
     if obs.namespace is NamespaceState.UNKNOWN and not creates:
-        return Plan(Action.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
+        return Plan(Need.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
     if obs.namespace is NamespaceState.CONFLICT:
         return Plan(Action.BLOCKED, "NamespaceConflict",
                     f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",

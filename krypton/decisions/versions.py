@@ -195,3 +195,24 @@ def resolve(spec: str, available: Iterable[str]) -> str:
     if best is None:
         raise VersionNotFound(f"no version matching {spec!r}")
     return best[1]
+
+
+def newer_than(version: str, available: Iterable[str]) -> str:
+    """The newest version in `available` above `version` (as spelled there), "" when none
+    is: the update notice of a chart whose settings do not take it (F8). A pre-release
+    counts only when `version` is one itself."""
+    try:
+        current = parse_version(version)
+    except VersionInvalid:
+        return ""
+    best: tuple[semver.Version, str] | None = None
+    for text in available:
+        try:
+            candidate = parse_version(text)
+        except VersionInvalid:
+            continue
+        if candidate.prerelease and not current.prerelease:
+            continue
+        if candidate > current and (best is None or candidate > best[0]):
+            best = (candidate, text)
+    return "" if best is None else best[1]

@@ -91,8 +91,9 @@ def test_health_and_metrics_during_a_run(fleet: Fleet) -> None:
              what="ready gauge")
     text = op.metrics_text()
     assert (f'krypton_tenant_release_info{{chart_version="0.2.0",cluster="remote",'
-            f'fingerprint="{fp}",namespace="{fleet.tenant_ns}",release="tenant-{name}-remote",'
-            f'tenant="{name}"}} 1.0') in text
+            f'fingerprint="{fp}",namespace="{fleet.tenant_ns}",'
+            # the repository has 0.3.0, which the pin to 0.2.0 does not take
+            f'newer_version="0.3.0",release="tenant-{name}-remote",tenant="{name}"}} 1.0') in text
     for metric in ("krypton_reconciles_total", "krypton_reconcile_duration_seconds_bucket",
                    "krypton_workqueue_depth", "krypton_engaged_clusters",
                    "krypton_tenants_error", "krypton_helm_operation_duration_seconds_bucket"):

@@ -17,7 +17,7 @@ from krypton.decisions.model import (
     TenantKey,
     TenantView,
 )
-from krypton.decisions.planner import Action, ReleaseState, announced, plan, release_state
+from krypton.decisions.planner import Action, Need, ReleaseState, announced, plan, release_state
 
 FP = "f" * 64
 CHART = ChartTarget("https://r", "sample", "0.2.0", {}, FP, "/tmp/chart")
@@ -78,7 +78,7 @@ CASES = [
     ("workspace differs from the name", obs(replace(SYNCED, workspace="other"),
                                             release=DEPLOYED), Action.BLOCKED,
      "WorkspaceMismatch", True),
-    ("chart not resolved yet", obs(chart=None), Action.RESOLVE_CHART, "ResolveChart", False),
+    ("chart not resolved yet", obs(chart=None), Need.RESOLVE_CHART, "ResolveChart", False),
     ("chart not loaded", obs(chart=ChartProblem("ChartNotLoaded", "down")), Action.BLOCKED,
      "ChartNotLoaded", False),
     ("version invalid", obs(chart=ChartProblem("VersionInvalid", "x")), Action.BLOCKED,
@@ -91,7 +91,7 @@ CASES = [
      "NoChange", False),
     ("in sync without recorded revision", obs(replace(SYNCED, applied_revision=None),
                                               release=DEPLOYED), Action.SKIP, "NoChange", False),
-    ("namespace not looked at", obs(namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE,
+    ("namespace not looked at", obs(namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE,
      "ObserveNamespace", False),
     ("namespace of another tenant", obs(namespace=NamespaceState.CONFLICT), Action.BLOCKED,
      "NamespaceConflict", True),
@@ -158,7 +158,7 @@ CASES = [
     ("unknown status", obs(release=ReleaseObservation(R.UNKNOWN, 1, False)),
      Action.UNINSTALL_THEN_INSTALL, "Installing", False),
     # issue 12: objects every release of the chart claims alike
-    ("shared objects not looked at", obs(shared=None), Action.OBSERVE_SHARED, "ObserveShared",
+    ("shared objects not looked at", obs(shared=None), Need.OBSERVE_SHARED, "ObserveShared",
      False),
     ("shared objects owned by another release", obs(shared=(
         "IngressClass nginx (owned by release a/tenant-a-c1)",)), Action.BLOCKED,
@@ -187,7 +187,7 @@ CASES = [
         GONE, release=MINE, namespace=NamespaceState.UNKNOWN), Action.UNINSTALL, "Deleting",
      False),
     ("deleting: unlabelled release, namespace not looked at", obs(
-        GONE, release=DEPLOYED, namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE,
+        GONE, release=DEPLOYED, namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE,
      "ObserveNamespace", False),
     ("deleting: unlabelled release in another Tenant's namespace", obs(
         GONE, release=DEPLOYED, namespace=NamespaceState.CONFLICT), Action.DROP_FINALIZER,
@@ -201,7 +201,7 @@ CASES = [
      Action.UNINSTALL, "Deleting", False),
     ("annotate an unlabelled release: namespace first", obs(
         replace(RECORDED, uid=UID, applied_fingerprint=None), release=DEPLOYED,
-        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+        namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     ("annotate an unlabelled release in another Tenant's namespace", obs(
         replace(RECORDED, uid=UID, applied_fingerprint=None), release=DEPLOYED,
         namespace=NamespaceState.CONFLICT), Action.BLOCKED, "NamespaceConflict", True),
@@ -215,15 +215,15 @@ CASES = [
         namespace=NamespaceState.UNKNOWN), Action.UPGRADE, "Upgrading", False),
     ("upgrade an unlabelled release: namespace first", obs(
         replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=DEPLOYED,
-        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+        namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     ("upgrade another Tenant's labelled release: namespace first", obs(
         replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=THEIRS,
-        namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+        namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     ("upgrade another Tenant's labelled release in its namespace", obs(
         replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=THEIRS,
         namespace=NamespaceState.CONFLICT), Action.BLOCKED, "NamespaceConflict", True),
     ("install where the namespace is not looked at yet", obs(
-        OWNED, namespace=NamespaceState.UNKNOWN), Action.OBSERVE_NAMESPACE, "ObserveNamespace",
+        OWNED, namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE, "ObserveNamespace",
      False),
     # issue 31: the operator's first install creates the namespace without looking; a dry
     # run (no create_namespace), a release that exists, or shared objects in the way look first
@@ -232,20 +232,20 @@ CASES = [
      "Installing", False),
     ("operator's first install: shared objects still looked for", replace(obs(
         OWNED, namespace=NamespaceState.UNKNOWN, shared=None), create_namespace=True),
-     Action.OBSERVE_SHARED, "ObserveShared", False),
+     Need.OBSERVE_SHARED, "ObserveShared", False),
     ("operator's first install with shared objects in the way: namespace first", replace(obs(
         OWNED, namespace=NamespaceState.UNKNOWN, shared=("CRD x (owned by a/b)",)),
-        create_namespace=True), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+        create_namespace=True), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     ("operator's first install, shared objects and a foreign namespace", replace(obs(
         OWNED, namespace=NamespaceState.CONFLICT, shared=("CRD x (owned by a/b)",)),
         create_namespace=True), Action.BLOCKED, "NamespaceConflict", True),
     ("operator's first install refused before: namespace first", replace(obs(
         replace(OWNED, error=("NamespaceConflict", "namespace 't' is owned by Tenant x/t")),
-        namespace=NamespaceState.UNKNOWN), create_namespace=True), Action.OBSERVE_NAMESPACE,
+        namespace=NamespaceState.UNKNOWN), create_namespace=True), Need.OBSERVE_NAMESPACE,
      "ObserveNamespace", False),
     ("operator's reinstall of a failed release: namespace first", replace(obs(
         OWNED, release=ReleaseObservation(R.FAILED, 1), namespace=NamespaceState.UNKNOWN),
-        create_namespace=True), Action.OBSERVE_NAMESPACE, "ObserveNamespace", False),
+        create_namespace=True), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
     # R18 / issue 26: a target whose helm runs failed before waits for its next attempt,
     # and stalls past --max-retries; any change of the target starts a fresh budget
     ("failed before, next attempt not due", replace(obs(FAILING, release=FAILED2),
@@ -285,7 +285,7 @@ CASES = [
 
 @pytest.mark.parametrize(("observation", "action", "reason", "permanent"),
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_plan(observation: Observation, action: Action, reason: str, permanent: bool) -> None:
+def test_plan(observation: Observation, action: Action | Need, reason: str, permanent: bool) -> None:
     decided = plan(observation)
     assert (decided.action, decided.reason, decided.permanent) == (action, reason, permanent)
     assert decided.message

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from krypton.decisions.errors import VersionInvalid, VersionNotFound
-from krypton.decisions.versions import is_exact, resolve
+from krypton.decisions.model import ChartTarget
+from krypton.decisions.versions import is_exact, newer_than, resolve
 
 AVAILABLE = ["0.1.0", "0.2.0", "0.2.5", "0.3.0", "1.0.0", "1.2.3", "1.2.9", "1.3.0",
              "2.0.0-rc.1", "2.0.0", "v2.1.0", "junk"]
@@ -55,3 +56,27 @@ def test_not_found(spec: str) -> None:
                                              ("1.2", False), ("1.2.3 || 1.2.4", False)])
 def test_is_exact(spec: str, exact: bool) -> None:
     assert is_exact(spec) is exact
+
+
+@pytest.mark.parametrize(("version", "available", "newer"), [
+    ("1.0.0", ["0.9.0", "1.0.0"], ""),  # nothing newer
+    ("1.0.0", ["1.0.0", "1.2.0", "1.10.0", "1.9.9"], "1.10.0"),  # by semver, not by text
+    ("1.0.0", ["v1.1.0"], "v1.1.0"),  # as spelled in the repository
+    ("1.0.0", ["2.0.0-rc.1", "1.0.1"], "1.0.1"),  # a pre-release is no notice for a release
+    ("2.0.0-rc.1", ["2.0.0-rc.2"], "2.0.0-rc.2"),  # but it is for a pre-release
+    ("1.0.0", ["not-a-version", "latest"], ""),
+    ("garbage", ["1.0.0"], ""),
+])
+def test_the_newer_version_of_an_update_notice(version: str, available: list[str],
+                                               newer: str) -> None:
+    assert newer_than(version, available) == newer
+
+
+def test_the_notice_is_written_while_there_is_one_and_cleared_once_only() -> None:
+    def chart(newer: str) -> ChartTarget:
+        return ChartTarget("https://r", "c", "1.0.0", {}, "f" * 64, newer=newer)
+
+    assert chart("1.1.0").notice({}) == {"newerVersion": "1.1.0"}
+    assert chart("").notice({"newerVersion": "1.1.0"}) == {"newerVersion": ""}  # cleared
+    assert chart("").notice({"newerVersion": ""}) == {}  # cleared before: not again
+    assert chart("").notice({}) == {}  # never had one: no field

@@ -54,6 +54,16 @@ def test_a_row_per_tenant_says_what_is_going_on() -> None:
     assert rows["slow"].release == "tenant-slow-a" and not rows["slow"].ready
 
 
+def test_a_row_says_when_a_newer_chart_is_available() -> None:
+    outdated = tenant("old", "Ready", [("ClusterReady/a", "True", "Installed", "installed")],
+                      {"a": {"chartVersion": "1.0.0", "newerVersion": "1.1.0"}})
+    cleared = tenant("new", "Ready", [("ClusterReady/a", "True", "Installed", "installed")],
+                     {"a": {"chartVersion": "1.1.0", "newerVersion": ""}})
+    rows = {r.tenant: r for r in tenant_rows("a", [outdated, cleared])}
+    assert rows["old"].detail == "chart 1.1.0 is available (the settings take 1.0.0)"
+    assert rows["new"].detail == ""
+
+
 @pytest.mark.parametrize(("done", "total", "expected"), [
     (0, 0, "[----------] 0/0"), (0, 4, "[----------] 0/4"), (1, 4, "[##--------] 1/4"),
     (3, 4, "[#######---] 3/4"), (4, 4, "[##########] 4/4"), (5, 4, "[##########] 5/4"),

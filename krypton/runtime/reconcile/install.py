@@ -15,10 +15,8 @@ from typing import Any
 from krypton.adapters import metrics
 from krypton.adapters.charts import read_chart_crds
 from krypton.adapters.kube import now_rfc3339
-from krypton.decisions import chartcrds
-from krypton.decisions import conditions as cond
+from krypton.decisions import chartcrds, verdicts
 from krypton.decisions import conflicts as fields
-from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     AlreadyExists,
     FieldConflict,
@@ -41,6 +39,7 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
 from krypton.decisions.records import Trust, Use
+from krypton.decisions.verdicts import Verdict
 from krypton.runtime.reconcile import history, look, reports, status
 from krypton.runtime.reconcile.model import (
     NamespaceNotOwned,
@@ -92,10 +91,11 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
 async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
     """Say in the status and an Event that the pass's helm run is under way; best effort
     (the run goes on, and its outcome is written when it ends)."""
-    announcement = Change(rt.type(cond.PROGRESS), True, p.plan.reason, p.plan.message)
+    announcement, = verdicts.changes(rt.name, Verdict.ANNOUNCED, p.plan.reason, p.plan.message)
     try:
-        p.obj, _ = await status.commit(rt, p.obj, [*p.changes, announcement], p.log,
-                                       event=("Normal", f"Helm{verb}Start", p.plan.message))
+        p.obj, _ = await status.write_status(
+            rt, p.obj, [*p.changes, announcement], p.log,
+            event=("Normal", f"Helm{verb}Start", p.plan.message))
         p.changes = []
     except KryptonError as exc:
         p.log.info("helm run not announced", error=str(exc))
@@ -113,8 +113,7 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         message = f"applying the CRDs of chart {chart.version}'s crds/ failed: {exc}"
         p.log.error("chart CRDs not applied", error=str(exc))
         metrics.RECONCILE_ERRORS.labels(c, "ChartCRDsFailed").inc()
-        return Report([Change(rt.type(cond.ERROR), True, "ChartCRDsFailed", message),
-                       Change(rt.type(cond.PROGRESS), False, "ChartCRDsFailed", message)],
+        return Report(verdicts.changes(rt.name, Verdict.BLOCKED, "ChartCRDsFailed", message),
                       event=("Warning", "ChartCRDsFailed", message),
                       outcome=Outcome(retry=True, reason="ChartCRDsFailed"))
     p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
@@ -156,8 +155,8 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
 
 async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
                     result: dict[str, Any], taken: str | None, seen: list[str]) -> Report:
-    """A successful helm run: the release noted and sealed, the fingerprint annotation
-    written, the workload followed (F6) or the release Ready."""
+    """A successful helm run: the release noted and sealed, its fingerprint annotation to
+    write, the workload followed (F6) or the release Ready."""
     chart, key, c, namespace = p.chart, p.key, rt.name, p.namespace
     events = [*p.events, *([] if taken is None else [("Normal", "FieldsTakenOver", taken)])]
     if p.obs.adopt:  # issue 32.3: said once, by the run that took them
@@ -170,43 +169,28 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     done = "Installed" if installing else "Upgraded"
     message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
     p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
-    applied = {"release": p.release, **chart.applied,
+    applied = {"release": p.release, **chart.applied, **chart.notice(reports.recorded(rt, p)),
                "fingerprint": chart.fingerprint, "revision": revision,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339(),
                "records": history.sealed(rt, p, result, *seen)}
     rt.memory.of(key).retry = None
-    try:
-        p.obj = await status.set_fingerprint(rt, p.obj, chart.fingerprint, p.log)
-    except KryptonError as exc:
-        # The release is right; the record of it is not. Keep what was applied so the next
-        # pass only retries the annotation (with backoff), never helm.
-        message = f"{message}; writing the fingerprint annotation failed: {exc}"
-        metrics.RECONCILE_ERRORS.labels(c, "FingerprintUpdateFailed").inc()
-        return Report([
-            Change(rt.type(cond.ERROR), True, "FingerprintUpdateFailed", message),
-            Change(rt.type(cond.PROGRESS), False, f"{verb}Complete", message),
-        ], applied=applied, last_chart=chart.ref,
-            outcome=Outcome(retry=True, reason="FingerprintUpdateFailed"))
     rt.publish(key, p.release, chart)
     rt.memory.of(key).gone = ()
+    recorded: dict[str, Any] = {"applied": applied, "last_chart": chart.ref, "fingerprint": chart.fingerprint,
+                "ran": (f"{verb}Complete", message)}
     waiting = None if rt.settings.helm_wait else await look.not_ready(
         rt, key, p.release, namespace, str(result.get("manifest") or ""))
     if waiting is not None:
         # helm did not wait: the workload is tracked by the passes that follow (F6)
         wait = f"{message}; waiting for {waiting.summary()}"
-        return Report([Change(rt.type(cond.READY), False, "WaitingForReadiness", wait),
-                       Change(rt.type(cond.ERROR), False, done, "no error"),
-                       Change(rt.type(cond.PROGRESS), True, "WaitingForReadiness", wait)],
-                      applied=applied, last_chart=chart.ref,
+        return Report(verdicts.changes(c, Verdict.APPLIED_WAITING, "WaitingForReadiness",
+                                       wait, cleared=done),
                       event=("Normal", f"Helm{done}", wait), events=events,
                       outcome=Outcome(requeue_after=look.readiness_requeue(rt, key, 0.0),
-                                      reason="WaitingForReadiness"))
-    report = Report([Change(rt.type(cond.READY), True, done, message),
-                     Change(rt.type(cond.ERROR), False, done, "no error"),
-                     Change(rt.type(cond.PROGRESS), False, f"{verb}Complete", message)],
-                    applied=applied, last_chart=chart.ref,
-                    event=("Normal", f"Helm{done}", message))
+                                      reason="WaitingForReadiness"), **recorded)
+    report = Report(verdicts.changes(c, Verdict.APPLIED, done, message, ended=f"{verb}Complete"),
+                    event=("Normal", f"Helm{done}", message), **recorded)
     if p.plan.drift:
         p.log.info("drift repaired", detail=p.plan.message)
         report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))

@@ -155,10 +155,11 @@ class Pass:
 
 @dataclass
 class Report:
-    """What a pass reports: the condition changes and the ``status.clusters`` record written
-    in the pass's one status patch at its end, the Event that goes with that patch (only
-    when the status changed), Events that go out whether or not it changed, and how the
-    work queue treats the key next."""
+    """What a pass reports, for its one commit (:func:`.status.commit`): the finalizer or
+    fingerprint annotation to write, the condition changes and the ``status.clusters``
+    record of its status patch, the Event that goes with that patch (only when the status
+    changed), Events that go out whether or not it changed, and how the work queue treats
+    the key next."""
 
     changes: list[Change] = field(default_factory=list)
     applied: dict[str, Any] | None = None
@@ -167,6 +168,10 @@ class Report:
     event: tuple[str, str, str] | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
     outcome: Outcome = Outcome()
+    # written to the Tenant's metadata before its status
+    fingerprint: str | None = None  # the fingerprint annotation of this cluster
+    ran: tuple[str, str] = ("", "")  # the (reason, message) of the run `fingerprint` records
+    finalizer: bool | None = None  # the release-cleanup finalizer added (True) or removed
 
 
 def has_condition(obj: dict[str, Any], type_: str) -> bool:

@@ -1,5 +1,6 @@
-"""The actions that start no helm process: each reports the conditions, Events and
-next step of its Tenant for the pass's one status write (:mod:`.status`). Also the two
+"""The actions that start no helm process: each reports what its Tenant's pass commits
+(:mod:`.status`): the finalizer or fingerprint annotation, the conditions (as a
+:class:`~krypton.decisions.verdicts.Verdict`), Events and the next step. Also the two
 reports of a failure: a helm run that failed (:func:`failed`, counted against its target in
 the Tenant's status, SPEC R18) and an action that raised (:func:`raised`).
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.decisions import conditions as cond
-from krypton.decisions import retry
+from krypton.decisions import verdicts
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     FieldConflict,
@@ -24,8 +25,9 @@ from krypton.decisions.model import (
     rfc3339,
 )
 from krypton.decisions.planner import attempt_target, stalled_message
-from krypton.runtime.reconcile import look, status
-from krypton.runtime.reconcile.model import Outcome, Pass, Report, condition_true, has_condition
+from krypton.decisions.verdicts import Verdict
+from krypton.runtime.reconcile import look
+from krypton.runtime.reconcile.model import Outcome, Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime
 
 CHART_SKIP_REQUEUE = 120.0
@@ -58,10 +60,16 @@ async def pause(rt: ClusterRuntime, p: Pass) -> Report:
 
 
 
+async def add_finalizer(rt: ClusterRuntime, p: Pass) -> Report:
+    """The release-cleanup finalizer goes on before anything is installed (R14)."""
+    return Report(finalizer=True)
+
+
+
 async def not_targeted(rt: ClusterRuntime, p: Pass) -> Report:
     """Another cluster's Tenant; a Warning when that cluster is not discovered at all."""
     unknown = p.plan.reason == "UnknownCluster"
-    return Report([Change(rt.type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
                   event=("Warning" if unknown else "Normal", p.plan.reason, p.plan.message))
 
 
@@ -78,9 +86,7 @@ async def stalled(rt: ClusterRuntime, p: Pass) -> Report:
     """More failures of the target than --max-retries: no helm run until it changes or a
     retry is asked for. Said once (the status is only written when it differs)."""
     reason, message = p.plan.reason, p.plan.message
-    return Report([Change(rt.type(cond.ERROR), True, reason, message),
-                   Change(rt.type(cond.READY), False, reason, message),
-                   Change(rt.type(cond.PROGRESS), False, reason, message)],
+    return Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
                   event=("Warning", reason, message), outcome=Outcome(reason=reason))
 
 
@@ -95,11 +101,10 @@ def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
     p.log.warning("pass failed", reason=reason, error=message)
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
     permanent = isinstance(exc, PermanentError)
-    changes = [Change(rt.type(cond.ERROR), True, reason, message),
-               Change(rt.type(cond.PROGRESS), False, reason, message)]
-    if p.plan.drift or isinstance(exc, ReleaseRecordUntrusted):
-        # the release is not as applied (gone, changed by someone else), or not krypton's
-        changes.append(Change(rt.type(cond.READY), False, reason, message))
+    # the release not as applied (gone, changed by someone else), or not krypton's: not Ready
+    untrue = p.plan.drift or isinstance(exc, ReleaseRecordUntrusted)
+    changes = verdicts.changes(rt.name, Verdict.FAILED if untrue else Verdict.BLOCKED,
+                               reason, message)
     return Report(changes, event=("Warning", reason, message),
                   outcome=Outcome(retry=not permanent, reason=reason))
 
@@ -111,9 +116,10 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
     release is stalled (RetriesExhausted, a Warning Event)."""
     t, chart, settings = p.obs.tenant, p.chart, rt.settings
     target = attempt_target(chart.fingerprint, t)
-    failures = (t.failures if t.failed_target == target else 0) + 1
-    delay = retry.helm_failure(settings.retry_backoff_max).delay(failures)
-    now = time.time()
+    attempt = verdicts.failed_attempt(t.failures, t.failed_target == target,
+                                      max_retries=settings.max_retries,
+                                      backoff_max=settings.retry_backoff_max)
+    failures, delay, now = attempt.failures, attempt.delay, time.time()
     reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict)) \
         else f"{verb}Failed"
     message, event = str(exc), ("Warning", f"Helm{verb}Failed", str(exc))
@@ -121,14 +127,12 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
     p.log.error(f"helm {verb.lower()} failed", error=message, failures=failures,
                 retry_in=round(delay, 1))
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
-    if failures > settings.max_retries:
+    if attempt.stalled:
         reason = "RetriesExhausted"
         message = stalled_message(failures, chart.version, message, rt.name, t)
         event, outcome = ("Warning", reason, message), Outcome(reason=reason)
         p.log.error("release stalled", failures=failures)
-    report = Report([Change(rt.type(cond.ERROR), True, reason, message),
-                     Change(rt.type(cond.READY), False, reason, message),
-                     Change(rt.type(cond.PROGRESS), False, reason, message)],
+    report = Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
                     applied={"failedFingerprint": chart.fingerprint, "failures": failures,
                              "failedTarget": target, "lastFailureTime": rfc3339(now),
                              "nextAttemptTime": rfc3339(now + delay)},
@@ -142,7 +146,7 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
 
 async def hold(rt: ClusterRuntime, p: Pass) -> Report:
     """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""
-    return Report([Change(rt.type(cond.PROGRESS), False, p.plan.reason, p.plan.message)],
+    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
                   outcome=Outcome(reason=p.plan.reason))
 
 
@@ -151,8 +155,7 @@ async def blocked(rt: ClusterRuntime, p: Pass) -> Report:
     """Input that cannot be acted on (a chart problem, a name, a namespace)."""
     reason, message = p.plan.reason, p.plan.message
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
-    report = Report([Change(rt.type(cond.ERROR), True, reason, message),
-                     Change(rt.type(cond.PROGRESS), False, reason, message)],
+    report = Report(verdicts.changes(rt.name, Verdict.BLOCKED, reason, message),
                     event=("Warning", CHART_EVENTS.get(reason, reason), message),
                     outcome=Outcome(retry=True, reason=reason))
     if p.plan.permanent:
@@ -172,9 +175,9 @@ async def skip(rt: ClusterRuntime, p: Pass) -> Report:
     ready after it was waited for, timed out or degraded)."""
     rt.publish(p.key, p.release, p.chart)
     event = "HelmSkip" if p.plan.reason == "NoChange" else p.plan.reason
-    return Report(success_changes(rt, p.obj, p.plan.reason, p.plan.message,
-                                  keep_ready=True),
+    return Report(verdicts.in_sync(rt.name, conditions(p.obj), p.plan.reason, p.plan.message),
                   applied={"release": p.release, **p.chart.applied,
+                           **p.chart.notice(recorded(rt, p)),
                            "fingerprint": p.chart.fingerprint,
                            "revision": p.obs.release.revision},
                   last_chart=p.chart.ref, event=("Normal", event, p.plan.message))
@@ -186,8 +189,7 @@ async def await_ready(rt: ClusterRuntime, p: Pass) -> Report:
     what is not ready and look again soon (no helm process is held meanwhile)."""
     reason, message = p.plan.reason, p.plan.message
     again = look.readiness_requeue(rt, p.key, p.obs.since_applied)
-    return Report([Change(rt.type(cond.READY), False, reason, message),
-                   Change(rt.type(cond.PROGRESS), True, reason, message)],
+    return Report(verdicts.changes(rt.name, Verdict.WAITING, reason, message),
                   outcome=Outcome(requeue_after=again, reason=reason))
 
 
@@ -199,9 +201,7 @@ async def unhealthy(rt: ClusterRuntime, p: Pass) -> Report:
     reason, message = p.plan.reason, p.plan.message
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
     p.log.warning("workload not ready", reason=reason, detail=message)
-    return Report([Change(rt.type(cond.READY), False, reason, message),
-                   Change(rt.type(cond.ERROR), True, reason, message),
-                   Change(rt.type(cond.PROGRESS), False, reason, message)],
+    return Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
                   event=("Warning", reason, message),
                   outcome=Outcome(retry=True, reason=reason))
 
@@ -210,26 +210,20 @@ async def unhealthy(rt: ClusterRuntime, p: Pass) -> Report:
 async def annotate(rt: ClusterRuntime, p: Pass) -> Report:
     """The release is deployed as recorded; only the fingerprint annotation is missing or
     wrong (a failed write, or removed by hand). Write it; never run helm for it."""
-    p.obj = await status.set_fingerprint(rt, p.obj, p.chart.fingerprint, p.log)  # raises on failure
     rt.publish(p.key, p.release, p.chart)
-    report = Report(success_changes(rt, p.obj, "NoChange", p.plan.message, keep_ready=True))
+    report = Report(verdicts.in_sync(rt.name, conditions(p.obj), "NoChange", p.plan.message),
+                    applied=p.chart.notice(recorded(rt, p)) or None,
+                    fingerprint=p.chart.fingerprint, ran=("NoChange", p.plan.message))
     if p.plan.drift:
         p.log.info("drift repaired", detail=p.plan.message)
         report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}: restored"))
     return report
 
 
+def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((obj.get("status") or {}).get("conditions") or [])
 
-def success_changes(rt: ClusterRuntime, obj: dict[str, Any], reason: str, message: str,
-                    *, keep_ready: bool = False) -> list[Change]:
-    out = []
-    ready_type = rt.type(cond.READY)
-    if not (keep_ready and condition_true(obj, ready_type)):
-        out.append(Change(ready_type, True, reason, message))
-    error_type = rt.type(cond.ERROR)
-    if not keep_ready or condition_true(obj, error_type) or not has_condition(obj, error_type):
-        out.append(Change(error_type, False, reason, "no error"))
-    if condition_true(obj, rt.type(cond.PROGRESS)):
-        out.append(Change(rt.type(cond.PROGRESS), False, reason, message))
-    return out
 
+def recorded(rt: ClusterRuntime, p: Pass) -> dict[str, Any]:
+    """The Tenant's ``status.clusters`` record of this cluster, as the pass read it."""
+    return dict(((p.obj.get("status") or {}).get("clusters") or {}).get(rt.name) or {})

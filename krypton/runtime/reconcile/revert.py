@@ -9,8 +9,7 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import now_rfc3339
-from krypton.decisions import conditions as cond
-from krypton.decisions.conditions import Change
+from krypton.decisions import verdicts
 from krypton.decisions.errors import (
     HelmFailed,
     ReleaseLocked,
@@ -21,7 +20,8 @@ from krypton.decisions.model import (
     ReleaseStatus,
 )
 from krypton.decisions.records import Use
-from krypton.runtime.reconcile import history, look, status
+from krypton.decisions.verdicts import Verdict
+from krypton.runtime.reconcile import history, look
 from krypton.runtime.reconcile.model import Outcome, Pass, Report, release_labels
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
@@ -58,22 +58,21 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
         message = f"rolling back after chart {chart.version} {why}: {exc}"
         p.log.error("rollout revert failed", error=str(exc))
         metrics.RECONCILE_ERRORS.labels(rt.name, "RevertFailed").inc()
-        return Report([Change(rt.type(cond.ERROR), True, "RevertFailed", message)],
+        return Report(verdicts.changes(rt.name, Verdict.ERROR, "RevertFailed", message),
                       event=("Warning", "RolloutRevertFailed", message),
                       outcome=Outcome(retry=True, reason="RevertFailed"))
     rt.releases.note(p.namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp,
                      p.obs.tenant.uid)
-    p.obj = await status.set_fingerprint(rt, p.obj, fp, p.log)
     message = f"chart {chart.version} {why}: {how} (revision {revision}, chart {version})"
     p.log.info("rollout reverted", revision=revision, detail=how)
     applied = {"revision": revision, "fingerprint": fp, "revertedFingerprint": chart.fingerprint,
                "lastAppliedTime": now_rfc3339(), "records": seals}
     if healthy:
         applied |= {"chartVersion": version, "failedFingerprint": chart.fingerprint}
-    return Report([Change(rt.type(cond.READY), True, "RolledBack", message),
-                   Change(rt.type(cond.ERROR), False, "RolledBack", "no error"),
-                   Change(rt.type(cond.PROGRESS), False, "RolloutHalted", message)],
-                  applied=applied, event=("Normal", "RolloutReverted", message))
+    return Report(verdicts.changes(rt.name, Verdict.APPLIED, "RolledBack", message,
+                                   ended="RolloutHalted"),
+                  applied=applied, event=("Normal", "RolloutReverted", message),
+                  fingerprint=fp, ran=("RolloutHalted", message))
 
 
 async def _back_to_recorded(rt: ClusterRuntime, p: Pass

@@ -1,6 +1,7 @@
-"""The only writer of a Tenant: its status (one patch per pass, retried on conflicts, and
-only when it changed: SPEC R13), its finalizer and fingerprint annotation, and the removal
-of a cluster's traces when the cluster leaves the fleet.
+"""The only writer of a Tenant. A pass ends in one commit (:func:`commit`): the finalizer or
+the fingerprint annotation its action asks for, then the status (one patch, retried on
+conflicts, and only when it changed: SPEC R13), then its Events. Also the announcement of a
+long helm run and the removal of a cluster's traces when the cluster leaves the fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from krypton.adapters import metrics
 from krypton.adapters.events import involved_tenant
 from krypton.adapters.kube import now_rfc3339
 from krypton.decisions import conditions as cond
-from krypton.decisions import redact, retry
+from krypton.decisions import redact, retry, verdicts
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     Conflict,
@@ -28,16 +29,48 @@ from krypton.decisions.model import (
     TenantKey,
     fingerprint_annotation,
 )
-from krypton.runtime.reconcile.model import (
-    Outcome,
-)
+from krypton.decisions.verdicts import Verdict
+from krypton.runtime.reconcile.model import Outcome, Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime
 
 CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
 
 
 
-async def commit(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change], log: Any, *,
+async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
+    """The pass's one commit: the metadata `report` asks for, the status if it changed,
+    the Events. A fingerprint annotation that cannot be written turns the status into
+    what that means (the release is right, the record of it is not: the next pass only
+    retries the annotation, never helm)."""
+    changes, outcome = p.changes + report.changes, report.outcome
+    try:
+        if report.finalizer is not None:
+            p.obj = await _write_finalizer(rt, p.obj, add=report.finalizer)
+        elif report.fingerprint is not None:
+            p.obj = await set_fingerprint(rt, p.obj, report.fingerprint, p.log)
+    except NotFound:
+        return Outcome()  # the Tenant went
+    except Conflict:
+        return Outcome(retry=True, reason="Conflict")  # a newer Tenant: its event comes
+    except KryptonError as exc:
+        if report.fingerprint is None:
+            raise
+        done, message = report.ran
+        metrics.RECONCILE_ERRORS.labels(rt.name, "FingerprintUpdateFailed").inc()
+        changes = p.changes + verdicts.changes(
+            rt.name, Verdict.UNRECORDED, "FingerprintUpdateFailed",
+            f"{message}; writing the fingerprint annotation failed: {exc}", ended=done)
+        outcome = Outcome(retry=True, reason="FingerprintUpdateFailed")
+    if changes or report.applied is not None:
+        p.obj, _ = await write_status(rt, p.obj, changes, p.log, event=report.event,
+                                      applied=report.applied, last_chart=report.last_chart,
+                                      chart_version=report.chart_version)
+    for event in report.events:
+        await rt.recorder.emit(involved_tenant(p.obj), *event)
+    return outcome
+
+
+async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change], log: Any, *,
                  event: tuple[str, str, str] | None = None,
                  applied: dict[str, Any] | None = None,
                  last_chart: str | None = None,
@@ -113,26 +146,13 @@ async def patch_meta(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]) 
 
 
 
-async def add_finalizer(rt: ClusterRuntime, obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj["metadata"]
-    finalizers = list(meta.get("finalizers") or []) + [FINALIZER]
-    key = TenantKey(meta["namespace"], meta["name"])
-    return await patch_meta(rt, key, {"metadata": {
-        "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
-
-
-
-async def remove_finalizer(rt: ClusterRuntime, obj: dict[str, Any]) -> Outcome:
+async def _write_finalizer(rt: ClusterRuntime, obj: dict[str, Any], *, add: bool
+                           ) -> dict[str, Any]:
     meta = obj["metadata"]
     finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-    try:
-        await patch_meta(rt, TenantKey(meta["namespace"], meta["name"]), {"metadata": {
-            "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
-    except NotFound:
-        pass
-    except Conflict:
-        return Outcome(retry=True, reason="Conflict")
-    return Outcome()
+    return await patch_meta(rt, TenantKey(meta["namespace"], meta["name"]), {"metadata": {
+        "finalizers": finalizers + [FINALIZER] if add else finalizers,
+        "resourceVersion": meta["resourceVersion"]}})
 
 
 

@@ -1,34 +1,32 @@
 """A Tenant being deleted (R14): its release uninstalled, then the finalizer removed.
 Preconditions: the release is this Tenant's (by its UID label, else its namespace), and no
 object of its manifest belongs to another release (R17). A release that is another
-Tenant's is left, and only the finalizer goes (:func:`drop_finalizer`).
+Tenant's is left, and only the finalizer goes (:func:`drop_finalizer`). Both report the
+finalizer's removal for the pass's one commit.
 """
 
 from __future__ import annotations
 
-from krypton.adapters.events import involved_tenant
-from krypton.decisions import conditions as cond
-from krypton.decisions.conditions import Change
+from krypton.decisions import verdicts
 from krypton.decisions.errors import (
     Fenced,
-    HelmFailed,
+    KryptonError,
     OwnershipConflict,
     ReleaseRecordUntrusted,
-    TemporaryError,
 )
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ReleaseStatus,
 )
 from krypton.decisions.records import Trust, Use
-from krypton.runtime.reconcile import history, look, status
-from krypton.runtime.reconcile.model import Outcome, Pass, created_by_krypton
+from krypton.decisions.verdicts import Verdict
+from krypton.runtime.reconcile import history, look
+from krypton.runtime.reconcile.model import Outcome, Pass, Report, created_by_krypton
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
 
-async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
-    obj, release, log, key = p.obj, p.release, p.log, p.key
-    involved = involved_tenant(obj)
+async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
+    release, log, key = p.release, p.log, p.key
     namespace = rt.settings.release_namespace_for(key.name)
     present = p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED)
     try:
@@ -51,34 +49,27 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Outcome:
                 await rt.kube.delete_namespace(key.name)
     except Fenced:
         raise
-    except (HelmFailed, TemporaryError, ReleaseRecordUntrusted) as exc:
+    except KryptonError as exc:
         log.error("helm uninstall failed", error=str(exc))
-        await rt.recorder.emit(involved, "Warning", "HelmUninstallFailed", str(exc))
         # what blocks the deletion, in the status (issue 32.4): not the progress the Tenant
-        # last reported
+        # last reported; retried with backoff whatever it was (a Tenant must stay deletable)
         reason = exc.reason if isinstance(exc, (OwnershipConflict, ReleaseRecordUntrusted)) \
             else "UninstallFailed"
-        message = f"deletion blocked: {exc}"
-        await status.commit(rt, obj, [Change(rt.type(cond.ERROR), True, reason, message),
-                                      Change(rt.type(cond.READY), False, reason, message),
-                                      Change(rt.type(cond.PROGRESS), False, reason, message)],
-                            log)
-        return Outcome(retry=True, reason="UninstallFailed")
+        return Report(verdicts.changes(rt.name, Verdict.FAILED, reason,
+                                       f"deletion blocked: {exc}"),
+                      events=[("Warning", "HelmUninstallFailed", str(exc))],
+                      outcome=Outcome(retry=True, reason="UninstallFailed"))
     rt.releases.forget(namespace, release)
     rt.manifest_objects.pop((namespace, release), None)
     rt.unpublish(key)
     log.info("helm uninstall success")
-    await rt.recorder.emit(involved, "Normal", "HelmUninstalled",
-                           f"release {release} uninstalled")
-    return await status.remove_finalizer(rt, obj)
+    return Report(events=[("Normal", "HelmUninstalled", f"release {release} uninstalled")],
+                  finalizer=False)
 
 
-async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Outcome:
+async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Report:
     """A Tenant being deleted whose release is another Tenant's (issue 25.2): the
     release stays as it is, the finalizer goes, and an Event says why."""
     p.log.warning("release not uninstalled: not this Tenant's", detail=p.plan.message)
     rt.unpublish(p.key)
-    await rt.recorder.emit(involved_tenant(p.obj), "Warning", p.plan.reason,
-                           p.plan.message)
-    return await status.remove_finalizer(rt, p.obj)
-
+    return Report(events=[("Warning", p.plan.reason, p.plan.message)], finalizer=False)

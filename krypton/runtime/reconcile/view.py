@@ -37,7 +37,7 @@ from krypton.decisions.model import (
     release_name,
 )
 from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.planner import Action, Plan, admission, plan
+from krypton.decisions.planner import Action, Need, Plan, admission, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.runtime.readiness import Readiness
@@ -75,7 +75,7 @@ class ClusterView:
             return ChartProblem(exc.reason, str(exc))
         fp = fingerprint(chart.repo, chart.name, chart.fingerprinted, self.values)
         return ChartTarget(chart.repo, chart.name, chart.version, self.values, fp, chart.path,
-                           chart.digest)
+                           chart.digest, chart.newer)
 
     async def shared_conflicts(self, chart: ChartTarget, release: str, namespace: str,
                                key: TenantKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -157,21 +157,17 @@ class ClusterView:
         return await self.helm.template(chart.path, release, release, chart.values)
 
     async def decide(self, obj: dict[str, Any], rollout: RolloutGate | None = None, *,
-                     add_finalizer: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-                     | None = None,
                      look: Callable[[Observation], Awaitable[Observation | None]] | None = None,
-                     create_namespace: bool = False,
-                     ) -> tuple[dict[str, Any], Observation, Plan]:
-        """Observe and plan, for the operator and ``krypton plan`` alike. A plan that asks
-        for a look at the cluster (the chart, the finalizer, the namespace, the shared
-        objects, an in-sync release's workload) is a need, not an action: this one loop
-        satisfies it and plans again, until the plan is an action. The operator passes the
-        writes and reads only it makes (`add_finalizer`, `look`); without `add_finalizer`
-        the finalizer is taken as added (a dry run plans what the pass after it would do).
-        With `create_namespace` (the operator) a first install does not look the namespace
-        up: its create says whether it exists."""
+                     operator: bool = False) -> tuple[Observation, Plan]:
+        """Observe and plan, for the operator and ``krypton plan``/``diff`` alike. A plan
+        that needs to know more (the chart, the namespace, the shared objects) is a
+        :class:`Need`, not an action: this one loop satisfies it and plans again, until the
+        plan is an action. The operator passes the look at an in-sync release's workload
+        (`look`); for the `operator` a first install does not look the namespace up (its
+        create says whether it exists), and a missing finalizer is the action AddFinalizer.
+        Anyone else plans what the pass after that one would do."""
         obs = self.observe(obj, rollout)
-        if create_namespace:
+        if operator:
             obs = dataclasses.replace(obs, create_namespace=True)
         key = obs.tenant.key
         release = release_name(key.name, self.name)
@@ -179,19 +175,15 @@ class ClusterView:
         looked = False
         decided = plan(obs)
         for _ in range(LOOKUPS):
-            if decided.action is Action.RESOLVE_CHART:
+            if decided.action is Need.RESOLVE_CHART:
                 obs = dataclasses.replace(obs, chart=await self.desired_chart())
-            elif decided.action is Action.ADD_FINALIZER:
-                if add_finalizer is not None:
-                    obj = await add_finalizer(obj)
-                    obs = dataclasses.replace(obs, tenant=tenant_view(obj, self.name))
-                else:
-                    obs = dataclasses.replace(obs, tenant=dataclasses.replace(
-                        obs.tenant, has_finalizer=True))
-            elif decided.action is Action.OBSERVE_NAMESPACE:
+            elif decided.action is Action.ADD_FINALIZER and not operator:
+                obs = dataclasses.replace(obs, tenant=dataclasses.replace(
+                    obs.tenant, has_finalizer=True))
+            elif decided.action is Need.OBSERVE_NAMESPACE:
                 state, owner = namespace_state(await self.kube.get_namespace(key.name), key)
                 obs = dataclasses.replace(obs, namespace=state, namespace_owner=owner)
-            elif decided.action is Action.OBSERVE_SHARED:
+            elif decided.action is Need.OBSERVE_SHARED:
                 assert isinstance(obs.chart, ChartTarget)
                 shared, adopt = await self.shared_conflicts(obs.chart, release, namespace, key)
                 obs = dataclasses.replace(obs, shared=shared, adopt=adopt)
@@ -204,7 +196,9 @@ class ClusterView:
             else:
                 break
             decided = plan(obs)
-        return obj, obs, decided
+        if isinstance(decided.action, Need):  # the planner asked for more than it may
+            raise AssertionError(f"plan still needs {decided.action.value} after {LOOKUPS} looks")
+        return obs, decided
 
     def _since_applied(self, key: TenantKey, text: Any) -> float | None:
         """Seconds since the helm run that applied the release, from the status; where the
@@ -362,8 +356,10 @@ class ClusterRuntime(ClusterView):
         return cond.cluster_type(kind, self.name)
 
     def publish(self, key: TenantKey, release: str, chart: ChartTarget) -> None:
-        """The per Tenant x cluster info metric: release, chart version, fingerprint."""
-        labels = (self.name, key.namespace, key.name, release, chart.version, chart.fingerprint)
+        """The per Tenant x cluster info metric: release, chart version, fingerprint, and
+        the newer version of the update notice ("" when there is none)."""
+        labels = (self.name, key.namespace, key.name, release, chart.version, chart.fingerprint,
+                  chart.newer)
         record = self.memory.of(key)
         if record.published == labels:
             return
