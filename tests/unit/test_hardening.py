@@ -337,7 +337,7 @@ def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
     for cluster in ("gone-x", "kept-x"):
         metrics.RECONCILES.labels(cluster).inc()
         metrics.RECONCILE_SECONDS.labels(cluster).observe(0.3)
-        metrics.TENANT_RELEASE.labels(cluster, "ns", "t", "r", "1.0.0", "f" * 8).set(1)
+        metrics.TENANT_RELEASE.labels(cluster, "ns", "t", "r", "1.0.0", "f" * 8, "").set(1)
     metrics.forget_cluster("gone-x")
     text = generate_latest().decode()
     assert 'cluster="gone-x"' not in text

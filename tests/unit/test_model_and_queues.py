@@ -606,12 +606,12 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
         consumer.tenant_changed("ADDED", tenant("a", "1"))
         consumer.tenant_changed("ADDED", tenant("b", "2"))
         assert len(memory) == 2 and records() == 2 and memory.namespaces_with("a") == ("ns",)
-        metrics.TENANT_RELEASE.labels("churn", "ns", "a", "tenant-a", "1.0.0", "f").set(1)
-        memory.of(a).published = ("churn", "ns", "a", "tenant-a", "1.0.0", "f")
+        metrics.TENANT_RELEASE.labels("churn", "ns", "a", "tenant-a", "1.0.0", "f", "").set(1)
+        memory.of(a).published = ("churn", "ns", "a", "tenant-a", "1.0.0", "f", "")
         consumer.tenant_changed("DELETED", tenant("a", "3"))  # no pass of it runs
         assert a not in memory and forgotten == [a] and records() == 1
         assert memory.namespaces_with("a") == ()
-        assert ("churn", "ns", "a", "tenant-a", "1.0.0", "f") not in {
+        assert ("churn", "ns", "a", "tenant-a", "1.0.0", "f", "") not in {
             tuple(s.labels.values()) for f in metrics.TENANT_RELEASE.collect() for s in f.samples}
         while await consumer.queue.get() != b:  # a pass of b starts
             consumer.queue.done(a)
