@@ -70,7 +70,7 @@ lock() {
   tools
   WORK="$(mktemp -d /tmp/krypton-image-lock.XXXXXX)"
   local work="${WORK}"
-  mmdebstrap --quiet --variant=essential --include="python3-minimal,libpython3.11-stdlib,ca-certificates" \
+  mmdebstrap --quiet --variant=essential --include="python3-minimal,libpython3.11-stdlib,ca-certificates,libstdc++6" \
     --aptopt='APT::Install-Recommends "false"' "${SUITE}" "${work}/rootfs" "${MIRROR}"
   {
     echo "# Debian ${SUITE} packages of the image, pinned (make image-lock writes this file)"

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from krypton.decisions import safeyaml
+from krypton.decisions.celhealth import HealthRules, compile_rules
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.health import WORKLOAD_KINDS
 from krypton.decisions.settings import Settings, parse
 
 
@@ -27,7 +29,22 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
     for path in settings.chart_values_file:
         merged = deep_merge(merged, read_values_file(path))
     helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
-    return replace(settings, chart_values=merged, helm_path=helm_path)
+    return replace(settings, chart_values=merged, helm_path=helm_path,
+                   health_rules=read_health_rules(settings.health_check_expr))
+
+
+def read_health_rules(path: str) -> HealthRules:
+    """The CEL health rules of --health-check-expr, compiled (none without the flag)."""
+    if not path:
+        return HealthRules()
+    what = f"invalid --health-check-expr {path}"
+    try:
+        doc = safeyaml.load(Path(path).read_bytes(), safeyaml.VALUES, what=path)
+    except OSError as exc:
+        raise SettingsError(f"{what}: cannot read it: {exc.strerror}") from exc
+    except safeyaml.YamlRejected as exc:
+        raise SettingsError(f"{what}: {exc}") from exc
+    return compile_rules(doc, what, WORKLOAD_KINDS)
 
 
 def read_values_file(path: str) -> dict[str, Any]:

@@ -29,6 +29,8 @@ NOT_INHERITED = frozenset({"helm_executable", "watch_kubeconfig", "watch_context
 # Settings that widen what the CLI trusts: never taken from a Deployment, which anyone who
 # may create one in that namespace writes (issue 25). Only the user's own flag sets them.
 WIDENS_TRUST = frozenset({"trust_kubeconfig_secrets"})
+# Settings that name files the pod reads from its volumes: the CLI reads the same keys
+MOUNTED = ("chart_values_file", "health_check_expr")
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,18 @@ def read(deployment: Mapping[str, Any]) -> Deployed:
             refused.append(opt.name)
             continue
         raw[opt.name] = got[0]
-    files = {path: _mounted(path, container, deployment, ref)
-             for path in raw.get("chart_values_file") or []}
+    files = {path: _mounted(path, opt, container, deployment, ref)
+             for opt in MOUNTED for path in _paths(raw.get(opt))}
     return Deployed(ref, raw, files, tuple(refused))
 
 
-def _mounted(path: str, container: Mapping[str, Any], deployment: Mapping[str, Any],
+def _paths(value: Any) -> list[str]:
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _mounted(path: str, opt: str, container: Mapping[str, Any], deployment: Mapping[str, Any],
              ref: str) -> MountedFile:
     """Which ConfigMap or Secret key the pod sees at `path`."""
     volumes = {v.get("name"): v for v in (((deployment.get("spec") or {}).get("template")
@@ -128,7 +136,8 @@ def _mounted(path: str, container: Mapping[str, Any], deployment: Mapping[str, A
                     key = str(item.get("key"))
             return MountedFile(kind, str(source.get(name_field)), key)
         break
-    raise SettingsError(f"invalid --from-deployment: {ref} reads --chart-values-file {path} "
+    flag = "--" + opt.replace("_", "-")
+    raise SettingsError(f"invalid --from-deployment: {ref} reads {flag} {path} "
                         "from no ConfigMap or Secret volume")
 
 
@@ -142,8 +151,8 @@ def overlay(args: argparse.Namespace, deployed: Deployed, env: Mapping[str, str]
         if opt.name not in deployed.raw or settings_mod.given(opt, args, env) is not None:
             continue
         value = deployed.raw[opt.name]
-        if opt.name == "chart_values_file":
-            value = [files[p] for p in value]
+        if opt.name in MOUNTED:
+            value = files[value] if isinstance(value, str) else [files[p] for p in value]
         setattr(args, opt.name, value)
         taken.append(opt.name)
     return taken

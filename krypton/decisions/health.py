@@ -13,6 +13,8 @@ krypton calls Ready is one helm would have called ready:
 - DaemonSet: every scheduled pod updated and available;
 - Job: complete (a ``Failed`` condition fails it); Pod: ready or succeeded;
 - PersistentVolumeClaim: bound; Service of type LoadBalancer: an ingress address assigned;
+- a kind with a CEL rule of the operator's admin (``--health-check-expr``,
+  :mod:`krypton.decisions.celhealth`): as the rule says;
 - every other kind is ready once it exists.
 
 An object that is gone is not ready ("not found"): with drift repair on, the planner restores
@@ -25,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.ownership import ObjectRef
 
 # Kinds with readiness rules; only these are read for health (others: ready when present).
@@ -35,6 +38,7 @@ SHOWN = 5  # not-ready objects named in a message
 # of that cluster, and failed releases for a progressive rollout's wave
 UNHEALTHY = frozenset({"ReadinessTimeout", "Degraded"})
 WAITING = "WaitingForReadiness"
+NO_RULES = HealthRules()
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,26 @@ def object_health(obj: dict[str, Any] | None) -> str | None:
     return None
 
 
-def release_health(objects: Iterable[tuple[ObjectRef, dict[str, Any] | None]]) -> Health:
-    """The health of a release from its workload objects as read live (None: gone)."""
+def release_health(objects: Iterable[tuple[ObjectRef, dict[str, Any] | None]],
+                   rules: HealthRules = NO_RULES) -> Health:
+    """The health of a release from its workload objects as read live (None: gone): by the
+    CEL rule of their kind where there is one (`rules`), else by krypton's."""
     return Health(tuple(f"{ref}: {why}" for ref, obj in objects
-                        if (why := object_health(obj)) is not None))
+                        if (why := _judged(ref, obj, rules)) is not None))
 
 
-def workload_refs(refs: Iterable[ObjectRef]) -> list[ObjectRef]:
+def _judged(ref: ObjectRef, obj: dict[str, Any] | None, rules: HealthRules) -> str | None:
+    rule = rules.find(ref.api_version, ref.kind)
+    if rule is None or obj is None:
+        return object_health(obj)
+    return rule.judge(obj)
+
+
+def workload_refs(refs: Iterable[ObjectRef], rules: HealthRules = NO_RULES) -> list[ObjectRef]:
     """The objects of a manifest whose readiness has rules (the ones worth reading)."""
-    return [r for r in refs if r.kind in WORKLOAD_KINDS]
+    return [r for r in refs if r.kind in WORKLOAD_KINDS or rules.find(r.api_version, r.kind)]
+
+
+def workload_kinds(rules: HealthRules = NO_RULES) -> frozenset[str]:
+    """The kinds whose objects are read for health: krypton's and those of CEL rules."""
+    return WORKLOAD_KINDS | rules.kinds

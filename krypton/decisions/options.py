@@ -185,6 +185,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("helm_wait", "true: helm waits for the workload (--wait), holding its process and "
         "slot; false: helm returns once the objects are applied (hooks still complete) and "
         "krypton follows the workload's readiness with watches", False, boolean),
+    Opt("health_check_expr", "YAML file of CEL health rules for the chart's custom "
+        "resources, Flux-shaped: a list of {apiVersion, kind, current, inProgress, failed}; "
+        "a rule that does not compile is exit 2", "", metavar="FILE"),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_force_conflicts", "Helm 4: when another field manager (kubectl, an HPA) owns "

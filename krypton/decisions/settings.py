@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from krypton.decisions import oci, versions
+from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.kubeconfig import service_server
 from krypton.decisions.options import OPTIONS, Opt, boolean, duration, option
@@ -70,6 +71,7 @@ class Settings:
     retry_backoff_max: float = _default("retry_backoff_max")
     api_timeout: float = _default("api_timeout")
     helm_wait: bool = _default("helm_wait")
+    health_check_expr: str = _default("health_check_expr")
     helm_timeout: float = _default("helm_timeout")
     helm_force_conflicts: bool = _default("helm_force_conflicts")
     helm_executable: str = _default("helm_executable")
@@ -109,6 +111,7 @@ class Settings:
     # derived at load time (krypton.app.config.load)
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
+    health_rules: HealthRules = field(default_factory=HealthRules)  # --health-check-expr, compiled
     # the pod's, from its environment: its namespace (POD_NAMESPACE, a reserved namespace)
     # and the API server it reaches in-cluster (KUBERNETES_SERVICE_HOST/_PORT); "" outside one
     pod_namespace: str = ""
@@ -138,7 +141,8 @@ class Settings:
         return frozenset(n for n in names if n)
 
 
-assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "pod_namespace", "pod_server"} == \
+assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "pod_namespace", "pod_server",
+                                    "health_rules"} == \
     {f.name for f in fields(Settings)}
 
 
@@ -156,7 +160,7 @@ TOPICS = (
                                 "delete_namespace_on_uninstall", "adopt_namespaces",
                                 "adopt_orphaned_objects")),
     ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout",
-                   "max_retries", "retry_backoff_max")),
+                   "max_retries", "retry_backoff_max", "health_check_expr")),
     ("helm", ("helm_",)),
     ("progressive rollout", ("rollout_",)),
     ("leader election, sharding and shutdown", ("leader_", "lease_duration", "renew_deadline",

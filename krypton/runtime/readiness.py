@@ -1,8 +1,8 @@
 """Readiness of releases that helm applied without waiting, followed by watches (SPEC F6).
 
 helm returns once a release's objects are applied and its hooks ran; its slot is free at
-once. The release's workload objects (the kinds with readiness rules, `health.WORKLOAD_KINDS`)
-are then followed here, per cluster:
+once. The release's workload objects (the kinds with readiness rules, `health.WORKLOAD_KINDS`,
+and those of the admin's CEL rules) are then followed here, per cluster:
 
 - one watch per kind, over all namespaces, started when an object of that kind is first
   followed and stopped `LINGER` seconds after the last one is let go. It starts at the
@@ -29,8 +29,9 @@ import structlog
 
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
+from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.errors import Forbidden, KryptonError
-from krypton.decisions.health import Health, release_health
+from krypton.decisions.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
 from krypton.decisions.model import TenantKey
 from krypton.decisions.ownership import ObjectRef
 
@@ -44,12 +45,16 @@ _log = structlog.get_logger("krypton.readiness")
 
 def slim(obj: Obj) -> Obj:
     """What the readiness rules read of an object, nothing more (a followed Deployment's pod
-    template is not kept)."""
+    template is not kept). A kind judged by a CEL rule keeps its labels, annotations and
+    spec: the rule may read them."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    return {"kind": obj.get("kind"),
-            "metadata": {k: meta[k] for k in ("name", "namespace", "generation",
-                                              "resourceVersion") if k in meta},
-            "spec": {k: spec[k] for k in ("replicas", "updateStrategy", "type") if k in spec},
+    builtin = obj.get("kind") in WORKLOAD_KINDS
+    kept = ("name", "namespace", "generation", "resourceVersion") + \
+        (() if builtin else ("labels", "annotations"))
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: meta[k] for k in kept if k in meta},
+            "spec": {k: spec[k] for k in ("replicas", "updateStrategy", "type") if k in spec}
+            if builtin else spec,
             "status": obj.get("status") or {}}
 
 
@@ -144,8 +149,9 @@ class _KindWatch:
 class Readiness:
     """The followed workloads of one cluster's releases (see the module's description)."""
 
-    def __init__(self, kube: Kube, wake: Callable[[TenantKey], None]) -> None:
-        self.kube, self.wake = kube, wake
+    def __init__(self, kube: Kube, wake: Callable[[TenantKey], None],
+                 rules: HealthRules = NO_RULES) -> None:
+        self.kube, self.wake, self.rules = kube, wake, rules
         self._refs: dict[TenantKey, tuple[ObjectRef, ...]] = {}
         self._followers: dict[ObjKey, set[TenantKey]] = {}
         self._objects: dict[ObjKey, Obj | None] = {}  # None: looked for and not found
@@ -252,5 +258,5 @@ class Readiness:
         return True
 
     def _judge(self, key: TenantKey) -> Health:
-        return release_health((ref, self._objects.get(_key(ref)))
-                              for ref in self._refs.get(key, ()))
+        return release_health(((ref, self._objects.get(_key(ref)))
+                               for ref in self._refs.get(key, ())), self.rules)

@@ -181,8 +181,8 @@ class Worker:
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
-            readiness=None if settings.helm_wait else Readiness(self.kube,
-                                                                self.consumer.workload_turned),
+            readiness=None if settings.helm_wait else Readiness(
+                self.kube, self.consumer.workload_turned, settings.health_rules),
             record_key=self.shared.record_key)
         readiness = self.runtime.readiness
         self.consumer.memory.forget_elsewhere = \

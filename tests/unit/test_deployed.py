@@ -117,6 +117,19 @@ def test_what_the_user_types_wins() -> None:
                              "chart_values_file", "helm_wait", "namespace"]
 
 
+def test_the_health_rules_file_is_read_from_the_pods_volume_like_the_values() -> None:
+    d = copy.deepcopy(CHART_LIKE)
+    d["spec"]["template"]["spec"]["containers"][1]["args"].append(
+        "--health-check-expr=/etc/krypton/health-checks.yaml")
+    found = read(d)
+    assert found.files["/etc/krypton/health-checks.yaml"] == \
+        MountedFile("configMap", "krypton-values", "health-checks.yaml")
+    args = build_parser().parse_args(["plan"])
+    overlay(args, found, {}, {"/etc/krypton/values.yaml": "/tmp/x/values-0.yaml",
+                              "/etc/krypton/health-checks.yaml": "/tmp/x/health-1.yaml"})
+    assert args.health_check_expr == "/tmp/x/health-1.yaml"
+
+
 def test_the_label_is_the_one_the_chart_puts_on_its_deployment() -> None:
     root = Path(__file__).resolve().parents[2] / "chart"
     name = yaml.safe_load((root / "Chart.yaml").read_text())["name"]

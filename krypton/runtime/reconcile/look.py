@@ -96,7 +96,8 @@ async def look(rt: ClusterRuntime, key: TenantKey, release: str, namespace: str,
 async def look_at_manifest(rt: ClusterRuntime, release: str, namespace: str, manifest: str, *,
                            workload_only: bool = False
                             ) -> tuple[tuple[str, ...], Workload | None]:
-    if workload_only and not any(kind in manifest for kind in health.WORKLOAD_KINDS):
+    rules = rt.settings.health_rules
+    if workload_only and not any(kind in manifest for kind in health.workload_kinds(rules)):
         return (), []  # no object of a kind with readiness rules: nothing to parse for
     try:
         docs = safeyaml.load_all(manifest, safeyaml.CHART_CRDS, what=f"manifest of {release}")
@@ -106,14 +107,15 @@ async def look_at_manifest(rt: ClusterRuntime, release: str, namespace: str, man
         return (), None
     refs = ownership.manifest_objects(docs)
     if workload_only:
-        refs = health.workload_refs(refs)
+        refs = health.workload_refs(refs, rules)
     gone, workload = [], []
     for ref in refs:
         obj = await rt.kube.get_object(ref.api_version, ref.kind, ref.name,
                                        ref.namespace or namespace)
         if obj is None:
             gone.append(str(ref))
-        if ref.kind in health.WORKLOAD_KINDS:  # namespaced kinds, named where they are
+        if ref.kind in health.WORKLOAD_KINDS or rules.find(ref.api_version, ref.kind):
+            # namespaced kinds, named where they are
             workload.append((dataclasses.replace(ref, namespace=ref.namespace or namespace),
                              obj))
     repair = rt.settings.drift_detection != "off"
@@ -126,7 +128,7 @@ def judge(rt: ClusterRuntime, key: TenantKey, workload: Workload | None) -> Heal
     followed from now on if they are not ready."""
     if workload is None:
         return None
-    found = health.release_health(workload)
+    found = health.release_health(workload, rt.settings.health_rules)
     follow(rt, key, workload, found)
     return found
 
