@@ -119,9 +119,13 @@ main() {
     --invalidation-mode checked-hash /opt/krypton/lib >/dev/null
 
   install -D -m 0755 "${helm}" "${rootfs}/usr/local/bin/helm"
-  # what the operator and the CLI import at start must be there
+  # what the operator and the CLI import at start must be there, and CEL's native library
+  # load (--health-check-expr)
   chroot "${rootfs}" /usr/bin/python3 -c 'import sys; sys.path.insert(0, "/opt/krypton/lib")
-import krypton.cli.main, krypton.app.operator, krypton.runtime.worker, krypton.cli.tools'
+import krypton.cli.main, krypton.app.operator, krypton.runtime.worker, krypton.cli.tools
+from krypton.decisions.celhealth import compile_rules
+rule = {"apiVersion": "v1", "kind": "K", "current": "status.ok"}
+assert compile_rules([rule], "image", frozenset()).find("v1", "K").judge({"status": {"ok": True}}) is None'
 
   cat > "${rootfs}/usr/local/bin/krypton" <<'EOF'
 #!/usr/bin/python3 -sE
