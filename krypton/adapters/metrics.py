@@ -45,6 +45,9 @@ TENANT_RELEASE = Gauge(
     ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint",
      "newer_version"],
 )
+WINDOW_OPEN = Gauge("krypton_cluster_maintenance_window_open",
+                    "1 while the cluster's maintenance window is open (or it has none), 0 while "
+                    "it is closed: no upgrade, revert or uninstall starts there", ["cluster"])
 BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")

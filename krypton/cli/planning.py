@@ -94,7 +94,8 @@ async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
     show the same decision the operator would make)."""
     tenants = await tenants_of(kube, settings)
     view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
-                       releases=ReleaseIndex(), values=c.values, known_clusters=lambda: known,
+                       releases=ReleaseIndex(), values=c.values, window=c.window,
+                       known_clusters=lambda: known,
                        tenants={(t["metadata"]["namespace"], t["metadata"]["name"]): t
                                 for t in tenants})
     out = []
@@ -322,7 +323,8 @@ def _action_word(action: Action | Need) -> str:
         Action.SKIP: "skip", Action.BLOCKED: "blocked", Action.PAUSE: "paused",
         Action.NOT_TARGETED: "skip", Action.UNINSTALL: "uninstall", Action.NOTHING: "skip",
         Action.WAIT: "wait", Action.HOLD: "held", Action.STALLED: "blocked",
-        Action.BACKOFF: "backoff", Action.DROP_FINALIZER: "uninstall"}
+        Action.BACKOFF: "backoff", Action.DROP_FINALIZER: "uninstall",
+        Action.OUTSIDE_WINDOW: "held"}
     return words.get(action, action.value)
 
 

@@ -33,7 +33,12 @@ from krypton.cli.view import (
 from krypton.decisions import crd, deployed, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
-from krypton.decisions.discovery import SELF_CLUSTER, cluster_values, desired_clusters
+from krypton.decisions.discovery import (
+    SELF_CLUSTER,
+    cluster_values,
+    cluster_window,
+    desired_clusters,
+)
 from krypton.decisions.errors import (
     ClusterExists,
     KubeconfigRejected,
@@ -45,6 +50,7 @@ from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import RETRY_ANNOTATION, TenantKey
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
+from krypton.decisions.windows import Window
 
 
 @dataclass
@@ -53,6 +59,7 @@ class ClusterHandle:
     kube: Kube | None
     values: dict[str, Any]
     error: str = ""
+    window: Window | None = None  # its maintenance window (None: always open)
 
 
 @contextlib.asynccontextmanager
@@ -82,6 +89,7 @@ async def _clusters(home: Kube, settings: Settings, workdir: Path) -> list[Clust
                                    allow_in_cluster=name == SELF_CLUSTER,
                                    pod_server=settings.pod_server)
             values = deep_merge(settings.chart_values, cluster_values(spec))
+            window = cluster_window(spec, settings.maintenance_window)
         except KubeconfigRejected as exc:
             handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}"))
             continue
@@ -89,7 +97,7 @@ async def _clusters(home: Kube, settings: Settings, workdir: Path) -> list[Clust
         cfg = cfg or await configuration_for(kc, workdir / name,
                                              trust=settings.trust_kubeconfig_secrets)
         handles.append(ClusterHandle(name, Kube(cfg, name=name, timeout=settings.api_timeout),
-                                     values))
+                                     values, window=window))
     return handles
 
 

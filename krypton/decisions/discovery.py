@@ -1,8 +1,8 @@
 """Labelled kubeconfig Secrets -> the desired set of clusters (SPEC D1, D2, F3). Pure.
 
 Each cluster is identified by its Secret's name and carries a hash of everything that
-defines it (kubeconfig bytes and per-cluster values); the fleet re-engages a cluster only
-when that hash changes.
+defines it (kubeconfig bytes, per-cluster values and maintenance window); the fleet
+re-engages a cluster only when that hash changes.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.decisions import safeyaml
+from krypton.decisions import safeyaml, windows
 from krypton.decisions.errors import KubeconfigRejected
+from krypton.decisions.model import GROUP
 
 VALUES_KEY = "values.yaml"
+WINDOW_ANNOTATION = f"{GROUP}/maintenance-window"  # on a cluster's Secret (F8)
 
 SELF_CLUSTER = "self-cluster"  # the Secret krypton writes for the cluster it runs in
 
@@ -29,6 +31,7 @@ class ClusterSpec:
     kubeconfig: bytes | None  # None: the data key is missing or not base64
     values: bytes | None
     digest: str
+    window: str = ""  # the maintenance-window annotation, as written ("": none)
 
 
 def decode_data(value: Any) -> bytes | None:
@@ -82,11 +85,22 @@ def desired_clusters(secrets: list[dict[str, Any]], key: str) -> dict[str, Clust
             continue
         data = secret.get("data") or {}
         kubeconfig, values = decode_data(data.get(key)), decode_data(data.get(VALUES_KEY))
-        digest = hashlib.sha256(
-            (kubeconfig or b"<missing>") + b"\0" + (values or b"")).hexdigest()
+        window = str((meta.get("annotations") or {}).get(WINDOW_ANNOTATION) or "")[:256]
+        digest = hashlib.sha256((kubeconfig or b"<missing>") + b"\0" + (values or b"") +
+                                b"\0" + window.encode()).hexdigest()
         out[meta["name"]] = ClusterSpec(meta["name"], meta.get("namespace", ""),
-                                        meta.get("uid", ""), kubeconfig, values, digest)
+                                        meta.get("uid", ""), kubeconfig, values, digest, window)
     return out
+
+
+def cluster_window(spec: ClusterSpec, default: str) -> windows.Window | None:
+    """The cluster's maintenance window: its Secret's annotation, else `default` (the
+    flag); KubeconfigRejected (MaintenanceWindowInvalid) when the annotation is not one."""
+    try:
+        return windows.parse(spec.window or default)
+    except windows.WindowInvalid as exc:
+        raise KubeconfigRejected(f"annotation {WINDOW_ANNOTATION}: {exc}",
+                                 reason=exc.reason) from None
 
 
 def cluster_values(spec: ClusterSpec) -> dict[str, Any]:

@@ -264,3 +264,9 @@ class Observation:
     retry_wait: float = 0.0  # seconds until the next attempt of a failed target (<= 0: due)
     max_retries: int = 8  # --max-retries
     readiness_timeout: float = 180.0  # --helm-timeout: how long a fresh release may take
+    # the cluster's maintenance window while it is closed (F8): as written, and when and in
+    # how many seconds the next one opens; "" while it is open or there is none
+    window: str = ""
+    window_opens: str = ""
+    window_wait: float = 0.0
+    window_first_install: bool = True  # --maintenance-window-first-install

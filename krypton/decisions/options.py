@@ -188,6 +188,13 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("health_check_expr", "YAML file of CEL health rules for the chart's custom "
         "resources, Flux-shaped: a list of {apiVersion, kind, current, inProgress, failed}; "
         "a rule that does not compile is exit 2", "", metavar="FILE"),
+    Opt("maintenance_window", "When clusters may be changed: '<cron> <duration> [<time "
+        "zone>]' (e.g. '0 22 * * 1-5 6h Europe/Berlin'); outside it a cluster starts no "
+        "upgrade, revert or uninstall. A cluster Secret's annotation "
+        "mesh.openkcm.io/maintenance-window overrides it ('always': no window); empty: "
+        "always open", ""),
+    Opt("maintenance_window_first_install", "A new Tenant's first install does not wait for "
+        "its cluster's maintenance window", True, boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_force_conflicts", "Helm 4: when another field manager (kubectl, an HPA) owns "

@@ -49,6 +49,10 @@ single decision table, in order:
     revision -> roll back, then upgrade
 14. Absent (or Drifted with the release gone) -> Install; anything else -> Upgrade
 
+Maintenance windows (F8), last: outside its cluster's window an install, upgrade, revert or
+uninstall is OutsideMaintenanceWindow (no write but the status, the key back when the window
+opens); a new Tenant's first install goes ahead under --maintenance-window-first-install.
+
 Brakes (R18), on every plan that would start helm for a target (chart fingerprint, Tenant
 generation, retry annotation) whose runs failed before, as counted in the Tenant's status:
 more failures than --max-retries -> Stalled (RetriesExhausted, permanent until the target
@@ -136,6 +140,7 @@ class Action(enum.Enum):
     DROP_FINALIZER = "drop-finalizer"
     BACKOFF = "backoff"
     STALLED = "stalled"
+    OUTSIDE_WINDOW = "outside-window"
     NOTHING = "nothing"
 
 
@@ -176,9 +181,30 @@ def attempt_target(fingerprint: str, t: TenantView) -> str:
 def plan(obs: Observation) -> Plan:
     """The next step for `obs`; see the module docstring for the order of the rules."""
     decided = _plan(obs)
-    if decided.action not in HELM_ACTIONS or not isinstance(obs.chart, ChartTarget):
+    if decided.action in HELM_ACTIONS and isinstance(obs.chart, ChartTarget):
+        decided = _braked(obs, decided)
+    return _windowed(obs, decided)
+
+
+# what waits for the cluster's maintenance window (F8)
+CHANGES = HELM_ACTIONS | {Action.REVERT, Action.UNINSTALL}
+
+
+def _windowed(obs: Observation, decided: Plan) -> Plan:
+    """Outside its maintenance window a cluster starts no upgrade, revert or uninstall; a
+    new Tenant's first install goes ahead under --maintenance-window-first-install."""
+    if not obs.window_opens or decided.action not in CHANGES:
         return decided
-    return _braked(obs, decided)
+    t = obs.tenant
+    first = decided.action in INSTALLING and t.applied_fingerprint is None and \
+        t.recorded_fingerprint is None and t.applied_revision is None
+    if first and obs.window_first_install:
+        return decided
+    what = "uninstall" if decided.action is Action.UNINSTALL else \
+        ("first install" if first else "change")
+    return Plan(Action.OUTSIDE_WINDOW, "OutsideMaintenanceWindow",
+                f"the {what} waits for the maintenance window of cluster {obs.cluster} "
+                f"({obs.window}); the next one opens at {obs.window_opens}")
 
 
 def _braked(obs: Observation, decided: Plan) -> Plan:

@@ -167,6 +167,13 @@ REASONS: dict[str, Reason] = {
     "RolloutStateConflict": _r(ERROR, "someone else wrote krypton-rollout between a read and "
                                "a write; read again on the next step"),
     "NotLeader": _r(ERROR, "the rollout state is written only by the leader"),
+    # --- maintenance windows (F8)
+    "OutsideMaintenanceWindow": _r(CEP, "the cluster's maintenance window is closed: no "
+                                   "upgrade, revert or uninstall starts until the next one "
+                                   "opens (said in the message)", "wait, or widen the window"),
+    "MaintenanceWindowInvalid": _r("Event,error", "a cluster Secret's maintenance-window "
+                                   "annotation is not '<cron> <duration> [<time zone>]'; the "
+                                   "cluster is not engaged", "fix the annotation"),
     # --- clusters (D1-D7, O4, F4)
     "KubeconfigRejected": _r("Event,plan,error", "the cluster Secret's kubeconfig is "
                              "untrusted or malformed (exec, files, bad PEM, expired)",

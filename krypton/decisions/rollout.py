@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from krypton.decisions import gates
+from krypton.decisions import gates, windows
 from krypton.decisions.gates import GatePolicy
 from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
@@ -77,6 +77,7 @@ class ClusterObservation:
     to_revert: int = 0  # failed ones with a revision to go back to, not rolled back yet
     reverted: int = 0  # failed ones rolled back (--rollout-auto-revert)
     revert_failed: int = 0  # failed ones whose rollback failed
+    window: str = ""  # its maintenance window ("": always open)
 
 
 def observe_cluster(cluster: str, tenants: list[dict[str, Any]],
@@ -253,8 +254,8 @@ def read_publication(text: str | None, target: str | None) -> ClusterObservation
         seen = ClusterObservation(**{k: v for k, v in raw.items() if k in fields})
     except (ValueError, TypeError, AttributeError, RecursionError):
         return unreachable
-    if not isinstance(seen.reachable, bool) or not all(
-            isinstance(getattr(seen, f), int) for f in fields - {"reachable"}):
+    if not isinstance(seen.reachable, bool) or not isinstance(seen.window, str) or not all(
+            isinstance(getattr(seen, f), int) for f in fields - {"reachable", "window"}):
         return unreachable
     if target is None or raw.get("target") != target:
         return ClusterObservation(seen.reachable, seen.tenants, 0, 0)
@@ -302,6 +303,16 @@ def engaging(clusters: Iterable[str], observed: Mapping[str, ClusterObservation]
     return frozenset(c for c, t in down.items() if now - t < grace), down
 
 
+def _open_time(window: str, start: float, now: float) -> float:
+    """How much of [start, now] a cluster with `window` could be changed in: all of it
+    without a window, only the window's open time with one (F8)."""
+    try:
+        parsed = windows.parse(window)
+    except windows.WindowInvalid:
+        parsed = None  # not engaged with it: such a cluster does not report one
+    return now - start if parsed is None else parsed.open_seconds(start, now)
+
+
 def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], policy: Policy,
              now: float, settling: frozenset[str] = frozenset()) -> RolloutState:
     """The next state of a progressing rollout; halted and complete states stay as they are.
@@ -335,9 +346,11 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
         complete = all(observed[c].done + observed[c].failed >= observed[c].tenants
                        for c in reachable)
         if not complete:
-            if now - state.wave_started > policy.wave_deadline:
-                late = [c for c in reachable
-                        if observed[c].done + observed[c].failed < observed[c].tenants]
+            late = [c for c in reachable
+                    if observed[c].done + observed[c].failed < observed[c].tenants
+                    and _open_time(observed[c].window, state.wave_started, now)
+                    > policy.wave_deadline]
+            if late:
                 return dataclasses.replace(
                     state, phase=HALTED, skipped=skipped, failed=tuple(late),
                     message=f"halted in wave {state.wave + 1}: deadline of "

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from krypton.decisions import oci, versions
+from krypton.decisions import oci, versions, windows
 from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.kubeconfig import service_server
@@ -72,6 +72,8 @@ class Settings:
     api_timeout: float = _default("api_timeout")
     helm_wait: bool = _default("helm_wait")
     health_check_expr: str = _default("health_check_expr")
+    maintenance_window: str = _default("maintenance_window")
+    maintenance_window_first_install: bool = _default("maintenance_window_first_install")
     helm_timeout: float = _default("helm_timeout")
     helm_force_conflicts: bool = _default("helm_force_conflicts")
     helm_executable: str = _default("helm_executable")
@@ -162,7 +164,7 @@ TOPICS = (
     ("reconcile", ("drift_detection", "max_concurrent_", "resync_period", "api_timeout",
                    "max_retries", "retry_backoff_max", "health_check_expr")),
     ("helm", ("helm_",)),
-    ("progressive rollout", ("rollout_",)),
+    ("progressive rollout and maintenance windows", ("rollout_", "maintenance_window")),
     ("leader election, sharding and shutdown", ("leader_", "lease_duration", "renew_deadline",
                                                 "retry_period", "shutdown_timeout", "sharding", "shard_")),
     ("logs, health and metrics", ("log_", "health_", "metrics_")),
@@ -250,6 +252,10 @@ def _check(s: Settings) -> None:
         raise SettingsError("invalid --release-namespace: watch needs --watch-namespace")
     if s.renew_deadline >= s.lease_duration:
         raise SettingsError("invalid --renew-deadline: must be shorter than --lease-duration")
+    try:
+        windows.parse(s.maintenance_window)
+    except windows.WindowInvalid as exc:
+        raise SettingsError(f"invalid --maintenance-window: {exc}") from None
     if s.sharding and s.leader_elect:
         raise SettingsError("invalid --sharding: every replica works under --sharding; "
                             "--leader-elect is for one worker and standbys (the replica that "

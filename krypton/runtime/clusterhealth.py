@@ -123,7 +123,7 @@ class ClusterHealth:
 
     def count_phases(self, rt: ClusterRuntime, queued: int) -> None:
         """The cluster's gauges of its Tenants (phases, stalled releases, queue, followed
-        workloads)."""
+        workloads) and of its maintenance window."""
         store = rt.tenants
         phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
         metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
@@ -135,6 +135,8 @@ class ClusterHealth:
                 for c in (t.get("status") or {}).get("conditions") or [])
             for t in list(store.values())))
         metrics.QUEUE_DEPTH.labels(self.name).set(queued)
+        open_ = rt.window is None or rt.window.state(time.time())[0]
+        metrics.WINDOW_OPEN.labels(self.name).set(1 if open_ else 0)
         if rt.readiness is not None:
             metrics.WORKLOADS_FOLLOWED.labels(self.name).set(rt.readiness.followed())
 

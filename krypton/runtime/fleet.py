@@ -19,11 +19,18 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.events import EventRecorder, involved_secret
 from krypton.decisions import kubeconfig, redact, retry
-from krypton.decisions.discovery import SELF_CLUSTER, ClusterSpec, cluster_values, desired_clusters
+from krypton.decisions.discovery import (
+    SELF_CLUSTER,
+    ClusterSpec,
+    cluster_values,
+    cluster_window,
+    desired_clusters,
+)
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import cluster_name_problem
 from krypton.decisions.settings import Settings
+from krypton.decisions.windows import Window
 from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")
@@ -150,6 +157,7 @@ class Fleet:
                                   allow_in_cluster=spec.name == SELF_CLUSTER,
                                   pod_server=self.settings.pod_server)
             values = cluster_values(spec)
+            window = cluster_window(spec, self.settings.maintenance_window)
         except KubeconfigRejected as exc:
             message = str(exc)
             if spec.kubeconfig is None:
@@ -165,12 +173,12 @@ class Fleet:
             await self.report(spec.name, "Warning", "CredentialsExpiringSoon", warning)
         engaged = self.clusters[spec.name]
         merged = deep_merge(self.settings.chart_values, values)
-        engaged.task = asyncio.create_task(self._supervise(engaged, kc, merged),
+        engaged.task = asyncio.create_task(self._supervise(engaged, kc, merged, window),
                                            name=f"cluster-{spec.name}")
         log.info("cluster engaging", cluster=spec.name)
 
     async def _supervise(self, engaged: Engaged, kc: kubeconfig.Kubeconfig,
-                         values: dict[str, Any]) -> None:
+                         values: dict[str, Any], window: Window | None) -> None:
         """Run the cluster's worker; restart it with capped backoff when it fails (SPEC D8).
 
         An unexpected exception is a defect or an input nobody foresaw: it is reported
@@ -181,7 +189,7 @@ class Fleet:
         name = engaged.spec.name
         failures = 0
         while True:
-            worker = Worker(name, kc, values, self.shared)
+            worker = Worker(name, kc, values, self.shared, window)
             engaged.worker = worker
             started = time.monotonic()
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from krypton.decisions.planner import admission
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
+from krypton.decisions.windows import Window
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer
 from krypton.runtime.readiness import Readiness
@@ -78,8 +80,10 @@ class Worker:
     """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
     Tenant keys, its periodic work and its :class:`ClusterHealth`."""
 
-    def __init__(self, name: str, kc: Kubeconfig, values: dict[str, Any], shared: Shared) -> None:
+    def __init__(self, name: str, kc: Kubeconfig, values: dict[str, Any], shared: Shared,
+                 window: Window | None = None) -> None:
         self.name, self.kc, self.values, self.shared = name, kc, values, shared
+        self.window = window  # its maintenance window (None: always open)
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.engaged = False
         self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles)
@@ -175,7 +179,7 @@ class Worker:
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants={}, values=self.values,
+            releases=ReleaseIndex(), tenants={}, values=self.values, window=self.window,
             memory=self.consumer.memory, own_writes=self.consumer.own_writes,
             gate=lambda cluster: self.shared.gate(cluster),
             known_clusters=self.shared.discovered,
@@ -337,7 +341,8 @@ class Worker:
     def rollout_observation(self) -> ClusterObservation:
         if not self.engaged or self.runtime is None:
             return ClusterObservation(False, 0, 0, 0)
-        return rollout.observe_cluster(self.name, self._served(), self._desired_fingerprint())
+        seen = rollout.observe_cluster(self.name, self._served(), self._desired_fingerprint())
+        return dataclasses.replace(seen, window=self.window.text if self.window else "")
 
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None

@@ -480,3 +480,33 @@ def test_a_cluster_serves_what_the_admission_rules_admit(observation: Observatio
     from krypton.decisions.planner import admission
 
     assert (admission(observation) is None) is served
+
+
+CLOSED = {"window": "0 22 * * 1-5 6h Europe/Berlin", "window_opens": "2026-11-27T21:00:00Z",
+          "window_wait": 3600.0}
+OLD = replace(SYNCED, applied_fingerprint="0" * 64)  # applied before; the target is FP
+
+
+@pytest.mark.parametrize(("observation", "action"), [
+    # outside the window: no upgrade, revert, uninstall, nor a reinstall of what went
+    (replace(obs(OLD, release=DEPLOYED), **CLOSED), Action.OUTSIDE_WINDOW),
+    (replace(obs(replace(OWNED, deleting=True), release=MINE), **CLOSED), Action.OUTSIDE_WINDOW),
+    (replace(obs(SYNCED), **CLOSED), Action.OUTSIDE_WINDOW),  # applied, then deleted by hand
+    # a new Tenant's first install goes ahead, unless the flag says otherwise
+    (replace(obs(), **CLOSED), Action.INSTALL),
+    (replace(obs(), **CLOSED, window_first_install=False), Action.OUTSIDE_WINDOW),
+    # what starts nothing is not held
+    (replace(obs(SYNCED, release=DEPLOYED), **CLOSED), Action.SKIP),
+    (replace(obs(replace(TENANT, paused=True)), **CLOSED), Action.PAUSE),
+    # the window open (or none): as always
+    (obs(OLD, release=DEPLOYED), Action.UPGRADE),
+])
+def test_a_closed_maintenance_window_holds_what_would_change_the_cluster(
+        observation: Observation, action: Action) -> None:
+    decided = plan(observation)
+    assert decided.action is action
+    if action is Action.OUTSIDE_WINDOW:
+        assert decided.reason == "OutsideMaintenanceWindow"
+        assert decided.message.endswith("maintenance window of cluster c1 (0 22 * * 1-5 6h "
+                                        "Europe/Berlin); the next one opens at "
+                                        "2026-11-27T21:00:00Z")

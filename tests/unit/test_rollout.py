@@ -110,6 +110,25 @@ def test_deadline_counts_as_failed() -> None:
     assert s.phase == HALTED and "deadline" in s.message
 
 
+def test_the_deadline_counts_only_the_time_a_clusters_window_was_open() -> None:
+    # open in the first minute of every hour, UTC; the wave starts at 10:00:30
+    hourly = dataclasses.replace(TODO, window="0 * * * * 1m")
+    begun = 1_795_860_030.0  # 2026-11-28 10:00:30 UTC
+    s = start("t1", "2.0.0", ["c"], POLICY, now=begun)
+    # 2 hours on: 30 s + 60 s + 60 s of window time, more than the 100 s deadline
+    assert evaluate(s, {"c": hourly}, POLICY, now=begun + 7200).phase == HALTED
+    # 1 hour on: 30 s + 60 s, within it: the wave waits for the window
+    waiting = evaluate(s, {"c": hourly}, POLICY, now=begun + 3600)
+    assert waiting.phase == PROGRESSING, waiting.message
+    # without a window the same hour is past the deadline
+    assert evaluate(s, {"c": TODO}, POLICY, now=begun + 3600).phase == HALTED
+    # a window in a publication is read back, and a malformed one is no publication
+    published = read_publication(publication("t1", hourly), "t1")
+    assert published == hourly
+    assert read_publication(publication("t1", hourly).replace('"0 * * * * 1m"', "3"),
+                            "t1") == DOWN
+
+
 def test_unreachable_clusters_are_skipped_not_blocking() -> None:
     s = start("t1", "2.0.0", ["a", "b", "c"], POLICY, now=0)
     s = evaluate(s, {"c": OK, "a": DOWN, "b": OK}, POLICY, now=1)

@@ -175,10 +175,11 @@ def test_run_help_groups_flags_by_topic() -> None:
     sections = [line for line in out.splitlines() if line.endswith(" options:")]
     assert sections == ["chart options:", "clusters and discovery options:",
                         "watch cluster options:", "Tenants and namespaces options:",
-                        "reconcile options:", "helm options:", "progressive rollout options:",
+                        "reconcile options:", "helm options:",
+                        "progressive rollout and maintenance windows options:",
                         "leader election, sharding and shutdown options:",
                         "logs, health and metrics options:"]
-    helm = out.split("helm options:", 1)[1].split("progressive rollout options:", 1)[0]
+    helm = out.split("helm options:", 1)[1].split("progressive rollout", 1)[0]
     assert "--helm-timeout" in helm and "--chart-repo" not in helm
 
 
@@ -195,3 +196,11 @@ def test_the_pods_namespace_and_server_come_from_the_environment_given() -> None
                      "--chart-version", "1.0.0"], {})
     assert (bare.pod_namespace, bare.pod_server) == ("", "")
     assert "ops" not in bare.reserved_namespaces
+
+
+def test_a_bad_maintenance_window_is_refused_at_start() -> None:
+    base = ["--chart-repo", "https://c.example", "--chart-name", "x", "--chart-version", "1.0.0"]
+    assert settings([*base, "--maintenance-window", "0 22 * * 1-5 6h Europe/Berlin"],
+                    {}).maintenance_window == "0 22 * * 1-5 6h Europe/Berlin"
+    with pytest.raises(SettingsError, match="invalid --maintenance-window: .*unknown time zone"):
+        settings([*base, "--maintenance-window", "0 22 * * * 1h Nowhere/Town"], {})

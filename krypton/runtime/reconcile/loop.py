@@ -25,7 +25,7 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 
 # no Resumed with these: they do not act on the Tenant
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL, Action.DROP_FINALIZER,
-         Action.ADD_FINALIZER}
+         Action.ADD_FINALIZER, Action.OUTSIDE_WINDOW}
 
 Act = Callable[[ClusterRuntime, Pass], Awaitable[Report]]
 ACTIONS: dict[Action, Act] = {
@@ -34,6 +34,7 @@ ACTIONS: dict[Action, Act] = {
     Action.HOLD: reports.hold, Action.SKIP: reports.skip, Action.ANNOTATE: reports.annotate,
     Action.AWAIT_READY: reports.await_ready, Action.UNHEALTHY: reports.unhealthy,
     Action.BACKOFF: reports.backoff, Action.STALLED: reports.stalled,
+    Action.OUTSIDE_WINDOW: reports.outside_window,
     Action.REVERT: revert.revert, Action.ADD_FINALIZER: reports.add_finalizer,
     Action.UNINSTALL: uninstall.uninstall, Action.DROP_FINALIZER: uninstall.drop_finalizer,
     **{a: install.helm for a in (Action.INSTALL, Action.UPGRADE, Action.UNINSTALL_THEN_INSTALL,

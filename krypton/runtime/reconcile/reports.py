@@ -74,6 +74,15 @@ async def not_targeted(rt: ClusterRuntime, p: Pass) -> Report:
 
 
 
+async def outside_window(rt: ClusterRuntime, p: Pass) -> Report:
+    """The cluster's maintenance window is closed (F8): say until when, look again when it
+    opens."""
+    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
+                  event=("Normal", p.plan.reason, p.plan.message),
+                  outcome=Outcome(requeue_after=p.obs.window_wait + 1.0, reason=p.plan.reason))
+
+
+
 async def backoff(rt: ClusterRuntime, p: Pass) -> Report:
     """The target failed before and its next attempt is not due (R18): the status
     already says so; nothing is written, the key comes back when the attempt is due."""

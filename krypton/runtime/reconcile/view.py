@@ -35,11 +35,13 @@ from krypton.decisions.model import (
     TenantKey,
     TenantView,
     release_name,
+    rfc3339,
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Action, Need, Plan, admission, plan
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
+from krypton.decisions.windows import Window
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile.memory import Memory
 from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view
@@ -63,6 +65,7 @@ class ClusterView:
     releases: ReleaseIndex
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
+    window: Window | None = None  # the cluster's maintenance window (None: always open)
     # what is remembered of each Tenant between passes (one record each)
     memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
@@ -251,6 +254,8 @@ class ClusterView:
             # helm run made, with the fingerprint it applied, is what is recorded, not drift.
             view = dataclasses.replace(view, applied_revision=ours[0],
                                        recorded_fingerprint=ours[1])
+        now = time.time()
+        is_open, opens = self.window.state(now) if self.window else (True, now)
         return Observation(
             cluster=self.name,
             tenant=view,
@@ -271,6 +276,10 @@ class ClusterView:
             retry_wait=min(_until(applied.get("nextAttemptTime")),
                            retry.helm_failure(self.settings.retry_backoff_max).longest),
             max_retries=self.settings.max_retries,
+            window="" if is_open or self.window is None else self.window.text,
+            window_opens="" if is_open else rfc3339(opens),
+            window_wait=0.0 if is_open else opens - now,
+            window_first_install=self.settings.maintenance_window_first_install,
         )
 
 
