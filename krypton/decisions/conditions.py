@@ -67,6 +67,12 @@ def apply(
     return sorted(by_type.values(), key=lambda c: str(c["type"]))
 
 
+def holds(obj: Mapping[str, Any], type_: str, reason: str) -> bool:
+    """Whether the object's condition `type_` is True with `reason`."""
+    return any(c.get("type") == type_ and c.get("status") == "True" and c.get("reason") == reason
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 def remove(conditions: Iterable[Mapping[str, Any]], types: Iterable[str]) -> list[Condition]:
     gone = set(types)
     return [dict(c) for c in conditions if c["type"] not in gone]

@@ -65,6 +65,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from krypton.decisions import retry
 from krypton.decisions.health import UNHEALTHY, WAITING
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
@@ -212,7 +213,7 @@ def _braked(obs: Observation, decided: Plan) -> Plan:
     assert isinstance(chart, ChartTarget)
     if t.failures <= 0 or t.failed_target != attempt_target(chart.fingerprint, t):
         return decided
-    if t.failures > obs.max_retries:
+    if retry.exhausted(t.failures, obs.max_retries):
         if t.error is not None and t.error[0] == "RetriesExhausted":
             message = t.error[1]  # as the run that exhausted the budget said it
         else:
@@ -408,14 +409,21 @@ def _namespace_rules(obs: Observation, creates: bool = False) -> Plan | None:
     t = obs.tenant
     if obs.namespace is NamespaceState.UNKNOWN and not creates:
         return Plan(Need.OBSERVE_NAMESPACE, "ObserveNamespace", "look up the namespace")
-    if obs.namespace is NamespaceState.CONFLICT:
-        return Plan(Action.BLOCKED, "NamespaceConflict",
-                    f"namespace {t.key.name!r} is owned by Tenant {obs.namespace_owner}",
-                    permanent=True)
-    if obs.namespace is NamespaceState.UNMANAGED and not obs.adopt_namespaces:
-        return Plan(Action.BLOCKED, "NamespaceConflict",
-                    f"namespace {t.key.name!r} exists and was not created by krypton "
-                    "(--adopt-namespaces allows taking it over)", permanent=True)
+    why = namespace_refusal(t.key.name, obs.namespace, obs.namespace_owner,
+                            obs.adopt_namespaces)
+    return None if why is None else Plan(Action.BLOCKED, "NamespaceConflict", why, permanent=True)
+
+
+def namespace_refusal(name: str, state: NamespaceState, owner: str | None,
+                      adopt: bool) -> str | None:
+    """Why the existing namespace `name` is not the Tenant's to install into (R5, R16):
+    another Tenant's, or not krypton's and not to be adopted; None when it may be used. The
+    planner's rule, and the install's when its create finds the namespace there."""
+    if state is NamespaceState.CONFLICT:
+        return f"namespace {name!r} is owned by Tenant {owner}"
+    if state is NamespaceState.UNMANAGED and not adopt:
+        return (f"namespace {name!r} exists and was not created by krypton "
+                "(--adopt-namespaces allows taking it over)")
     return None
 
 

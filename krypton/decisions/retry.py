@@ -57,6 +57,11 @@ RECONCILE = Policy(first=1.0, cap=300.0)
 HELM_FIRST_RETRY = 10.0
 
 
+def exhausted(failures: int, max_retries: int) -> bool:
+    """More failures of one target than --max-retries: the release is stalled (R18)."""
+    return failures > max_retries
+
+
 def helm_failure(cap: float) -> Policy:
     return Policy(first=min(HELM_FIRST_RETRY, cap), cap=cap, jitter=0.1)
 

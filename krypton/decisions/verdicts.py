@@ -101,4 +101,4 @@ def failed_attempt(previous: int, same_target: bool, *, max_retries: int,
     when the target changed)."""
     failures = (previous if same_target else 0) + 1
     return Attempt(failures, retry.helm_failure(backoff_max).delay(failures),
-                   failures > max_retries)
+                   retry.exhausted(failures, max_retries))

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
+from krypton.decisions import conditions as cond
 from krypton.decisions import crd
 from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError, NotFound
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
@@ -128,12 +129,9 @@ class ClusterHealth:
         phases = [(t.get("status") or {}).get("phase") for t in list(store.values())]
         metrics.TENANTS_READY.labels(self.name).set(phases.count("Ready"))
         metrics.TENANTS_ERROR.labels(self.name).set(phases.count("Error"))
-        stalled = f"ClusterError/{self.name}"
+        error = cond.cluster_type(cond.ERROR, self.name)
         metrics.RELEASES_STALLED.labels(self.name).set(sum(
-            any(c.get("type") == stalled and c.get("status") == "True"
-                and c.get("reason") == "RetriesExhausted"
-                for c in (t.get("status") or {}).get("conditions") or [])
-            for t in list(store.values())))
+            cond.holds(t, error, "RetriesExhausted") for t in list(store.values())))
         metrics.QUEUE_DEPTH.labels(self.name).set(queued)
         open_ = rt.window is None or rt.window.state(time.time())[0]
         metrics.WINDOW_OPEN.labels(self.name).set(1 if open_ else 0)

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
+from krypton.decisions import conditions as cond
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.model import TenantKey
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
@@ -88,7 +89,7 @@ class Consumer:
         """A release in `namespace` changed (or went): its Tenant is looked at, and when one
         went, the Tenants refused for SharedObjects (it may have owned what they need)."""
         self.release_changes += 1
-        refused = f"ClusterError/{self.name}"
+        refused = cond.cluster_type(cond.ERROR, self.name)
         if not gone:
             if rt.own_release_change(namespace, release):
                 return  # its own helm run's records: that pass tells the outcome
@@ -98,10 +99,7 @@ class Consumer:
         for (ns, name), tenant in list(rt.tenants.items()):
             if name == namespace:
                 self.queue.add(TenantKey(ns, name), urgent=False)
-            elif any(
-                    c.get("type") == refused and c.get("reason") == "SharedObjects"
-                    and c.get("status") == "True"
-                    for c in (tenant.get("status") or {}).get("conditions") or []):
+            elif cond.holds(tenant, refused, "SharedObjects"):
                 # the release that went may have owned what this Tenant was refused
                 self.queue.add(TenantKey(ns, name), urgent=True)
 

@@ -8,6 +8,7 @@ from krypton.decisions.conditions import (
     SUMMARY_MESSAGE_LIMIT,
     Change,
     apply,
+    holds,
     phase,
     servable,
     summarize,
@@ -130,3 +131,13 @@ def test_the_summary_message_is_one_short_line() -> None:
 def test_a_phase_an_older_crd_rejects_is_written_as_pending(
         phase_: str, accepted: frozenset[str] | None, expected: str) -> None:
     assert servable(phase_, accepted) == expected
+
+
+def test_holds_is_a_true_condition_with_that_reason() -> None:
+    tenant = {"status": {"conditions": [
+        {"type": "ClusterError/c1", "status": "True", "reason": "SharedObjects"},
+        {"type": "ClusterError/c2", "status": "False", "reason": "SharedObjects"}]}}
+    assert holds(tenant, "ClusterError/c1", "SharedObjects")
+    assert not holds(tenant, "ClusterError/c2", "SharedObjects")  # not True
+    assert not holds(tenant, "ClusterError/c1", "RetriesExhausted")  # another reason
+    assert not holds({}, "ClusterError/c1", "SharedObjects")

@@ -37,7 +37,7 @@ from krypton.decisions.model import (
     ReleaseStatus,
     TenantKey,
 )
-from krypton.decisions.planner import INSTALLING, Action, announced
+from krypton.decisions.planner import INSTALLING, Action, announced, namespace_refusal
 from krypton.decisions.records import Trust, Use
 from krypton.decisions.verdicts import Verdict
 from krypton.runtime.reconcile import history, look, reports, status
@@ -268,6 +268,7 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
     as it is."""
     labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: f"{key.namespace}.{key.name}"[:63]}
     annotations = {OWNER_ANNOTATION: str(key)}
+    owner: str | None = None  # another Tenant's, found when the create finds the namespace
     if state is NamespaceState.ABSENT or (state is NamespaceState.UNKNOWN and first):
         try:
             await rt.kube.create_namespace(key.name, labels, annotations)
@@ -292,18 +293,15 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
                                      reason="NamespaceTerminating") from None
             if state is NamespaceState.OWNED:
                 return
-            if state is NamespaceState.CONFLICT:
-                raise NamespaceNotOwned(
-                    f"namespace {key.name!r} is owned by Tenant {owner}") from None
             if state is NamespaceState.ABSENT:
                 if isinstance(exc, Forbidden):
                     raise
                 raise TemporaryError(f"namespace {key.name!r} went again while it was being "
                                      "created; trying again") from None
+    why = namespace_refusal(key.name, state, owner, rt.settings.adopt_namespaces)
+    if why is not None:
+        raise NamespaceNotOwned(why)
     if state is NamespaceState.UNMANAGED:
-        if not rt.settings.adopt_namespaces:
-            raise NamespaceNotOwned(f"namespace {key.name!r} exists and was not created by "
-                                    "krypton (--adopt-namespaces allows taking it over)")
         annotations[ADOPTED_ANNOTATION] = "true"  # adopted namespaces are never deleted
         await rt.kube.patch_namespace(
             key.name, {"metadata": {"labels": labels, "annotations": annotations}})
