@@ -184,17 +184,10 @@ def resolve(spec: str, available: Iterable[str]) -> str:
     Raises VersionInvalid for a malformed spec and VersionNotFound when nothing matches.
     """
     constraint = parse_constraint(spec)
-    best: tuple[semver.Version, str] | None = None
-    for text in available:
-        try:
-            version = parse_version(text)
-        except VersionInvalid:
-            continue
-        if constraint.allows(version) and (best is None or version > best[0]):
-            best = (version, text)
-    if best is None:
+    found = _newest(available, constraint.allows)
+    if not found:
         raise VersionNotFound(f"no version matching {spec!r}")
-    return best[1]
+    return found
 
 
 def newer_than(version: str, available: Iterable[str]) -> str:
@@ -205,14 +198,19 @@ def newer_than(version: str, available: Iterable[str]) -> str:
         current = parse_version(version)
     except VersionInvalid:
         return ""
+    return _newest(available, lambda v: v > current and
+                   (not v.prerelease or bool(current.prerelease)))
+
+
+def _newest(available: Iterable[str], wanted: Callable[[semver.Version], bool]) -> str:
+    """The newest version in `available` that is `wanted`, as spelled there ("": none); what
+    is not a version is left out."""
     best: tuple[semver.Version, str] | None = None
     for text in available:
         try:
-            candidate = parse_version(text)
+            version = parse_version(text)
         except VersionInvalid:
             continue
-        if candidate.prerelease and not current.prerelease:
-            continue
-        if candidate > current and (best is None or candidate > best[0]):
-            best = (candidate, text)
+        if wanted(version) and (best is None or version > best[0]):
+            best = (version, text)
     return "" if best is None else best[1]

@@ -177,8 +177,10 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     rt.memory.of(key).retry = None
     rt.publish(key, p.release, chart)
     rt.memory.of(key).gone = ()
-    recorded: dict[str, Any] = {"applied": applied, "last_chart": chart.ref, "fingerprint": chart.fingerprint,
-                "ran": (f"{verb}Complete", message)}
+    # the record of the run, and the fingerprint annotation the commit writes before it
+    recorded: dict[str, Any] = {"applied": applied, "last_chart": chart.ref,
+                                "fingerprint": chart.fingerprint,
+                                "ran": (f"{verb}Complete", message)}
     waiting = None if rt.settings.helm_wait else await look.not_ready(
         rt, key, p.release, namespace, str(result.get("manifest") or ""))
     if waiting is not None:

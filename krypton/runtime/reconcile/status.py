@@ -70,11 +70,11 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
     return outcome
 
 
-async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change], log: Any, *,
-                 event: tuple[str, str, str] | None = None,
-                 applied: dict[str, Any] | None = None,
-                 last_chart: str | None = None,
-                 chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
+async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
+                       log: Any, *, event: tuple[str, str, str] | None = None,
+                       applied: dict[str, Any] | None = None,
+                       last_chart: str | None = None,
+                       chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
     """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
     Returns the Tenant as the server now has it and whether it was written."""
     key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
