@@ -109,6 +109,12 @@ def test_over_a_registry_with_tls_and_credentials(fleet: Fleet, registry: OciReg
     assert (row["action"], row["chart_version"]) == \
         ("skip", f"0.2.1@{second[:19]} -> 0.2.1@{second[:19]}"), planned.stdout
 
+    # a newer version outside the range is noticed from the registry's tags, not taken (F8)
+    registry.push(package(fleet.testbin / "helm", tmp_path, "0.3.0"))
+    wait_for(lambda: applied(fleet.home, fleet, t).get("newerVersion") == "0.3.0", 60,
+             what="the update notice")
+    assert applied(fleet.home, fleet, t)["chartVersion"] == "0.2.1"
+
     # wrong credentials: the registry is named, the password is nowhere (the suite's scan)
     fleet.home.core.patch_namespaced_secret("registry-creds", fleet.discovery_ns, {
         "data": {"password": base64.b64encode(b"pw-wrong-credential").decode()}})
