@@ -22,7 +22,7 @@ from krypton.decisions.errors import KryptonError
 from krypton.decisions.options import duration
 
 ALWAYS = "always"
-SEARCH = 4000  # window openings looked through at most, by any one question
+SEARCH = 1000  # window openings looked through at most, by any one question
 
 
 class WindowInvalid(KryptonError):

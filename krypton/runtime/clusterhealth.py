@@ -133,8 +133,7 @@ class ClusterHealth:
         metrics.RELEASES_STALLED.labels(self.name).set(sum(
             cond.holds(t, error, "RetriesExhausted") for t in list(store.values())))
         metrics.QUEUE_DEPTH.labels(self.name).set(queued)
-        open_ = rt.window is None or rt.window.state(time.time())[0]
-        metrics.WINDOW_OPEN.labels(self.name).set(1 if open_ else 0)
+        metrics.WINDOW_OPEN.labels(self.name).set(1 if rt.window_state(time.time())[0] else 0)
         if rt.readiness is not None:
             metrics.WORKLOADS_FOLLOWED.labels(self.name).set(rt.readiness.followed())
 

@@ -68,3 +68,30 @@ def test_a_bad_window_says_what_is_wrong(text: str, problem: str) -> None:
     with pytest.raises(WindowInvalid, match="maintenance window") as caught:
         parse(text)
     assert problem in str(caught.value)
+
+
+def test_a_clusters_window_is_worked_out_again_only_when_it_changes() -> None:
+    """Every pass asks whether its cluster's window is open: the answer holds until the
+    time it gives, and only then is the cron expression looked through again."""
+    from types import SimpleNamespace
+
+    from krypton.runtime.reconcile.view import ClusterView
+
+    window = parse("0 22 * * 1-5 6h Europe/Berlin")
+    assert window is not None
+    asked: list[float] = []
+
+    def state(now: float) -> tuple[bool, float]:
+        asked.append(now)
+        return window.state(now)
+
+    view = SimpleNamespace(window=SimpleNamespace(state=state), _window_seen=None)
+    friday = at("2026-11-27T12:00:00+01:00")
+    for minutes in range(0, 600, 10):  # 12:00 to 21:50: closed, opening at 22:00
+        assert ClusterView.window_state(view, friday + 60 * minutes) == \
+            (False, at("2026-11-27T22:00:00+01:00"))  # type: ignore[arg-type]
+    assert ClusterView.window_state(view, at("2026-11-27T22:00:00+01:00")) == \
+        (True, at("2026-11-28T04:00:00+01:00"))  # type: ignore[arg-type]
+    assert len(asked) == 2
+    assert ClusterView.window_state(SimpleNamespace(window=None), friday) == \
+        (True, friday)  # type: ignore[arg-type]

@@ -66,6 +66,8 @@ class ClusterView:
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
     window: Window | None = None  # the cluster's maintenance window (None: always open)
+    # its state as last worked out: (at, open, when that changes); valid until it changes
+    _window_seen: tuple[float, bool, float] | None = field(default=None, init=False, repr=False)
     # what is remembered of each Tenant between passes (one record each)
     memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
@@ -203,6 +205,16 @@ class ClusterView:
             raise AssertionError(f"plan still needs {decided.action.value} after {LOOKUPS} looks")
         return obs, decided
 
+    def window_state(self, now: float) -> tuple[bool, float]:
+        """Whether the maintenance window is open at `now` and when that changes (always
+        open without one), worked out again only once it has changed: every pass asks."""
+        if self.window is None:
+            return True, now
+        seen = self._window_seen
+        if seen is None or not seen[0] <= now < seen[2]:
+            seen = self._window_seen = (now, *self.window.state(now))
+        return seen[1], seen[2]
+
     def _since_applied(self, key: TenantKey, text: Any) -> float | None:
         """Seconds since the helm run that applied the release, from the status; where the
         status has no time (a cached Tenant the run's own status write has not reached, a
@@ -255,7 +267,7 @@ class ClusterView:
             view = dataclasses.replace(view, applied_revision=ours[0],
                                        recorded_fingerprint=ours[1])
         now = time.time()
-        is_open, opens = self.window.state(now) if self.window else (True, now)
+        is_open, opens = self.window_state(now)
         return Observation(
             cluster=self.name,
             tenant=view,
