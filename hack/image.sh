@@ -107,13 +107,6 @@ main() {
   (cd "${ROOT}" && git ls-files -z krypton | grep -zv '^krypton/testing/' | \
     xargs -0 cp --parents --no-preserve=mode,ownership -t "${lib}")
   rm -rf "${lib:?}/bin"  # scripts naming the build machine's Python
-  # krypton builds its own requests and reads plain JSON (krypton/adapters/kubeapi.py): the
-  # generated API classes and models of the kubernetes package (about 120 MB with their
-  # compiled forms) are never imported; their packages stay, empty, for the lazy imports.
-  local client
-  for client in kubernetes/client kubernetes/aio/client; do
-    find "${lib}/${client}/api" "${lib}/${client}/models" -name '*.py' ! -name '__init__.py' -delete
-  done
   # compiled once here (the root filesystem is read-only in the pod), checked by hash
   chroot "${rootfs}" /usr/bin/python3 -m compileall -q -j 1 \
     --invalidation-mode checked-hash /opt/krypton/lib >/dev/null

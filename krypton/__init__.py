@@ -3,8 +3,8 @@ Tenant on a fleet of clusters.
 
 Layers (enforced by import-linter, see pyproject.toml): pure decisions (`fingerprint`,
 `versions`, `planner`, `conditions`, `model`, `kubeconfig`, `discovery`) below the I/O
-modules (`kube` is the only user of the `kubernetes` client, `helm` the only user of
-`pyhelm3`), below the orchestration (`reconciler`, `worker`, `fleet`, `app`).
+modules (`kubeapi` and `kube`, krypton's own client of the Kubernetes API; `helm`, the only
+user of `pyhelm3`), below the orchestration (`reconciler`, `worker`, `fleet`, `app`).
 """
 
 __version__ = "0.1.0"

@@ -26,8 +26,10 @@ from typing import Any
 
 import structlog
 import yaml
+from pyhelm3 import errors as helm_errors
+from pyhelm3.command import CHART_NOT_FOUND, Command
 
-from krypton.adapters import metrics, packages
+from krypton.adapters import metrics
 from krypton.decisions import conflicts, safeyaml
 from krypton.decisions.errors import (
     ChartNotLoaded,
@@ -40,10 +42,6 @@ from krypton.decisions.errors import (
     VersionNotFound,
 )
 from krypton.decisions.versions import parse_version
-
-packages.without_init("pyhelm3")  # its command and errors only, not its client and models
-from pyhelm3 import errors as helm_errors  # noqa: E402
-from pyhelm3.command import CHART_NOT_FOUND, Command  # noqa: E402
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
 _log = structlog.get_logger("krypton.helm")

@@ -8,7 +8,6 @@ import asyncio
 import datetime as dt
 import hashlib
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 from krypton.adapters.kubeapi import (
@@ -54,7 +53,7 @@ class Kube(Transport):
                     return f"uid:{ns['metadata']['uid']}"
             except Forbidden:
                 pass
-        ca = Path(self.config.ssl_ca_cert).read_bytes() if self.config.ssl_ca_cert else b""
+        ca = self.config.ca_pem
         return f"server:{self.config.host}|{hashlib.sha256(ca).hexdigest()}"
 
     async def get_crd(self) -> Obj | None:

@@ -1,34 +1,41 @@
-"""The only module that imports `kubernetes`: a cluster's client configuration and transport.
+"""One cluster's API over HTTP: how krypton reaches it (:class:`ClientConfig`) and its
+transport (:class:`Transport`).
 
-Every cluster gets its own ``ApiClient`` of ``kubernetes.aio`` (one aiohttp session), built
-from a validated kubeconfig, never the library's process-wide default configuration (it
-silently leaks between clusters). Certificate material is written to a per-cluster directory
-(mode 0700/0600) that the owner removes on disengage.
+krypton speaks to API servers with aiohttp, on the event loop, and builds its own requests:
+every cluster gets its own connection pool, TLS context and credentials, built from a
+validated kubeconfig (:mod:`krypton.decisions.kubeconfig`), never from a process-wide
+default. Certificate files for the TLS context are written to a per-cluster directory
+(mode 0700/0600) that the owner removes on disengage. Credentials are asked for before each
+request: a fixed token, the pod's service-account token read again as it rotates, or a
+trusted exec credential plugin's token, kept until it is nearly over
+(:mod:`krypton.adapters.execcredentials`).
 
-All I/O runs on the event loop: no thread per watch, no executor for requests, so a cluster
-that never answers holds nothing but its own coroutine for at most ``timeout`` seconds.
-Requests go through :meth:`Transport.request`, which reads the body as JSON into plain dicts and
-translates every failure into krypton's error types, so callers never see the client's
-exceptions.
+No thread per watch, no executor for requests, so a cluster that never answers holds nothing
+but its own coroutine for at most ``timeout`` seconds. :meth:`Transport.request` reads the
+body as JSON into plain dicts and translates every failure into krypton's error types.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import json
 import os
+import ssl
+import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
+import aiohttp
 import structlog
-import yaml
 
 from krypton import __version__
-from krypton.adapters import metrics, packages, tlsconn
+from krypton.adapters import metrics
+from krypton.adapters.execcredentials import ExecCredentials
 from krypton.adapters.http import read_answer
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.errors import (
@@ -43,20 +50,8 @@ from krypton.decisions.errors import (
     SettingsError,
     TemporaryError,
 )
+from krypton.decisions.execplugins import PluginAccess
 from krypton.decisions.model import GROUP, PLURAL, VERSION
-
-tlsconn.install()  # less memory per TLS connection (see tlsconn)
-import aiohttp  # noqa: E402
-
-# The asyncio client's modules only, and of its configuration loaders the in-cluster one:
-# the kubeconfig loader needs the generated API client, which brings pydantic and dateutil
-# (about 8 MiB and 0.15 s of CPU at every start); it is imported when a kubeconfig needs it.
-packages.without_init("kubernetes", "kubernetes.aio", "kubernetes.aio.config")
-from kubernetes.aio.client.configuration import Configuration  # noqa: E402
-from kubernetes.aio.client.exceptions import ApiException  # noqa: E402
-from kubernetes.aio.client.rest import RESTClientObject  # noqa: E402
-from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
-from kubernetes.aio.config.incluster_config import load_incluster_config  # noqa: E402
 
 Obj = dict[str, Any]
 EventHandler = Callable[[str, Obj], None]
@@ -70,7 +65,7 @@ PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge an
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Limits:
     """How much of a cluster's answers krypton takes, in bytes as they arrive (issue 46): an
     engaged cluster's API server is someone else's. The largest object etcd stores is about
@@ -126,6 +121,89 @@ def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
 
+class Credentials(Protocol):
+    async def authorization(self) -> str:
+        """The Authorization header of the next request, "" for none."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """A fixed Authorization header: a kubeconfig's token, or username and password."""
+
+    value: str = ""
+
+    async def authorization(self) -> str:
+        return self.value
+
+
+MAX_TOKEN_FILE = 64 << 10  # bytes read of a token file
+
+
+class TokenFile:
+    """A bearer token from a file, read again once a minute: a projected service-account
+    token is rotated on disk (client-go reads it as often). A read that fails keeps the
+    token read before, if there is one."""
+
+    REREAD = 60.0
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._token = ""
+        self._read_at = float("-inf")
+
+    async def authorization(self) -> str:
+        now = time.monotonic()
+        if now - self._read_at >= self.REREAD:
+            try:
+                with open(self.path, "rb") as f:
+                    self._token = f.read(MAX_TOKEN_FILE).decode().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                if not self._token:
+                    raise ClusterUnreachable(f"cannot read the token file {self.path}: "
+                                             f"{type(exc).__name__}") from None
+            self._read_at = now
+        return f"Bearer {self._token}" if self._token else ""
+
+
+@dataclasses.dataclass
+class ClientConfig:
+    """How krypton reaches one cluster's API: where, over which TLS, as whom."""
+
+    host: str
+    ssl: ssl.SSLContext | bool = True  # True: the system's CAs
+    credentials: Credentials = dataclasses.field(default_factory=Header)
+    ca_pem: bytes = b""  # "" when the system's CAs are trusted
+    cert_file: str | None = None
+    key_file: str | None = None
+    tls_server_name: str | None = None
+
+    @property
+    def token(self) -> str:
+        """The fixed bearer token it sends, "" when it sends none or another kind."""
+        header = self.credentials.value if isinstance(self.credentials, Header) else ""
+        scheme, _, token = header.partition(" ")
+        return token if scheme == "Bearer" else ""
+
+
+def tls_context(ca_pem: bytes, cert_file: str | None, key_file: str | None, *,
+                verify: bool = True) -> ssl.SSLContext:
+    """A client TLS context trusting `ca_pem` (the system's CAs when empty), presenting the
+    client certificate of `cert_file` and `key_file`; ValueError or OSError when they
+    cannot be loaded."""
+    if not verify:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif ca_pem:
+        ctx = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+    else:
+        ctx = ssl.create_default_context()
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
 def _private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)
@@ -139,100 +217,77 @@ def _write_private(path: Path, data: bytes) -> str:
     return str(path)
 
 
-def _kube_config() -> Any:
-    """The client library's kubeconfig loader (``kubernetes.aio.config.kube_config``),
-    imported on first use: it brings the generated API client, pydantic and dateutil."""
-    from kubernetes.aio.config import kube_config
-
-    return kube_config
-
-
-async def configuration_for(kc: kubeconfigs.Kubeconfig, workdir: Path, *,
-                            trust: bool = False) -> Configuration:
-    """A client Configuration for a validated kubeconfig; cert files go into `workdir`."""
-    _private_dir(workdir)
-    if kc.uses_plugins_or_files:
-        if not trust:
-            raise ValueError("kubeconfig with plugins or files needs trust")
-        cfg = Configuration()
-        loader = _kube_config().KubeConfigLoader(config_dict=kc.config, active_context=kc.context,
-                                                 temp_file_path=str(workdir))
-        await loader.load_and_set(cfg)
-        return cfg
-    cfg = Configuration(host=kc.server)
-    cfg.verify_ssl = not kc.insecure
-    if kc.ca_pem:
-        cfg.ssl_ca_cert = _write_private(workdir / "ca.crt", kc.ca_pem)
-    if kc.cert_pem and kc.key_pem:
-        cfg.cert_file = _write_private(workdir / "client.crt", kc.cert_pem)
-        cfg.key_file = _write_private(workdir / "client.key", kc.key_pem)
+def _authorization(kc: kubeconfigs.Kubeconfig, ca_pem: bytes, name: str,
+                   base: Path) -> Credentials:
+    if kc.plugin is not None:
+        plugin = kc.plugin
+        if "/" in plugin.command:  # as kubectl: a relative path from the kubeconfig's directory
+            plugin = dataclasses.replace(plugin, command=str(base / plugin.command))
+        return ExecCredentials(PluginAccess(kc.server, ca_pem, plugin), name)
+    if kc.token_file:
+        return TokenFile(str(base / kc.token_file))
     if kc.token:
-        cfg.api_key = {"authorization": f"Bearer {kc.token}"}
-    elif kc.username and kc.password:
-        cfg.username, cfg.password = kc.username, kc.password
-        cfg.api_key = {"authorization": str(cfg.get_basic_auth_token())}
-    if kc.tls_server_name:
-        cfg.tls_server_name = kc.tls_server_name
-    return cfg
+        return Header(f"Bearer {kc.token}")
+    if kc.username and kc.password:
+        pair = f"{kc.username}:{kc.password}".encode("latin-1")
+        return Header(f"Basic {base64.b64encode(pair).decode()}")
+    return Header()
 
 
-async def configuration_from_file(path: str, context: str | None = None, *,
-                                  what: str = "kubeconfig",
-                                  workdir: Path | None = None) -> Configuration:
-    """Configuration from a kubeconfig file trusted by the operator's owner (watch cluster).
+async def configuration_for(kc: kubeconfigs.Kubeconfig, workdir: Path, *, trust: bool = False,
+                            name: str = "", base: Path | None = None) -> ClientConfig:
+    """The client configuration of a validated kubeconfig; its certificates go into
+    `workdir`. The files and plugin a trusted kubeconfig names (only with `trust`) are read
+    and run here, relative paths from `base` (the kubeconfig's directory)."""
+    if kc.uses_plugins_or_files and not trust:
+        raise ValueError("kubeconfig with plugins or files needs trust")
+    _private_dir(workdir)
+    base = base or Path.cwd()
+    ca = (base / kc.ca_file).read_bytes() if kc.ca_file else kc.ca_pem or b""
+    cert_file = key_file = None
+    if kc.cert_file or kc.cert_pem:
+        cert_file = str(base / kc.cert_file) if kc.cert_file else \
+            _write_private(workdir / "client.crt", kc.cert_pem or b"")
+        key_file = str(base / kc.key_file) if kc.key_file else \
+            _write_private(workdir / "client.key", kc.key_pem or b"")
+    return ClientConfig(host=kc.server, ssl=tls_context(ca, cert_file, key_file,
+                                                        verify=not kc.insecure),
+                        credentials=_authorization(kc, ca, name or kc.context, base),
+                        ca_pem=ca, cert_file=cert_file, key_file=key_file,
+                        tls_server_name=kc.tls_server_name)
 
-    With a `workdir`, a file that krypton's own checks (:mod:`krypton.decisions.kubeconfig`)
-    accept as self-contained, with its certificates and credentials inline, is set up as a
-    cluster Secret's is, its certificates written into `workdir`. Any other file (credential
-    plugins, file references, one those checks refuse) and every file without a `workdir`
-    goes through the client library's loader, as kubectl would read it.
+
+async def configuration_from_file(path: str, context: str | None = None, *, workdir: Path,
+                                  what: str = "kubeconfig") -> ClientConfig:
+    """Configuration from a kubeconfig file trusted by the operator's owner (the watch
+    cluster's, the CLI user's): its plugin and files are followed as kubectl would, relative
+    paths from the file's directory; certificates go into `workdir`.
 
     Raises SettingsError with one line when the file is missing, unreadable or unusable.
     """
     if not os.path.isfile(path):
         raise SettingsError(f"{what} {path} does not exist")
-    kc = _self_contained(path, context) if workdir is not None else None
-    cfg = Configuration()
-    try:
-        if kc is not None and workdir is not None:
-            return await configuration_for(kc, workdir, trust=True)
-        await _kube_config().load_kube_config(config_file=path, context=context or None,
-                                              client_configuration=cfg, persist_config=False)
-    except (ConfigException, OSError, ValueError, TypeError, AttributeError,
-            yaml.YAMLError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SettingsError(f"{what} {path} is not usable: {reason[:200]}") from exc
-    return cfg
-
-
-def _self_contained(path: str, context: str | None) -> kubeconfigs.Kubeconfig | None:
-    """The file reduced to `context` when krypton's checks accept it (as trusted) and it
-    needs no plugin and no other file; None for the library's loader to read it."""
     try:
         kc = kubeconfigs.parse(Path(path).read_bytes(), context=context or None, trust=True)
-    except (KubeconfigRejected, OSError):
+        return await configuration_for(kc, workdir, trust=True,
+                                       base=Path(path).resolve().parent)
+    except (KubeconfigRejected, OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SettingsError(f"{what} {path} is not usable: {reason[:200]}") from exc
+
+
+def configuration_in_cluster() -> ClientConfig | None:
+    """The pod's service-account configuration (its token read again as it rotates); None
+    outside a pod."""
+    server = kubeconfigs.service_server(os.environ)
+    if not server or not os.path.isfile(kubeconfigs.SA_TOKEN):
         return None
-    return None if kc.uses_plugins_or_files else kc
-
-
-def configuration_in_cluster() -> Configuration | None:
-    """The pod's service-account configuration; the token file is re-read as it rotates."""
     try:
-        cfg = Configuration()
-        load_incluster_config(client_configuration=cfg, try_refresh_token=True)
-        return cfg
-    except ConfigException:
+        ca = Path(kubeconfigs.SA_CA).read_bytes()
+        return ClientConfig(host=server, ssl=tls_context(ca, None, None), ca_pem=ca,
+                            credentials=TokenFile(kubeconfigs.SA_TOKEN))
+    except (OSError, ValueError, ssl.SSLError):
         return None
-
-
-def bearer_token(cfg: Configuration) -> str:
-    """The bearer token a configuration sends, "" when it sends none."""
-    for key in ("authorization", "BearerToken"):
-        value = str((cfg.api_key or {}).get(key) or "")
-        scheme, _, token = value.partition(" ")
-        if scheme.lower() == "bearer" and token:
-            return token
-    return ""
 
 
 def _path(*parts: str) -> str:
@@ -284,23 +339,20 @@ class Transport:
     """Requests, paged lists and watches of one cluster's API, bounded, with krypton's
     error types (the typed resource calls are :class:`krypton.adapters.kube.Kube`'s)."""
 
-    def __init__(self, cfg: Configuration, *, name: str, timeout: float = 30.0,
+    def __init__(self, cfg: ClientConfig, *, name: str, timeout: float = 30.0,
                  limits: Limits = ENGAGED) -> None:
-        cfg.connection_pool_maxsize = 16
-        cfg.retries = None  # retries are krypton's decision (work queue backoff), not the client's
-        # aiohttp's trust_env looks up the proxy variables and parses ~/.netrc on every
-        # request, in a thread: taken only when a proxy is configured in the environment
-        cfg.client_session_kwargs = {"trust_env": proxy_in_environment()}
         self.name = name
         self.timeout = timeout
         self.limits = limits
         self.config = cfg
-        self.rest = RESTClientObject(cfg)  # its connection pool, made on first use
+        self._pool: aiohttp.ClientSession | None = None  # made on first use
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
 
     async def close(self) -> None:
+        pool, self._pool = self._pool, None
         try:
-            await self.rest.close()
+            if pool is not None:
+                await pool.close()
         except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
             pass
 
@@ -308,18 +360,15 @@ class Transport:
                     body: Any = None, content_type: str | None = None,
                     accept: str = "application/json",
                     timeout: float | None = None) -> aiohttp.ClientResponse:
-        """One HTTP exchange on the client's connection pool, built here: the generated
-        client's layers (serialising the body through its models, building the URL and
-        headers) cost more CPU than the request itself. Credentials come from the
-        client configuration exactly as that client takes them (its refresh hooks run),
-        TLS from its SSL context."""
+        """One HTTP exchange on the cluster's connection pool, with its credentials and its
+        TLS context."""
         cfg = self.config
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if content_type or body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        bearer: dict[str, Any] = dict((await cfg.auth_settings()).get("BearerToken") or {})
-        if bearer.get("value"):
-            headers["Authorization"] = str(bearer["value"])
+        authorization = await cfg.credentials.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
         url = cfg.host + path
         params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
         if params:
@@ -333,16 +382,16 @@ class Transport:
             timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
-        """The connection pool, made on first use (in the event loop). It keeps no cookies,
-        as client-go keeps none: a server of a cluster krypton does not control could
-        otherwise grow the jar with every answer and see every cookie back, and each
-        request would pay for looking the jar through."""
-        rest = self.rest
-        if rest.pool_manager is None:
-            self.config.client_session_kwargs = {**(self.config.client_session_kwargs or {}),
-                                                 "cookie_jar": aiohttp.DummyCookieJar()}
-            rest.pool_manager = rest._create_pool_manager()
-        return rest.pool_manager  # type: ignore[no-any-return]
+        """The connection pool, made on first use (in the event loop): up to 16 connections.
+        It keeps no cookies, as client-go keeps none: a server of a cluster krypton does not
+        control could otherwise grow the jar with every answer and see every cookie back.
+        aiohttp's ``trust_env`` looks the proxy variables up and parses ~/.netrc on every
+        request, in a thread: taken only when the environment names a proxy."""
+        if self._pool is None:
+            self._pool = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=16, ssl=self.config.ssl),
+                cookie_jar=aiohttp.DummyCookieJar(), trust_env=proxy_in_environment())
+        return self._pool
 
     async def request(self, what: str, method: str, path: str, *, query: Query | None = None,
                       body: Any = None, content_type: str | None = None,
@@ -367,8 +416,6 @@ class Transport:
                     resp.release()
             except TRANSPORT_ERRORS as exc:
                 raise _transport_error(exc, what) from exc
-            except ApiException as exc:
-                raise ClusterUnreachable(f"{what}: {_short(str(exc.reason))}") from exc
             if resp.status != 429 or attempt == THROTTLED_RETRIES:
                 break
             # "Too many requests" (priority and fairness) or "storage is (re)initializing"

@@ -45,6 +45,9 @@ TENANT_RELEASE = Gauge(
     ["cluster", "namespace", "tenant", "release", "chart_version", "fingerprint",
      "newer_version"],
 )
+CREDENTIAL_PLUGIN_RUNS = Counter("krypton_credential_plugin_runs_total",
+                                 "Runs of a cluster's exec credential plugin, by result (ok, "
+                                 "failed)", ["cluster", "result"])
 WINDOW_OPEN = Gauge("krypton_cluster_maintenance_window_open",
                     "1 while the cluster's maintenance window is open (or it has none), 0 while "
                     "it is closed: no upgrade, revert or uninstall starts there", ["cluster"])
@@ -95,7 +98,7 @@ _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CL
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
                 ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS,
-                TENANT_RECORDS, WINDOW_OPEN)
+                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS)
 
 
 def forget_cluster(cluster: str) -> None:

@@ -15,7 +15,6 @@ import structlog
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import (
     HOME,
-    bearer_token,
     configuration_for,
     configuration_from_file,
     configuration_in_cluster,
@@ -219,13 +218,11 @@ def synthesize_kubeconfig(home: Kube) -> str:
 
     cfg = home.config
     cluster: dict[str, Any] = {"server": cfg.host}
-    if cfg.ssl_ca_cert:
-        cluster["certificate-authority-data"] = base64.b64encode(
-            Path(cfg.ssl_ca_cert).read_bytes()).decode()
+    if cfg.ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(cfg.ca_pem).decode()
     user: dict[str, Any] = {}
-    token = bearer_token(cfg)
-    if token:
-        user["token"] = token
+    if cfg.token:
+        user["token"] = cfg.token
     if cfg.cert_file and cfg.key_file:
         user["client-certificate-data"] = base64.b64encode(Path(cfg.cert_file).read_bytes()).decode()
         user["client-key-data"] = base64.b64encode(Path(cfg.key_file).read_bytes()).decode()

@@ -247,7 +247,6 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
 
 
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
-    import logging
 
     from krypton.app import log
     from krypton.cli import tools, view
@@ -255,7 +254,6 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     from krypton.decisions.printable import escape, escape_lines
 
     log.configure("console", "warning")
-    logging.getLogger("kubernetes").setLevel(logging.ERROR)
     try:
         if args.command == "status":
             return _status(args, settings)

@@ -5,7 +5,10 @@ self-contained: ``exec`` and ``auth-provider`` users and file references
 (``certificate-authority``, ``client-certificate``, ``client-key``, ``tokenFile``) are
 rejected, because honouring them would let whoever writes a Secret run commands in the
 operator or send the operator's own files to a server of their choice.
-``--trust-kubeconfig-secrets`` lifts that rule. Embedded certificates are parsed with
+``--trust-kubeconfig-secrets`` lifts that rule for ``exec`` and file references; the
+references are then named by the reduced kubeconfig's fields for krypton's own client to
+follow. ``auth-provider`` (client-go's built-in OIDC, GCP and Azure providers) is refused
+even then: an exec credential plugin does the same job. Embedded certificates are parsed with
 `cryptography`: malformed PEM, a key that does not match its certificate and an expired
 client certificate are rejected; one expiring within 14 days yields a warning.
 
@@ -26,8 +29,9 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from krypton.decisions import safeyaml
+from krypton.decisions import execplugins, safeyaml
 from krypton.decisions.errors import KubeconfigRejected
+from krypton.decisions.execplugins import Provider
 
 EXPIRY_WARNING = dt.timedelta(days=14)
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -58,6 +62,12 @@ class Kubeconfig:
     tls_server_name: str | None = None
     uses_plugins_or_files: bool = False
     in_cluster: bool = False  # the pod's own service account against its own API server
+    # what a trusted kubeconfig (or the in-cluster one) names instead of inline data
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token_file: str | None = None
+    plugin: Provider | None = None  # user.exec
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_yaml(self) -> str:
@@ -208,6 +218,17 @@ def parse(
             f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
             "from Secrets (--trust-kubeconfig-secrets allows them)"
         )
+    if user.get("auth-provider"):
+        raise _reject("kubeconfig uses user.auth-provider, which krypton does not support; "
+                      "use an exec credential plugin (user.exec) instead")
+    plugin = None
+    if user.get("exec"):
+        if not isinstance(user["exec"], dict):
+            raise _reject("user.exec is not a mapping")
+        try:
+            plugin = execplugins.exec_plugin(str(user_name), user["exec"], "user.exec")
+        except ValueError as exc:
+            raise _reject(str(exc)) from None
     insecure = _boolean(cluster, "insecure-skip-tls-verify", "cluster")
     tls_server_name = _text(cluster, "tls-server-name", "cluster")
     token = _text(user, "token", "user", header=True)
@@ -254,6 +275,11 @@ def parse(
         uses_plugins_or_files=bool(risky) and not in_cluster,
         in_cluster=in_cluster,
         warnings=tuple(warnings),
+        ca_file=_text(cluster, "certificate-authority", "cluster"),
+        cert_file=_text(user, "client-certificate", "user"),
+        key_file=_text(user, "client-key", "user"),
+        token_file=_text(user, "tokenFile", "user"),
+        plugin=plugin,
     )
 
 

@@ -180,6 +180,9 @@ REASONS: dict[str, Reason] = {
                              "recreate it with `krypton register-cluster`"),
     "KubeconfigLabelIgnored": _r(E, "the kubeconfig label's value is not exactly true",
                                  "set it to true"),
+    "CredentialPluginFailed": _r("Event,error", "a trusted kubeconfig's exec credential "
+                                 "plugin failed, hung, or answered what is not a token",
+                                 "fix the plugin; it runs again with backoff"),
     "ClusterUnreachable": _r("Event,error", "API server down, wrong URL, TLS or auth failure",
                              "fix the Secret; krypton retries with backoff"),
     "ClusterAccessDenied": _r(E, "an engaged cluster's credentials stopped working",

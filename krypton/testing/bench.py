@@ -508,7 +508,8 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     result: dict[str, list[float]] = {}
 
     async def requests() -> None:
-        kube = Kube(await configuration_from_file(str(bed.home.kubeconfig)), name="home")
+        kube = Kube(await configuration_from_file(str(bed.home.kubeconfig),
+                                                  workdir=bed.home.workdir / "bench-tls"), name="home")
         kinds = {
             "get": lambda: kube.request("get namespace", "GET", path),
             "merge_patch": lambda: kube.request(

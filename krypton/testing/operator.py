@@ -11,13 +11,13 @@ from __future__ import annotations
 import base64
 import compileall
 import functools
-import importlib.metadata
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.request
@@ -138,9 +138,25 @@ def not_in_image() -> list[str]:
         return []
     pinned = {canonical(line.split("==", 1)[0]) for line in lock.splitlines()
               if "==" in line and not line.lstrip().startswith("#")} | {"krypton"}
-    return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
+    return sorted(module for module, dists in installed_modules().items()
                   if not module.startswith("_") and module.isidentifier()
                   and not any(canonical(d) in pinned for d in dists))
+
+
+def installed_modules() -> dict[str, set[str]]:
+    """The top-level modules of this environment's site-packages, each with the
+    distributions that install it (from their ``*.dist-info/RECORD``)."""
+    found: dict[str, set[str]] = {}
+    for info in Path(sysconfig.get_paths()["purelib"]).glob("*.dist-info"):
+        try:
+            record = (info / "RECORD").read_text()
+        except OSError:
+            continue
+        dist = info.name.removesuffix(".dist-info").rsplit("-", 1)[0]
+        for line in record.splitlines():
+            top = line.split(",", 1)[0].split("/", 1)[0].removesuffix(".py")
+            found.setdefault(top, set()).add(dist)
+    return found
 
 
 def canonical(distribution: str) -> str:

@@ -11,11 +11,10 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from kubernetes.aio.client.configuration import Configuration
 
 from krypton.adapters import registry
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import Limits
+from krypton.adapters.kubeapi import ClientConfig, Limits
 from krypton.adapters.prometheus import Prometheus
 from krypton.decisions import gates, oci
 from krypton.decisions.errors import ChartNotLoaded, KryptonError
@@ -94,7 +93,7 @@ SMALL = Limits(answer=1 << 16)
 
 def _kube_answer(handle: Handler, limits: Limits = SMALL) -> KryptonError:
     async def ask(url: str) -> None:
-        kube = Kube(Configuration(host=url), name="c", limits=limits)
+        kube = Kube(ClientConfig(host=url), name="c", limits=limits)
         try:
             await kube.request("get namespace", "GET", "/api/v1/namespaces/x")
         finally:

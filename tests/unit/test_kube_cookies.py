@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from kubernetes.aio.client.configuration import Configuration
-
 from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import ClientConfig
 
 
 async def exchange(requests: int) -> tuple[list[str | None], int]:
@@ -39,7 +38,7 @@ async def exchange(requests: int) -> tuple[list[str | None], int]:
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    kube = Kube(Configuration(host=f"http://localhost:{port}"), name="c")
+    kube = Kube(ClientConfig(host=f"http://localhost:{port}"), name="c")
     try:
         for _ in range(requests):
             assert (await kube.request("get namespace", "GET", "/api/v1/namespaces/x"))[
