@@ -22,6 +22,7 @@ COSIGN_VERSION="${COSIGN_VERSION:-v3.1.3}"
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"  # the Go module's version of Prometheus 3
 KIND_VERSION="${KIND_VERSION:-v0.30.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.12.1}"  # the one kubeadm of K8S_VERSION deploys
+INVENTORY_VERSION="${INVENTORY_VERSION:-v0.1.0}"  # sigs.k8s.io/cluster-inventory-api (D10)
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 [ "${1:-}" = kind ] && KUBE_BINARIES+=(kubeadm kube-proxy)
 
@@ -69,6 +70,19 @@ build_kwok() {
     "${src}/kustomize/stage/pod/fast/pod-complete.yaml" \
     "${src}/kustomize/stage/pod/fast/pod-delete.yaml" "${stages}/"
   chmod u+w "${stages}"/*.yaml
+}
+
+# The ClusterProfile CRD of the Cluster Inventory API, as its Go module ships it (D10).
+fetch_inventory_crd() {
+  local crd="${dir}/crds/clusterprofiles-${INVENTORY_VERSION}.yaml" src
+  if [ -f "${crd}" ]; then
+    say "ClusterProfile CRD ${INVENTORY_VERSION}: cached"; return
+  fi
+  src=$(go mod download -json "sigs.k8s.io/cluster-inventory-api@${INVENTORY_VERSION}" | \
+    sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+  mkdir -p "${dir}/crds"
+  cp -f "${src}/config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml" "${crd}"
+  chmod u+w "${crd}"
 }
 
 # go_tool NAME MODULE/CMD VERSION PROBE...: a plain `go install` of one command, kept while
@@ -147,6 +161,7 @@ build_helm helm3 "${HELM3_VERSION}"
 build_etcd
 build_kubernetes
 build_kwok
+fetch_inventory_crd
 go_tool registry github.com/distribution/distribution/v3/cmd/registry "${REGISTRY_VERSION}" --version
 go_tool cosign github.com/sigstore/cosign/v3/cmd/cosign "${COSIGN_VERSION}" version
 # without its service discovery plugins: the test bed scrapes static targets only

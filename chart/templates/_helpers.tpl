@@ -27,6 +27,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default .Release.Namespace .Values.discovery.namespace -}}
 {{- end -}}
 
+{{- define "krypton.profileNamespace" -}}
+{{- default (include "krypton.discoveryNamespace" .) .Values.clusterProfiles.namespace -}}
+{{- end -}}
+
 {{- define "krypton.leaseNamespace" -}}
 {{- default (default .Release.Namespace .Values.leaderElection.namespace) .Values.watchNamespace -}}
 {{- end -}}

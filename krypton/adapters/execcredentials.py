@@ -27,6 +27,7 @@ from krypton.decisions.execplugins import CredentialPluginFailed, PluginAccess
 
 TIMEOUT = 30.0  # seconds a plugin may take to answer
 NO_EXPIRY = 300.0  # seconds a token without an expirationTimestamp is used
+REJECTED_AFTER = 10.0  # seconds a token refused by the server is still kept
 FAILURES = retry.Policy(first=2.0, cap=300.0, jitter=0.1)  # a failing plugin's next run
 
 log = structlog.get_logger("krypton.credentials")
@@ -39,6 +40,8 @@ class ExecCredentials:
         self.access, self.cluster, self.timeout = access, cluster, timeout
         self._token = ""
         self._renew_at = 0.0  # when the plugin runs again
+        self._obtained = 0.0  # when the token came
+        self._why = "first"  # why the plugin runs next: first, expiring, refused
         self._expires: float | None = None
         self._failures = 0
         self._next_run = 0.0
@@ -48,6 +51,13 @@ class ExecCredentials:
     async def authorization(self) -> str:
         """The Authorization header of the next request."""
         return f"Bearer {await self.token()}"
+
+    def rejected(self) -> None:
+        """The server refused the token (revoked, or its cluster's keys rotated): a request
+        REJECTED_AFTER seconds or more after the token came runs the plugin again (a server
+        refusing every token gets one run per that time, not one per request)."""
+        if self._obtained + REJECTED_AFTER < self._renew_at:
+            self._renew_at, self._why = self._obtained + REJECTED_AFTER, "refused"
 
     async def token(self) -> str:
         if self._token and time.time() < self._renew_at:
@@ -67,13 +77,15 @@ class ExecCredentials:
                 self._failures += 1
                 self._next_run = now + FAILURES.delay(self._failures)
                 self._error = f"credential plugin of provider {self.access.provider.name!r}: {exc}"
-                metrics.CREDENTIAL_PLUGIN_RUNS.labels(self.cluster, "failed").inc()
+                metrics.CREDENTIAL_PLUGIN_RUNS.labels(self.cluster, "failed", self._why).inc()
                 log.warning("credential plugin failed", cluster=self.cluster,
                             provider=self.access.provider.name, error=str(exc),
                             retry_in=round(self._next_run - now, 1))
                 raise CredentialPluginFailed(self._error) from None
-            metrics.CREDENTIAL_PLUGIN_RUNS.labels(self.cluster, "ok").inc()
+            metrics.CREDENTIAL_PLUGIN_RUNS.labels(self.cluster, "ok", self._why).inc()
+            self._why = "expiring"
             self._token, self._expires, self._failures = token, expires, 0
+            self._obtained = now
             self._renew_at = now + (NO_EXPIRY if expires is None else 0.8 * (expires - now))
             return token
 

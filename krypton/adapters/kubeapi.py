@@ -126,6 +126,10 @@ class Credentials(Protocol):
         """The Authorization header of the next request, "" for none."""
         ...
 
+    def rejected(self) -> None:
+        """The server answered 401 to what :meth:`authorization` gave: get a new one."""
+        ...
+
 
 @dataclasses.dataclass(frozen=True)
 class Header:
@@ -135,6 +139,9 @@ class Header:
 
     async def authorization(self) -> str:
         return self.value
+
+    def rejected(self) -> None:
+        pass  # nothing else to send
 
 
 MAX_TOKEN_FILE = 64 << 10  # bytes read of a token file
@@ -164,6 +171,9 @@ class TokenFile:
                                              f"{type(exc).__name__}") from None
             self._read_at = now
         return f"Bearer {self._token}" if self._token else ""
+
+    def rejected(self) -> None:
+        self._read_at = float("-inf")  # rotated since it was read: read it again
 
 
 @dataclasses.dataclass
@@ -300,6 +310,12 @@ def tenants_path(namespace: str | None = None) -> str:
     return _path("apis", GROUP, VERSION, PLURAL)
 
 
+def profiles_path(namespace: str) -> str:
+    """ClusterProfiles of a namespace (sigs.k8s.io/cluster-inventory-api, D10)."""
+    return _path("apis", "multicluster.x-k8s.io", "v1alpha1", "namespaces", namespace,
+                 "clusterprofiles")
+
+
 def core_path(plural: str, namespace: str | None = None) -> str:
     """Path of a core (v1) collection, across namespaces when `namespace` is None."""
     if namespace:
@@ -416,6 +432,8 @@ class Transport:
                     resp.release()
             except TRANSPORT_ERRORS as exc:
                 raise _transport_error(exc, what) from exc
+            if resp.status == 401:
+                self.config.credentials.rejected()
             if resp.status != 429 or attempt == THROTTLED_RETRIES:
                 break
             # "Too many requests" (priority and fairness) or "storage is (re)initializing"
@@ -484,6 +502,8 @@ class Transport:
                                            "timeoutSeconds": server_timeout})
         except TRANSPORT_ERRORS as exc:
             raise _transport_error(exc, what) from exc
+        if resp.status == 401:
+            self.config.credentials.rejected()
         if resp.status != 200:
             try:
                 data = await resp.read()

@@ -47,7 +47,9 @@ TENANT_RELEASE = Gauge(
 )
 CREDENTIAL_PLUGIN_RUNS = Counter("krypton_credential_plugin_runs_total",
                                  "Runs of a cluster's exec credential plugin, by result (ok, "
-                                 "failed)", ["cluster", "result"])
+                                 "failed) and why it ran (first; expiring: four fifths of the "
+                                 "token's life over; refused: the API server refused the "
+                                 "token before that)", ["cluster", "result", "why"])
 WINDOW_OPEN = Gauge("krypton_cluster_maintenance_window_open",
                     "1 while the cluster's maintenance window is open (or it has none), 0 while "
                     "it is closed: no upgrade, revert or uninstall starts there", ["cluster"])

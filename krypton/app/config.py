@@ -14,8 +14,10 @@ from typing import Any
 from krypton.decisions import safeyaml
 from krypton.decisions.celhealth import HealthRules, compile_rules
 from krypton.decisions.errors import SettingsError
+from krypton.decisions.execplugins import Provider
 from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.health import WORKLOAD_KINDS
+from krypton.decisions.inventory import parse_providers
 from krypton.decisions.settings import Settings, parse
 
 
@@ -30,7 +32,16 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
         merged = deep_merge(merged, read_values_file(path))
     helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
     return replace(settings, chart_values=merged, helm_path=helm_path,
-                   health_rules=read_health_rules(settings.health_check_expr))
+                   health_rules=read_health_rules(settings.health_check_expr),
+                   profile_providers=read_providers(settings.cluster_profile_providers))
+
+
+def read_providers(path: str) -> dict[str, Provider]:
+    """The exec plugins of --cluster-profile-providers (none without the flag)."""
+    if not path:
+        return {}
+    what = f"invalid --cluster-profile-providers {path}"
+    return parse_providers(_yaml_file(path, what), what)
 
 
 def read_health_rules(path: str) -> HealthRules:
@@ -38,13 +49,17 @@ def read_health_rules(path: str) -> HealthRules:
     if not path:
         return HealthRules()
     what = f"invalid --health-check-expr {path}"
+    return compile_rules(_yaml_file(path, what), what, WORKLOAD_KINDS)
+
+
+def _yaml_file(path: str, what: str) -> Any:
+    """The bounded YAML of an admin's file; SettingsError starting with `what` otherwise."""
     try:
-        doc = safeyaml.load(Path(path).read_bytes(), safeyaml.VALUES, what=path)
+        return safeyaml.load(Path(path).read_bytes(), safeyaml.VALUES, what=path)
     except OSError as exc:
         raise SettingsError(f"{what}: cannot read it: {exc.strerror}") from exc
     except safeyaml.YamlRejected as exc:
         raise SettingsError(f"{what}: {exc}") from exc
-    return compile_rules(doc, what, WORKLOAD_KINDS)
 
 
 def read_values_file(path: str) -> dict[str, Any]:

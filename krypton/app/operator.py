@@ -21,17 +21,16 @@ import structlog
 import krypton
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, chart_access
-from krypton.adapters.events import EventRecorder, involved_secret, reporting_instance
+from krypton.adapters.events import EventRecorder, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
-from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import core_path
+from krypton.app.discovery import Discovery
 from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import ensure_record_key, ensure_self_cluster, watch_cluster
 from krypton.decisions import retry, sharding
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import LABEL_VALUE, by_label
+from krypton.decisions.discovery import ClusterSpec
 from krypton.decisions.errors import SettingsError, TemporaryError
 from krypton.decisions.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
@@ -73,9 +72,7 @@ class Operator:
         self.home: Kube | None = None
         self.fleet: Fleet | None = None
         self._metric_gate: MetricGate | None = None
-        self.discovery: Informer | None = None
-        self._ignored: dict[str, str] = {}  # Secret UID -> label value reported as not "true"
-        self._names: frozenset[str] | None = None  # the discovered clusters' names
+        self.discovery: Discovery | None = None
         self.loop_watch = LoopWatch()
         self.health = HealthServer(settings.health_probe_bind_address,
                                    settings.metrics_bind_address, self.ready, self.loop_watch)
@@ -92,7 +89,7 @@ class Operator:
         discovered cluster that is not serving (called from the health thread)."""
         if self.elector is not None and not self.elector.is_leader:
             return self.home is not None, [self.elector.standing_by()]
-        synced = self.discovery is not None and self.discovery.synced.is_set()
+        synced = self.discovery is not None and self.discovery.synced()
         fleet = self.fleet
         details = [f"cluster {name}: {state}" for name, state in
                    (fleet.health().items() if fleet is not None else []) if state != "engaged"]
@@ -194,12 +191,7 @@ class Operator:
         fleet.resync = dirty.set
         if self.shards is not None:
             self.shards.discovered = self._discovered
-        self.discovery = Informer(
-            self.home, "kubeconfig-secrets", core_path("secrets", s.namespace),
-            lambda _t, _o: dirty.set(),
-            label_selector=s.kubeconfig_label,  # any value: a wrong one is reported
-            on_error=lambda exc: log.warning("discovery watch failed", error=str(exc)),
-        ).start()
+        self.discovery = Discovery(self.home, s, home_events, dirty.set).start()
         log.info("krypton started", namespace=s.namespace, chart=f"{s.chart_name} {s.chart_version}")
         while not self.stopping.is_set():
             waiter = asyncio.create_task(dirty.wait())
@@ -210,11 +202,11 @@ class Operator:
             if self.stopping.is_set():
                 break
             dirty.clear()
-            secrets = await self._labelled(home_events)
+            desired, objects = await self.discovery.desired()
             if self.shards is None:
-                await fleet.sync(secrets)
+                await fleet.sync(desired)
                 continue
-            mine, elsewhere, waiting = await self._share(self.shards, secrets)
+            mine, elsewhere, waiting = await self._share(self.shards, desired, objects)
             await fleet.sync(mine, elsewhere)
             metrics.SHARD_OWNED.set(len(self.shards.held()))
             if waiting:  # assigned here, still held by a member not yet expired: try again
@@ -264,56 +256,23 @@ class Operator:
                 log.warning("rollout leadership lost; standing by for the leader Lease")
 
     def _discovered(self) -> frozenset[str] | None:
-        """Every discovered cluster's name, as the discovery loop last sorted the Secrets;
-        None until discovery listed them (asked on reconcile passes: no work of its own
-        once the loop has run). One set shared by every caller until the names change, not
-        a copy each: every worker keeps the last one it looked at, and a copy per worker
-        grew with the square of the fleet (64 MiB at 1000 clusters)."""
-        if self._names is not None:
-            return self._names
-        d = self.discovery
-        if d is None or not d.synced.is_set():
-            return None
-        accepted, _ = by_label(list(d.store.values()), self.settings.kubeconfig_label)
-        return frozenset(str(sec["metadata"]["name"]) for sec in accepted)
+        """Every discovered cluster's name; None until discovery listed them."""
+        return self.discovery.names() if self.discovery is not None else None
 
-    async def _labelled(self, events: EventRecorder) -> list[dict[str, Any]]:
-        """The cluster Secrets (label value "true"); a Secret labelled with another value is
-        reported once per value: a Warning Event on it and a log line (issue 25.6)."""
-        assert self.discovery is not None
-        label = self.settings.kubeconfig_label
-        accepted, ignored = by_label(list(self.discovery.store.values()), label)
-        now = {}
-        for secret, value in ignored:
-            meta = secret["metadata"]
-            now[str(meta.get("uid"))] = value
-            if self._ignored.get(str(meta.get("uid"))) == value:
-                continue
-            message = (f"label {label}={value!r} is not {LABEL_VALUE!r}: this Secret is not "
-                       f"a cluster of the fleet (set the label to exactly {LABEL_VALUE})")
-            log.warning("cluster Secret ignored", secret=meta.get("name"), detail=message)
-            await events.emit(involved_secret(meta.get("namespace", ""), meta["name"],
-                                              meta.get("uid")),
-                              "Warning", "KubeconfigLabelIgnored", message)
-        self._ignored = now
-        names = frozenset(str(sec["metadata"]["name"]) for sec in accepted)
-        if names != self._names:
-            self._names = names
-        return accepted
-
-    async def _share(self, shards: Shards, secrets: list[dict[str, Any]]
-                     ) -> tuple[list[dict[str, Any]], frozenset[str], bool]:
-        """The Secrets of the clusters this replica serves (assigned here and their Lease
-        taken), the engaged clusters now served elsewhere, and whether a claim must wait."""
-        pins = sharding.pins(secrets, self.settings.shard_pin_label)
-        names = [str(sec["metadata"]["name"]) for sec in secrets]
-        assigned = shards.assignment(names, pins)
-        mine, waiting = [], False
-        for secret, name in zip(secrets, names, strict=True):
+    async def _share(self, shards: Shards, desired: dict[str, ClusterSpec],
+                     objects: list[dict[str, Any]]
+                     ) -> tuple[dict[str, ClusterSpec], frozenset[str], bool]:
+        """The clusters this replica serves (assigned here and their Lease taken), the
+        engaged clusters now served elsewhere, and whether a claim must wait. A cluster's
+        Secret or profile may pin it to a replica (--shard-pin-label)."""
+        pins = sharding.pins(objects, self.settings.shard_pin_label)
+        assigned = shards.assignment(list(desired), pins)
+        mine, waiting = {}, False
+        for name, spec in desired.items():
             if assigned.get(name) != shards.identity:
                 continue
             if shards.owner(name) == shards.identity or await shards.claim(name):
-                mine.append(secret)
+                mine[name] = spec
             else:
                 waiting = True
         fleet = self.fleet

@@ -175,6 +175,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
             return _tool(args, settings)
     try:
         settings = config.load(args)
+        if settings.cluster_profiles and not settings.profile_providers:
+            raise SettingsError("invalid --cluster-profiles: --cluster-profile-providers names "
+                                "the plugins that reach the profiles' clusters")
     except SettingsError as exc:
         print(f"krypton: {exc}", file=sys.stderr)
         return 2
@@ -261,7 +264,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             from krypton.cli import planning
 
             rows = asyncio.run(planning.collect_plan(settings))
-            print(view.render(rows, view.PLAN_COLUMNS, args.output))
+            print(view.render(rows, view.with_sources(view.PLAN_COLUMNS, rows), args.output))
             return 2 if planning.changes_pending(rows) or planning.blocked(rows) else 0
         if args.command == "diff":
             changed = False
@@ -293,8 +296,8 @@ def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     if args.watch:
         return _watch(args, settings)
     rows, clusters, rollout = asyncio.run(tools.collect_status(settings))
-    print(view.render(rows, view.with_replicas(
-        view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS, rows), args.output))
+    print(view.render(rows, view.with_sources(view.with_replicas(
+        view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS, rows), rows), args.output))
     if not clusters:
         print(f"krypton status: no cluster Secrets labelled {settings.kubeconfig_label}=true "
               f"in namespace {settings.namespace!r} of the watch cluster (is that the "

@@ -15,7 +15,7 @@ from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
-from krypton.cli.view import Row, joined, update_notice, with_digest
+from krypton.cli.view import Row, assign_sources, joined, update_notice, with_digest
 from krypton.decisions import conflicts as fields
 from krypton.decisions import manifests, ownership, safeyaml
 from krypton.decisions.errors import KryptonError, TemporaryError
@@ -62,15 +62,15 @@ async def collect_plan(settings: Settings) -> list[Row]:
         known = frozenset(h.name for h in clusters)
         for c in clusters:
             if c.kube is None:
-                rows.append(Row(c.name, "", "", action="blocked", reason="KubeconfigRejected",
-                                detail=c.error))
+                rows.append(Row(c.name, "", "", action="blocked",
+                                reason=c.error.partition(":")[0], detail=c.error))
                 continue
             try:
                 rows += await _plan_cluster(c, c.kube, settings, chart, known, gate)
             except TemporaryError as exc:
                 rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
                                 detail=str(exc)))
-        return rows
+        return assign_sources(rows, {c.name: c.source for c in clusters})
 
 
 @dataclass(frozen=True)

@@ -19,25 +19,38 @@ from typing import Any
 
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
-from krypton.adapters.kubeapi import configuration_for, configuration_in_cluster, core_path, tenants_path
+from krypton.adapters.kubeapi import (
+    configuration_for,
+    configuration_in_cluster,
+    core_path,
+    profiles_path,
+    tenants_path,
+)
 from krypton.app.config import file_reader
 from krypton.app.home import watch_cluster
 from krypton.cli.view import (
     Row,
     assign_replicas,
+    assign_sources,
     cluster_rows,
     failing_clusters,
     orphan_notes,
     tenant_rows,
 )
-from krypton.decisions import crd, deployed, redact, safeyaml, sharding
+from krypton.decisions import crd, deployed, inventory, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import (
+    PROFILE,
+    SECRET,
     SELF_CLUSTER,
+    ClusterSpec,
     cluster_values,
     cluster_window,
+    combined,
     desired_clusters,
+    desired_profiles,
+    profile_fields,
 )
 from krypton.decisions.errors import (
     ClusterExists,
@@ -60,6 +73,7 @@ class ClusterHandle:
     values: dict[str, Any]
     error: str = ""
     window: Window | None = None  # its maintenance window (None: always open)
+    source: str = SECRET  # found as a Secret or a ClusterProfile (D10)
 
 
 @contextlib.asynccontextmanager
@@ -82,23 +96,50 @@ async def fleet_view(settings: Settings, prefix: str) -> AsyncIterator[
 async def _clusters(home: Kube, settings: Settings, workdir: Path) -> list[ClusterHandle]:
     secrets = await home.list_secrets(settings.namespace, f"{settings.kubeconfig_label}=true")
     specs = desired_clusters(secrets, settings.kubeconfig_key)
+    if settings.cluster_profiles:
+        specs, _ = combined(specs, desired_profiles(await _profiles(home, settings)))
     handles = []
     for name, spec in sorted(specs.items()):
         try:
-            kc = kubeconfigs.parse(spec.kubeconfig, trust=settings.trust_kubeconfig_secrets,
-                                   allow_in_cluster=name == SELF_CLUSTER,
-                                   pod_server=settings.pod_server)
+            kc = _kubeconfig(spec, settings)
             values = deep_merge(settings.chart_values, cluster_values(spec))
             window = cluster_window(spec, settings.maintenance_window)
         except KubeconfigRejected as exc:
-            handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}"))
+            handles.append(ClusterHandle(name, None, {}, f"{exc.reason}: {exc}",
+                                         source=spec.source))
             continue
         cfg = configuration_in_cluster() if kc.in_cluster else None
         cfg = cfg or await configuration_for(kc, workdir / name,
                                              trust=settings.trust_kubeconfig_secrets)
         handles.append(ClusterHandle(name, Kube(cfg, name=name, timeout=settings.api_timeout),
-                                     values, window=window))
+                                     values, window=window, source=spec.source))
     return handles
+
+
+async def _profiles(home: Kube, settings: Settings) -> list[dict[str, Any]]:
+    """The ClusterProfiles the operator takes (none where their CRD is not installed)."""
+    namespace = settings.cluster_profile_namespace or settings.namespace
+    try:
+        found = await home.list_all("list ClusterProfiles", profiles_path(namespace),
+                                    label_selector=settings.cluster_profile_selector or None)
+    except NotFound:
+        return []
+    return [profile_fields(p) for p in found["items"]]
+
+
+def _kubeconfig(spec: ClusterSpec, settings: Settings) -> kubeconfigs.Kubeconfig:
+    """How the CLI reaches a discovered cluster: a Secret's kubeconfig, or a profile with
+    the plugins of the user's own --cluster-profile-providers (never the operator's)."""
+    if spec.source != PROFILE:
+        return kubeconfigs.parse(spec.kubeconfig, trust=settings.trust_kubeconfig_secrets,
+                                 allow_in_cluster=spec.name == SELF_CLUSTER,
+                                 pod_server=settings.pod_server)
+    if not settings.profile_providers:
+        raise KubeconfigRejected("a ClusterProfile's cluster is reached with exec plugins: "
+                                 "pass --cluster-profile-providers FILE to run them here",
+                                 reason="CredentialProviderUnknown")
+    return kubeconfigs.for_profile(spec.name, inventory.profile_access(
+        spec.profile or {}, settings.profile_providers))
 
 
 async def tenants_of(kube: Kube, settings: Settings) -> list[dict[str, Any]]:
@@ -121,6 +162,9 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
     async with fleet_view(settings, "krypton-status-") as (_, home, clusters):
         rows: list[Row] = []
         events = await home.list_events(settings.namespace)
+        profile_ns = settings.cluster_profile_namespace or settings.namespace
+        if settings.cluster_profiles and profile_ns != settings.namespace:
+            events += await home.list_events(profile_ns)
         failing = failing_clusters(events, time.time())
         orphans = orphan_notes(events)
         for c in clusters:
@@ -144,6 +188,7 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
         assign_replicas(rows, await _replicas(home, settings))
+        assign_sources(rows, {c.name: c.source for c in clusters})
         return rows, len(clusters), await rollout_state(home, settings)
 
 
@@ -248,6 +293,7 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
                     rows += tenant_rows(c.name, watched.store.values())
             assign_replicas(rows, sharding.owners(owners.store.values(), members.store.values(),
                                                   time.time(), settings.lease_duration))
+            assign_sources(rows, {c.name: c.source for c in clusters})
             show(rows, RolloutState.from_configmap(configmaps.store.get((ns, CONFIGMAP))))
     finally:
         for informer in informers:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from krypton.decisions import crd
+from krypton.decisions.discovery import PROFILE
 from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds, release_name
 from krypton.decisions.printable import escape, escape_lines
 from krypton.decisions.rollout import COMPLETE, HALTED, RolloutState
@@ -34,6 +35,7 @@ class Row:
     message: str = ""  # the Tenant's Ready message (status --wide)
     ready: bool = False  # ClusterReady/<cluster> is True
     replica: str = ""  # under --sharding: the replica serving the cluster
+    source: str = ""  # what the cluster was found as: Secret or ClusterProfile (D10)
 
 
 STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
@@ -50,6 +52,19 @@ def with_replicas(columns: list[tuple[str, str]], rows: list[Row]) -> list[tuple
     if not any(r.replica for r in rows):
         return columns
     return [columns[0], ("REPLICA", "replica"), *columns[1:]]
+
+
+def with_sources(columns: list[tuple[str, str]], rows: list[Row]) -> list[tuple[str, str]]:
+    """The columns, with SOURCE after CLUSTER when a cluster was found as a ClusterProfile."""
+    if not any(r.source == PROFILE for r in rows):
+        return columns
+    return [columns[0], ("SOURCE", "source"), *columns[1:]]
+
+
+def assign_sources(rows: list[Row], sources: Mapping[str, str]) -> list[Row]:
+    for row in rows:
+        row.source = sources.get(row.cluster, "")
+    return rows
 
 
 def assign_replicas(rows: list[Row], replicas: Mapping[str, str]) -> list[Row]:
@@ -83,12 +98,14 @@ def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]
 
 
 FAILING_REASONS = ("WorkerFailed", "DuplicateCluster", "ClusterUnreachable", "CRDEnsureFailed",
-                   "ClusterAccessDenied", "TenantCRDMissing")
+                   "ClusterAccessDenied", "TenantCRDMissing", "CredentialPluginFailed")
 FAILING_WINDOW = 600.0  # a Warning this recent on a cluster's Secret marks the cluster failing
+CLUSTER_KINDS = ("Secret", PROFILE)  # what a cluster was found as (D10)
 
 
 def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[str, str]:
-    """Clusters whose Secret carries a recent failure Event from the operator (D8, D9), with
+    """Clusters whose Secret or profile carries a recent failure Event from the operator (D8,
+    D9, D10), with
     the newest such Event's reason and message. Only Events whose reporting controller is
     krypton's count (issue 25): anyone who may create Events in the namespace can write one
     with any reason and message, and an administrator must not read it as the operator's."""
@@ -96,7 +113,7 @@ def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[st
     for e in events:
         involved = e.get("involvedObject") or {}
         stamp = e.get("lastTimestamp") or e.get("eventTime") or ""
-        if involved.get("kind") != "Secret" or e.get("reason") not in FAILING_REASONS \
+        if involved.get("kind") not in CLUSTER_KINDS or e.get("reason") not in FAILING_REASONS \
                 or e.get("reportingComponent") != REPORTING_CONTROLLER:
             continue
         when = epoch_seconds(stamp)
@@ -114,7 +131,8 @@ def orphan_notes(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     latest: dict[str, tuple[float, str, str]] = {}
     for e in events:
         involved = e.get("involvedObject") or {}
-        if involved.get("kind") != "Secret" or e.get("reportingComponent") != REPORTING_CONTROLLER \
+        if involved.get("kind") not in CLUSTER_KINDS \
+                or e.get("reportingComponent") != REPORTING_CONTROLLER \
                 or e.get("reason") not in ("OrphanedReleases", "OrphanedReleasesGone"):
             continue
         when = epoch_seconds(e.get("lastTimestamp") or e.get("eventTime") or "")
@@ -248,7 +266,8 @@ def frame(rows: list[Row], rollout: RolloutState | None, *, wide: bool, when: st
     """One screen of ``krypton status --watch``; lines clipped to `width` (a terminal's)."""
     lines = [f"krypton status --watch  {when}  (Ctrl-C to quit)", ""]
     lines += progress(rows, rollout)
-    lines += ["", render(rows, with_replicas(WIDE_COLUMNS if wide else STATUS_COLUMNS, rows),
+    lines += ["", render(rows, with_sources(with_replicas(WIDE_COLUMNS if wide else STATUS_COLUMNS,
+                                                          rows), rows),
                          "table")]
     text = "\n".join(lines)
     if width:

@@ -1,8 +1,11 @@
-"""Labelled kubeconfig Secrets -> the desired set of clusters (SPEC D1, D2, F3). Pure.
+"""Labelled kubeconfig Secrets and ClusterProfiles -> the desired set of clusters (SPEC D1,
+D2, D10, F3). Pure.
 
-Each cluster is identified by its Secret's name and carries a hash of everything that
-defines it (kubeconfig bytes, per-cluster values and maintenance window); the fleet
-re-engages a cluster only when that hash changes.
+Each cluster is identified by its Secret's or its profile's name and carries a hash of
+everything that defines it (kubeconfig bytes or the profile's access providers, per-cluster
+values and maintenance window); the fleet re-engages a cluster only when that hash changes.
+A Secret and a profile of one name are one name for two clusters: the Secret's is the one
+engaged, and the profile is said to clash.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +22,10 @@ from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.model import GROUP
 
 VALUES_KEY = "values.yaml"
-WINDOW_ANNOTATION = f"{GROUP}/maintenance-window"  # on a cluster's Secret (F8)
+WINDOW_ANNOTATION = f"{GROUP}/maintenance-window"  # on a cluster's Secret or profile (F8)
+SECRET, PROFILE = "Secret", "ClusterProfile"  # where a cluster was found
+PROFILE_API = "multicluster.x-k8s.io/v1alpha1"
+MAX_PROFILE_ACCESS = 256 << 10  # bytes of a profile's access providers taken
 
 SELF_CLUSTER = "self-cluster"  # the Secret krypton writes for the cluster it runs in
 
@@ -32,6 +39,15 @@ class ClusterSpec:
     values: bytes | None
     digest: str
     window: str = ""  # the maintenance-window annotation, as written ("": none)
+    source: str = SECRET  # the kind of object it was found as
+    profile: dict[str, Any] | None = None  # a ClusterProfile, as far as it is read (its access)
+
+    @property
+    def involved(self) -> dict[str, Any]:
+        """The object its Events are about: its Secret or its ClusterProfile."""
+        api = "v1" if self.source == SECRET else PROFILE_API
+        return {"apiVersion": api, "kind": self.source, "name": self.name,
+                "namespace": self.namespace, "uid": self.uid or None}
 
 
 def decode_data(value: Any) -> bytes | None:
@@ -91,6 +107,51 @@ def desired_clusters(secrets: list[dict[str, Any]], key: str) -> dict[str, Clust
         out[meta["name"]] = ClusterSpec(meta["name"], meta.get("namespace", ""),
                                         meta.get("uid", ""), kubeconfig, values, digest, window)
     return out
+
+
+def profile_fields(profile: dict[str, Any]) -> dict[str, Any]:
+    """What krypton keeps of a ClusterProfile: the metadata it reads and the access
+    providers of its status (nothing of its spec, conditions or properties)."""
+    meta = profile.get("metadata") or {}
+    status = profile.get("status")
+    status = status if isinstance(status, dict) else {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                              "labels", "annotations", "deletionTimestamp")
+                         if k in meta},
+            "status": {k: status[k] for k in ("accessProviders", "credentialProviders")
+                       if k in status}}
+
+
+def desired_profiles(profiles: list[dict[str, Any]]) -> dict[str, ClusterSpec]:
+    """Cluster specs from ClusterProfile objects: their name, their access providers (what
+    :func:`krypton.decisions.inventory.profile_access` reads, at most MAX_PROFILE_ACCESS
+    bytes of it) and their maintenance-window annotation."""
+    out: dict[str, ClusterSpec] = {}
+    for profile in profiles:
+        meta = profile.get("metadata") or {}
+        if meta.get("deletionTimestamp") or not isinstance(meta.get("name"), str):
+            continue
+        status = profile.get("status")
+        status = status if isinstance(status, dict) else {}
+        access = {k: status[k] for k in ("accessProviders", "credentialProviders")
+                  if k in status}
+        text = json.dumps(access, sort_keys=True)
+        if len(text) > MAX_PROFILE_ACCESS:
+            access, text = {}, f"<over {MAX_PROFILE_ACCESS} bytes>"
+        window = str((meta.get("annotations") or {}).get(WINDOW_ANNOTATION) or "")[:256]
+        digest = hashlib.sha256(f"{PROFILE}\0{text}\0{window}".encode()).hexdigest()
+        out[meta["name"]] = ClusterSpec(meta["name"], meta.get("namespace", ""),
+                                        meta.get("uid", ""), None, None, digest, window,
+                                        PROFILE, {"status": access})
+    return out
+
+
+def combined(secrets: dict[str, ClusterSpec], profiles: dict[str, ClusterSpec]
+             ) -> tuple[dict[str, ClusterSpec], list[ClusterSpec]]:
+    """The clusters of both sources, and the profiles not taken because a Secret has their
+    name (the Secret is the admin's own word for that name)."""
+    clashes = [spec for name, spec in profiles.items() if name in secrets]
+    return {**profiles, **secrets}, clashes
 
 
 def cluster_window(spec: ClusterSpec, default: str) -> windows.Window | None:

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 
 from krypton.decisions import execplugins, safeyaml
 from krypton.decisions.errors import KubeconfigRejected
-from krypton.decisions.execplugins import Provider
+from krypton.decisions.execplugins import PluginAccess, Provider
 
 EXPIRY_WARNING = dt.timedelta(days=14)
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -74,6 +74,25 @@ class Kubeconfig:
         return yaml.safe_dump(self.config, sort_keys=False)
 
 
+def for_profile(name: str, access: PluginAccess) -> Kubeconfig:
+    """The kubeconfig of a ClusterProfile's cluster (D10), made from what krypton takes of
+    the profile (its server and CA) and the admin's plugin for its provider: krypton's own
+    client runs the plugin, and helm (client-go) runs it from this kubeconfig, never
+    interactively."""
+    provider = access.provider
+    user: dict[str, Any] = {"exec": {
+        "apiVersion": provider.api_version, "command": provider.command,
+        "args": list(provider.args), "env": [{"name": k, "value": v} for k, v in provider.env],
+        "provideClusterInfo": provider.provide_cluster_info, "interactiveMode": "Never"}}
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": name,
+              "clusters": [{"name": name, "cluster": {
+                  "server": access.server,
+                  "certificate-authority-data": base64.b64encode(access.ca_pem).decode()}}],
+              "users": [{"name": name, "user": user}],
+              "contexts": [{"name": name, "context": {"cluster": name, "user": name}}]}
+    return Kubeconfig(name, access.server, config, ca_pem=access.ca_pem, plugin=provider)
+
+
 def _reject(message: str) -> KubeconfigRejected:
     return KubeconfigRejected(message)
 
@@ -107,6 +126,13 @@ def _certs(pem: bytes, what: str) -> list[x509.Certificate]:
     except ValueError as exc:
         raise _reject(f"{what} is not a valid PEM certificate") from exc
     return certs
+
+
+def ca_bundle(value: Any, what: str) -> bytes:
+    """A base64 PEM bundle of CA certificates, checked; KubeconfigRejected naming `what`."""
+    ca = _b64(value, what)
+    _certs(ca, what)
+    return ca
 
 
 def _check_client_pair(cert_pem: bytes, key_pem: bytes, now: dt.datetime) -> list[str]:
@@ -205,7 +231,7 @@ def parse(
     risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
-    server = _server_url(cluster, str(cluster_name))
+    server = server_url(cluster, str(cluster_name))
     if cluster.get("proxy-url") is not None:
         # helm would go through the proxy and krypton's own client would not: two paths
         # to one cluster, and checks made on one of them (issue 25). Refused, trust or not.
@@ -243,8 +269,7 @@ def parse(
 
     ca = cert = key = None
     if cluster.get("certificate-authority-data"):
-        ca = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
-        _certs(ca, "certificate-authority-data")
+        ca = ca_bundle(cluster["certificate-authority-data"], "certificate-authority-data")
     warnings: list[str] = []
     if user.get("client-certificate-data") or user.get("client-key-data"):
         if not (user.get("client-certificate-data") and user.get("client-key-data")):
@@ -283,7 +308,7 @@ def parse(
     )
 
 
-def _server_url(cluster: dict[str, Any], name: str) -> str:
+def server_url(cluster: dict[str, Any], name: str) -> str:
     """The cluster's API server URL: http(s), a host, a valid port, nothing else.
 
     A path, query or fragment would be prefixed to every API path by the client; user info

@@ -188,6 +188,16 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("health_check_expr", "YAML file of CEL health rules for the chart's custom "
         "resources, Flux-shaped: a list of {apiVersion, kind, current, inProgress, failed}; "
         "a rule that does not compile is exit 2", "", metavar="FILE"),
+    Opt("cluster_profiles", "Also discover clusters from ClusterProfiles (sigs.k8s.io/"
+        "cluster-inventory-api) in --cluster-profile-namespace, reached with the plugins of "
+        "--cluster-profile-providers", False, boolean),
+    Opt("cluster_profile_namespace", "Namespace of the ClusterProfiles (default: --namespace)",
+        ""),
+    Opt("cluster_profile_selector", "Label selector of the ClusterProfiles krypton takes "
+        "(default: all of the namespace)", ""),
+    Opt("cluster_profile_providers", "The credential providers file (KEP-5339: "
+        "{\"providers\": [{name, execConfig}]}): the exec plugin of each access provider name; "
+        "a profile whose providers it does not name is not engaged", "", metavar="FILE"),
     Opt("maintenance_window", "When clusters may be changed: '<cron> <duration> [<time "
         "zone>]' (e.g. '0 22 * * 1-5 6h Europe/Berlin'); outside it a cluster starts no "
         "upgrade, revert or uninstall. A cluster Secret's annotation "

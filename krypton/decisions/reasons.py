@@ -167,6 +167,17 @@ REASONS: dict[str, Reason] = {
     "RolloutStateConflict": _r(ERROR, "someone else wrote krypton-rollout between a read and "
                                "a write; read again on the next step"),
     "NotLeader": _r(ERROR, "the rollout state is written only by the leader"),
+    # --- clusters from a ClusterProfile inventory (D10)
+    "CredentialProviderUnknown": _r("Event,error", "none of a ClusterProfile's access "
+                                    "providers is in --cluster-profile-providers",
+                                    "add the provider to the admin's file"),
+    "ClusterProfileInvalid": _r("Event,error", "a ClusterProfile's server is not an https:// "
+                                "URL or its CA not a PEM bundle", "fix the profile"),
+    "ClusterProfilePending": _r(ERROR, "a ClusterProfile offers no access provider yet (its "
+                                "manager writes the status after the profile): not engaged, "
+                                "no Event; it is looked at again when its status changes"),
+    "ClusterNameClash": _r("Event,error", "a ClusterProfile has the name of a cluster Secret: "
+                           "the Secret's cluster is the one engaged", "rename or remove one"),
     # --- maintenance windows (F8)
     "OutsideMaintenanceWindow": _r(CEP, "the cluster's maintenance window is closed: no "
                                    "upgrade, revert or uninstall starts until the next one "
@@ -180,9 +191,11 @@ REASONS: dict[str, Reason] = {
                              "recreate it with `krypton register-cluster`"),
     "KubeconfigLabelIgnored": _r(E, "the kubeconfig label's value is not exactly true",
                                  "set it to true"),
-    "CredentialPluginFailed": _r("Event,error", "a trusted kubeconfig's exec credential "
-                                 "plugin failed, hung, or answered what is not a token",
-                                 "fix the plugin; it runs again with backoff"),
+    "CredentialPluginFailed": _r("Event,error", "a cluster's exec credential plugin (a "
+                                 "ClusterProfile provider's, a trusted kubeconfig's) failed, "
+                                 "hung, or answered what is not a token",
+                                 "fix the plugin or the providers file; it runs again with "
+                                 "backoff"),
     "ClusterUnreachable": _r("Event,error", "API server down, wrong URL, TLS or auth failure",
                              "fix the Secret; krypton retries with backoff"),
     "ClusterAccessDenied": _r(E, "an engaged cluster's credentials stopped working",

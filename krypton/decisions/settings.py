@@ -17,6 +17,7 @@ from typing import Any
 from krypton.decisions import oci, versions, windows
 from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.errors import SettingsError
+from krypton.decisions.execplugins import Provider
 from krypton.decisions.kubeconfig import service_server
 from krypton.decisions.options import OPTIONS, Opt, boolean, duration, option
 
@@ -72,6 +73,10 @@ class Settings:
     api_timeout: float = _default("api_timeout")
     helm_wait: bool = _default("helm_wait")
     health_check_expr: str = _default("health_check_expr")
+    cluster_profiles: bool = _default("cluster_profiles")
+    cluster_profile_namespace: str = _default("cluster_profile_namespace")
+    cluster_profile_selector: str = _default("cluster_profile_selector")
+    cluster_profile_providers: str = _default("cluster_profile_providers")
     maintenance_window: str = _default("maintenance_window")
     maintenance_window_first_install: bool = _default("maintenance_window_first_install")
     helm_timeout: float = _default("helm_timeout")
@@ -114,6 +119,8 @@ class Settings:
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
     health_rules: HealthRules = field(default_factory=HealthRules)  # --health-check-expr, compiled
+    # --cluster-profile-providers, read: the exec plugin of each provider name
+    profile_providers: dict[str, Provider] = field(default_factory=dict)
     # the pod's, from its environment: its namespace (POD_NAMESPACE, a reserved namespace)
     # and the API server it reaches in-cluster (KUBERNETES_SERVICE_HOST/_PORT); "" outside one
     pod_namespace: str = ""
@@ -144,7 +151,7 @@ class Settings:
 
 
 assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "pod_namespace", "pod_server",
-                                    "health_rules"} == \
+                                    "health_rules", "profile_providers"} == \
     {f.name for f in fields(Settings)}
 
 
@@ -155,7 +162,8 @@ TOPICS = (
                "chart_verify", "chart_keyring", "chart_cosign_key", "chart_ca_file",
                "chart_plain_http", "chart_credentials_secret", "chart_index_ttl")),
     ("clusters and discovery", ("namespace", "kubeconfig_", "trust_kubeconfig_secrets",
-                                "no_self_cluster", "allow_duplicate_clusters")),
+                                "no_self_cluster", "allow_duplicate_clusters",
+                                "cluster_profile")),
     ("watch cluster", ("watch_kubeconfig", "watch_kubeconfig_", "watch_context",
                        "ensure_watch_crds")),
     ("Tenants and namespaces", ("watch_namespace", "release_namespace", "crd_policy",

@@ -1,9 +1,11 @@
-"""Engages and disengages one worker per cluster to match the discovered Secrets (D1-D5).
+"""Engages and disengages one worker per cluster to match the discovered clusters (D1-D5,
+D10): their Secrets and ClusterProfiles.
 
-The fleet is reconciled as a set: compute the desired clusters, stop what is redundant or
-changed *first*, then start what is missing. A Secret whose kubeconfig is rejected gets a
-Warning Event and no worker until its content changes (retrying the same bytes cannot
-succeed); an engaged cluster that cannot be reached is retried by its worker with backoff.
+The fleet is reconciled as a set: stop what is redundant or changed *first*, then start what
+is missing. A Secret whose kubeconfig is rejected, or a profile krypton cannot reach with
+the admin's providers, gets a Warning Event and no worker until its content changes
+(retrying the same bytes cannot succeed); an engaged cluster that cannot be reached is
+retried by its worker with backoff.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.events import EventRecorder, involved_secret
-from krypton.decisions import kubeconfig, redact, retry
+from krypton.adapters.events import EventRecorder
+from krypton.decisions import inventory, kubeconfig, redact, retry
 from krypton.decisions.discovery import (
+    PROFILE,
     SELF_CLUSTER,
     ClusterSpec,
     cluster_values,
     cluster_window,
-    desired_clusters,
 )
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.fingerprint import deep_merge
@@ -104,22 +106,20 @@ class Fleet:
         engaged = self.clusters.get(cluster)
         if engaged is None:
             return
-        spec = engaged.spec
-        await self.home_events.emit(involved_secret(spec.namespace, spec.name, spec.uid), type_,
-                                    reason, message)
+        await self.home_events.emit(engaged.spec.involved, type_, reason, message)
 
-    async def sync(self, secrets: list[dict[str, Any]],
+    async def sync(self, desired: dict[str, ClusterSpec],
                    elsewhere: frozenset[str] = frozenset()) -> None:
-        """Match the engaged clusters to the discovered Secrets, stopping first.
+        """Match the engaged clusters to the discovered ones, stopping first.
 
-        A cluster whose Secret is gone, or whose kubeconfig changed, leaves in a task of its
+        A cluster whose Secret or profile is gone, or whose kubeconfig or access changed,
+        leaves in a task of its
         own: a changed one is drained (no new work; running helm gets --shutdown-timeout to
         finish, as on shutdown) and engages again with the new credentials when that task
         ends. No engagement or disengagement waits for another cluster's. A cluster in
         `elsewhere` (served by another replica under --sharding) is drained the same way
         and handed over: not forgotten, since it did not leave the fleet.
         """
-        desired = desired_clusters(secrets, self.settings.kubeconfig_key)
         for name in list(self.clusters):
             if name in elsewhere:
                 self._leave(name, removed=False, handover=True)
@@ -153,18 +153,26 @@ class Fleet:
             problem = cluster_name_problem(spec.name)
             if problem:
                 raise KubeconfigRejected(problem, reason="ClusterNameInvalid")
-            kc = kubeconfig.parse(spec.kubeconfig, trust=self.settings.trust_kubeconfig_secrets,
-                                  allow_in_cluster=spec.name == SELF_CLUSTER,
-                                  pod_server=self.settings.pod_server)
+            if spec.source == PROFILE:
+                kc = kubeconfig.for_profile(spec.name, inventory.profile_access(
+                    spec.profile or {}, self.settings.profile_providers))
+            else:
+                kc = kubeconfig.parse(spec.kubeconfig,
+                                      trust=self.settings.trust_kubeconfig_secrets,
+                                      allow_in_cluster=spec.name == SELF_CLUSTER,
+                                      pod_server=self.settings.pod_server)
             values = cluster_values(spec)
             window = cluster_window(spec, self.settings.maintenance_window)
         except KubeconfigRejected as exc:
             message = str(exc)
-            if spec.kubeconfig is None:
+            if spec.kubeconfig is None and spec.source != PROFILE:
                 message = f"data key {self.settings.kubeconfig_key!r}: {message}"
-            log.warning("kubeconfig rejected", cluster=spec.name, reason=exc.reason,
-                        error=message)
             self.clusters[spec.name].problem = f"rejected: {exc.reason}: {message}"
+            if exc.reason == "ClusterProfilePending":  # its manager has not written it yet
+                log.info("cluster profile pending", cluster=spec.name, detail=message)
+                return
+            log.warning("cluster rejected", cluster=spec.name, source=spec.source,
+                        reason=exc.reason, error=message)
             await self.report(spec.name, "Warning", exc.reason, message)
             return
         redact.register(kc.token, kc.password)

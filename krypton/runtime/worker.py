@@ -30,6 +30,7 @@ from krypton.adapters.informer import Informer, release_record_metadata, shared_
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import (
     HELM_RELEASE_SELECTOR,
+    ClientConfig,
     configuration_for,
     configuration_in_cluster,
     release_records_path,
@@ -38,6 +39,7 @@ from krypton.adapters.kubeapi import (
 from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.execplugins import CredentialPluginFailed
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import RolloutGate
@@ -95,6 +97,7 @@ class Worker:
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.draining = False  # set by stop(): no key handed out, no helm started
         self._identity: str | None = None
+        self._config: ClientConfig | None = None
 
     @property
     def problem(self) -> str:
@@ -150,13 +153,16 @@ class Worker:
     async def _engage(self) -> None:
         settings = self.shared.settings
         await self._close_kube()
-        cfg = configuration_in_cluster() if self.kc.in_cluster else None
-        if cfg is None:
-            cfg = await configuration_for(self.kc, self._dir / "tls",
-                                          trust=settings.trust_kubeconfig_secrets)
-        self.kube = Kube(cfg, name=self.name, timeout=settings.api_timeout)
+        if self._config is None:  # one per worker: an exec plugin's token and backoff last
+            self._config = configuration_in_cluster() if self.kc.in_cluster else None
+        if self._config is None:
+            self._config = await configuration_for(self.kc, self._dir / "tls",
+                                                   trust=settings.trust_kubeconfig_secrets)
+        self.kube = Kube(self._config, name=self.name, timeout=settings.api_timeout)
         try:
             version = await self.kube.server_version()
+        except CredentialPluginFailed:
+            raise  # its own reason: the plugin, not the server
         except TemporaryError as exc:
             raise TemporaryError(f"cluster {self.name} unreachable: {exc}",
                                  reason="ClusterUnreachable") from exc

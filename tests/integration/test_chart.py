@@ -3,6 +3,7 @@ checked on a real API server with `kubectl auth can-i`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -92,6 +93,41 @@ def test_namespaced_mode_renders_roles_only(helm_bin: str) -> None:
         d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WATCH_NAMESPACE"] == "team-a"
     assert env["WATCH_KUBECONFIG_SECRET"] == "home-kubeconfig"
+
+
+def test_cluster_profiles_mount_the_providers_file_the_operator_reads(
+        helm_bin: str, tmp_path: Path) -> None:
+    from krypton.app.config import read_providers
+    from krypton.decisions.execplugins import Provider
+
+    provider = {"name": "ocm", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "/opt/plugins/ocm-token",
+        "args": ["--hub"], "provideClusterInfo": True}}
+    docs = render(helm_bin, "--set", "clusterProfiles.enabled=true",
+                  "--set", "clusterProfiles.namespace=fleet",
+                  "--set", "clusterProfiles.selector=x-k8s.io/cluster-manager=ocm",
+                  "--set-json", f"clusterProfiles.providers=[{json.dumps(provider)}]",
+                  "--set-json", 'extraVolumes=[{"name": "plugins", "emptyDir": {}}]',
+                  "--set-json", 'extraVolumeMounts=[{"name": "plugins", '
+                                '"mountPath": "/opt/plugins"}]')
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert {"--cluster-profiles", "--cluster-profile-namespace=fleet",
+            "--cluster-profile-selector=x-k8s.io/cluster-manager=ocm",
+            "--cluster-profile-providers=/etc/krypton/cluster-profile-providers.yaml"} <= set(args)
+    assert {"name": "plugins", "mountPath": "/opt/plugins"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "plugins", "emptyDir": {}} in pod["volumes"]
+    rendered = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    (tmp_path / "providers.yaml").write_text(rendered["cluster-profile-providers.yaml"])
+    assert read_providers(str(tmp_path / "providers.yaml")) == {"ocm": Provider(
+        "ocm", "/opt/plugins/ocm-token", ("--hub",), (), True)}
+    role = next(d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"].endswith("-cluster-profiles"))
+    assert role["metadata"]["namespace"] == "fleet"
+    assert role["rules"][0] == {"apiGroups": ["multicluster.x-k8s.io"],
+                                "resources": ["clusterprofiles"],
+                                "verbs": ["get", "list", "watch"]}
+    assert "-cluster-profiles" not in str(render(helm_bin))  # nothing without the switch
 
 
 def test_skip_crds_renders_no_crd(helm_bin: str) -> None:

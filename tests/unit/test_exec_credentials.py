@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from krypton.adapters import execcredentials
 from krypton.adapters.execcredentials import ExecCredentials
@@ -84,3 +85,18 @@ def test_the_token_is_sent_as_a_bearer(tmp_path: Path) -> None:
     c = creds(plugin(tmp_path, token_answer("tok", 600)))
     assert asyncio.run(c.authorization()) == "Bearer tok"
     assert execcredentials.TIMEOUT == 30.0
+
+
+def test_a_refused_token_is_renewed_but_not_per_request(tmp_path: Path) -> None:
+    c = creds(plugin(tmp_path, token_answer("tok", 3600)))
+    c.cluster = "refusals"  # counted apart from the other tests' runs
+    assert asyncio.run(c.token()) == "tok" and runs(tmp_path) == 1
+    c.rejected()  # at once: kept (a server refusing every token gets no run per request)
+    assert asyncio.run(c.token()) == "tok" and runs(tmp_path) == 1
+    c._obtained -= execcredentials.REJECTED_AFTER  # as when it came 10 s ago
+    c.rejected()
+    assert asyncio.run(c.token()) == "tok" and runs(tmp_path) == 2
+    def counted(why: str) -> float | None:
+        return REGISTRY.get_sample_value("krypton_credential_plugin_runs_total",
+                                         {"cluster": "refusals", "result": "ok", "why": why})
+    assert (counted("first"), counted("refused")) == (1.0, 1.0)

@@ -208,28 +208,27 @@ def test_every_worker_shares_one_set_of_discovered_names() -> None:
     """Each worker keeps the discovered names it last looked at (orphaned releases): one
     set for all of them until the names change, not a copy each, which grew with the square
     of the fleet (64 MiB at 1000 clusters)."""
-    import shutil
-    from types import SimpleNamespace
-
-    from krypton.app.operator import Operator
+    from krypton.adapters.kube import Kube
+    from krypton.adapters.kubeapi import ClientConfig
+    from krypton.app.discovery import Discovery
     from krypton.decisions.settings import Settings
 
-    op = Operator(Settings())
-    try:
-        label = op.settings.kubeconfig_label
-        secrets = {n: {"metadata": {"name": n, "uid": n, "labels": {label: "true"}}}
-                   for n in ("a", "b")}
-        op.discovery = SimpleNamespace(store=secrets)  # type: ignore[assignment]
-        asyncio.run(op._labelled(None))  # type: ignore[arg-type]
-        first = op._discovered()
-        asyncio.run(op._labelled(None))  # type: ignore[arg-type]
-        assert first == frozenset({"a", "b"})
-        assert op._discovered() is first and op._discovered() is op._discovered()
-        secrets["c"] = {"metadata": {"name": "c", "uid": "c", "labels": {label: "true"}}}
-        asyncio.run(op._labelled(None))  # type: ignore[arg-type]
-        assert op._discovered() == frozenset({"a", "b", "c"})
-    finally:
-        shutil.rmtree(op.workdir, ignore_errors=True)
+    settings = Settings()
+    found = Discovery(Kube(ClientConfig("http://127.0.0.1:1"), name="home"), settings,
+                      None, lambda: None)  # type: ignore[arg-type]
+    label = settings.kubeconfig_label
+    secrets = {n: {"metadata": {"name": n, "uid": n, "labels": {label: "true"}}}
+               for n in ("a", "b")}
+    found.secrets.store = secrets  # type: ignore[assignment]
+    assert found.names() is None  # not listed yet
+    found.secrets.synced.set()
+    first = found.names()
+    asyncio.run(found.desired())
+    assert first == frozenset({"a", "b"})
+    assert found.names() is first and found.names() is found.names()
+    secrets["c"] = {"metadata": {"name": "c", "uid": "c", "labels": {label: "true"}}}
+    asyncio.run(found.desired())
+    assert found.names() == frozenset({"a", "b", "c"})
 
 
 def test_a_release_that_crosses_a_write_reads_the_lease_again(
