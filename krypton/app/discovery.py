@@ -45,10 +45,10 @@ class Discovery:
                 profiles_path(settings.cluster_profile_namespace or settings.namespace),
                 lambda _t, _o: changed(),
                 label_selector=settings.cluster_profile_selector or None,
-                transform=profile_fields,
-                on_error=lambda exc: log.warning("ClusterProfile watch failed", error=str(exc)))
+                transform=profile_fields, on_error=self._profiles_failed)
         self._said: dict[str, str] = {}  # object UID -> what was said of it
         self._names: frozenset[str] | None = None
+        self._profiles_problem = ""  # why the ClusterProfiles are not listed (their CRD, RBAC)
 
     def start(self) -> Discovery:
         self.secrets.start()
@@ -60,6 +60,16 @@ class Discovery:
         await self.secrets.stop()
         if self.profiles is not None:
             await self.profiles.stop()
+
+    def _profiles_failed(self, exc: Exception) -> None:
+        self._profiles_problem = str(exc)
+        log.warning("ClusterProfile watch failed", error=str(exc))
+
+    def details(self) -> list[str]:
+        """What keeps discovery from knowing the whole fleet, for /readyz."""
+        if self.profiles is None or self.profiles.synced.is_set():
+            return []
+        return [f"ClusterProfiles not listed yet: {self._profiles_problem or 'listing'}"]
 
     def synced(self) -> bool:
         """Every source listed once (until then the fleet is not known whole)."""

@@ -93,6 +93,7 @@ class Operator:
         fleet = self.fleet
         details = [f"cluster {name}: {state}" for name, state in
                    (fleet.health().items() if fleet is not None else []) if state != "engaged"]
+        details += self.discovery.details() if self.discovery is not None else []
         return synced, details
 
     async def run(self) -> int:

@@ -229,6 +229,29 @@ def test_every_worker_shares_one_set_of_discovered_names() -> None:
     secrets["c"] = {"metadata": {"name": "c", "uid": "c", "labels": {label: "true"}}}
     asyncio.run(found.desired())
     assert found.names() == frozenset({"a", "b", "c"})
+    assert found.details() == []  # no ClusterProfiles asked for
+
+
+def test_profiles_not_listed_keep_the_fleet_unknown_and_say_why() -> None:
+    """--cluster-profiles where their CRD is missing: the Secrets' clusters work, but the
+    fleet is not known whole (no orphan is judged, /readyz is not ready) and says why."""
+    from dataclasses import replace
+
+    from krypton.adapters.kube import Kube
+    from krypton.adapters.kubeapi import ClientConfig
+    from krypton.app.discovery import Discovery
+    from krypton.decisions.errors import NotFound
+    from krypton.decisions.settings import Settings
+
+    settings = replace(Settings(), cluster_profiles=True)
+    found = Discovery(Kube(ClientConfig("http://127.0.0.1:1"), name="home"), settings,
+                      None, lambda: None)  # type: ignore[arg-type]
+    found.secrets.synced.set()
+    assert found.profiles is not None and found.names() is None and not found.synced()
+    found._profiles_failed(NotFound("list cluster-profiles: not found"))
+    assert found.details() == ["ClusterProfiles not listed yet: list cluster-profiles: not found"]
+    found.profiles.synced.set()
+    assert found.synced() and found.details() == [] and found.names() == frozenset()
 
 
 def test_a_release_that_crosses_a_write_reads_the_lease_again(
