@@ -22,7 +22,8 @@ from tests.reliability.test_hostile_input import Responder
 
 
 async def _kube(cp: ControlPlane, name: str) -> Kube:
-    return Kube(await configuration_from_file(str(cp.kubeconfig)), name=name, timeout=10)
+    return Kube(await configuration_from_file(str(cp.kubeconfig), workdir=cp.workdir / name),
+                name=name, timeout=10)
 
 
 async def _create_configmaps(kube: Kube, namespace: str, label: str, count: int) -> None:
