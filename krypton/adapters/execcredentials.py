@@ -1,5 +1,5 @@
-"""Bearer tokens from exec credential plugins (:mod:`krypton.decisions.execplugins`): those
-of a trusted kubeconfig's ``user.exec``.
+"""Bearer tokens from exec credential plugins (:mod:`krypton.decisions.execplugins`): a
+ClusterProfile provider's of the admin's providers file, a trusted kubeconfig's ``user.exec``.
 
 A plugin runs with the cluster info in ``KUBERNETES_EXEC_INFO`` (when it asks for it), its
 environment the operator's plus its own ExecConfig's, nothing on stdin, in a
@@ -102,6 +102,7 @@ class ExecCredentials:
             raise CredentialPluginFailed(f"cannot run {provider.command}: "
                                          f"{exc.strerror or type(exc).__name__}") from None
         assert proc.stdout is not None
+        answered = False
         try:
             async with asyncio.timeout(self.timeout):
                 chunks: list[bytes] = []
@@ -112,13 +113,14 @@ class ExecCredentials:
                             f"its answer is over {execplugins.MAX_OUTPUT} bytes")
                 output = b"".join(chunks)
                 code = await proc.wait()
+                answered = True
         except TimeoutError:
             raise CredentialPluginFailed(f"no answer within {self.timeout:.0f}s") from None
         finally:
-            if proc.returncode is None:
+            if not answered:  # the whole session: a child holding the pipe goes too
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+                await proc.communicate()  # the pipe's end, with nobody left to write
         if code != 0:
             raise CredentialPluginFailed(f"it exited with status {code}")
         return execplugins.credential(output, time.time(), provider.api_version)

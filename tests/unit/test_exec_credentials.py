@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from krypton.adapters import execcredentials
 from krypton.adapters.execcredentials import ExecCredentials
 from krypton.decisions.execplugins import CredentialPluginFailed, PluginAccess, Provider
+from krypton.testing.operator import wait_for
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -100,3 +101,18 @@ def test_a_refused_token_is_renewed_but_not_per_request(tmp_path: Path) -> None:
         return REGISTRY.get_sample_value("krypton_credential_plugin_runs_total",
                                          {"cluster": "refusals", "result": "ok", "why": why})
     assert (counted("first"), counted("refused")) == (1.0, 1.0)
+
+
+def test_a_plugin_that_leaves_a_child_on_its_pipe_is_cut_off_with_it(tmp_path: Path) -> None:
+    c = creds(plugin(tmp_path, f"sleep 3600 & echo $! > {tmp_path}/child\nexit 0"), timeout=1.0)
+    with pytest.raises(CredentialPluginFailed, match="no answer within 1s"):
+        asyncio.run(c.token())
+    child = int((tmp_path / "child").read_text())
+    state = Path(f"/proc/{child}/stat")
+
+    def gone() -> bool:  # SIGKILL lands at once; reaping by init takes a moment
+        try:
+            return state.read_text().split()[2] == "Z"
+        except OSError:
+            return True
+    wait_for(gone, 5, what="the plugin's child killed")
