@@ -58,6 +58,32 @@ class Cluster:
         return self.custom.create_namespaced_custom_object(  # type: ignore[no-any-return]
             GROUP, VERSION, namespace, PLURAL, body)
 
+    def add_tenant(self, namespace: str, name: str, **kw: Any) -> None:
+        """Create a Tenant, waiting for the CRD that the operator ensures on engagement.
+
+        An attempt whose answer is lost (a dropped connection, a server timeout) may still
+        have created the Tenant: a conflict after such an attempt is this helper's own
+        Tenant; any other conflict is a name taken before it."""
+        errors: list[Exception] = []  # every failed attempt, in order
+
+        def create() -> bool:
+            try:
+                self.create_tenant(namespace, name, **kw)
+            except ApiException as exc:
+                lost = any(not isinstance(e, ApiException) or e.status >= 500 for e in errors)
+                if exc.status != 409 or not lost:
+                    errors.append(exc)
+                    raise
+            except Exception as exc:
+                errors.append(exc)
+                raise
+            return True
+
+        try:
+            wait_for(create, 60, what=f"Tenant CRD on {self.name}")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; the first errors: {errors[:3]!r}") from None
+
     def tenant(self, namespace: str, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
             GROUP, VERSION, namespace, PLURAL, name)
@@ -170,9 +196,8 @@ class Fleet:
         return op
 
     def tenant(self, cluster: Cluster, name: str, **kw: Any) -> str:
-        """Create a Tenant, waiting for the CRD that the operator ensures on engagement."""
-        wait_for(lambda: cluster.create_tenant(self.tenant_ns, name, **kw), 60,
-                 what=f"Tenant CRD on {cluster.name}")
+        """Create a Tenant in this test's namespace (see `Cluster.add_tenant`)."""
+        cluster.add_tenant(self.tenant_ns, name, **kw)
         return name
 
     def refused_tenant(self, cluster: Cluster, prefix: str) -> str:

@@ -62,7 +62,7 @@ def test_one_release_holds_the_shared_objects_and_the_way_out_is_named(fleet: Fl
         "fresh", fresh.cp.kubeconfig.read_text(), namespace=fleet.discovery_ns))
     op = start(fleet)
     # the three Tenants at once: their first installs run in parallel, as on a new cluster
-    wait_for(lambda: fresh.create_tenant(ns, names[0]), 60, what="Tenant CRD on fresh")
+    fresh.add_tenant(ns, names[0])
     for name in names[1:]:
         fresh.create_tenant(ns, name)
     first, second, third = names

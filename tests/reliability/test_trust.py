@@ -169,7 +169,7 @@ def test_a_tenant_of_the_same_name_never_takes_over_the_release(fleet: Fleet,
     name, first, second = unique("dupe"), unique("team1"), unique("team2")
     for ns in (first, second):
         solo.ensure_namespace(ns)
-    wait_for(lambda: solo.create_tenant(first, name), 60, what="Tenant CRD on solo")
+    solo.add_tenant(first, name)
     solo.wait_phase(first, name, "Ready")
     release = f"tenant-{name}-solo"
     before = solo.release_records(name, release)
@@ -213,7 +213,7 @@ def test_a_renamed_cluster_secret_reports_the_releases_left_behind(fleet: Fleet,
     op = _all_namespaces(fleet)
     ns, name = unique("orph"), unique("orph")
     solo.ensure_namespace(ns)
-    wait_for(lambda: solo.create_tenant(ns, name), 60, what="Tenant CRD on solo")
+    solo.add_tenant(ns, name)
     solo.wait_phase(ns, name, "Ready")
     old_release = f"tenant-{name}-{before}"
     fleet.register(after, solo)
