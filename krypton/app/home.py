@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 
-from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import (
-    HOME,
+from krypton.adapters.clientconfig import (
     configuration_for,
     configuration_from_file,
     configuration_in_cluster,
 )
+from krypton.adapters.kube import Kube
+from krypton.adapters.kubeapi import HOME
 from krypton.app.config import file_reader
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions import records, redact

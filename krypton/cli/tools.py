@@ -17,15 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from krypton.adapters.clientconfig import configuration_for, configuration_in_cluster
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
-from krypton.adapters.kubeapi import (
-    configuration_for,
-    configuration_in_cluster,
-    core_path,
-    profiles_path,
-    tenants_path,
-)
+from krypton.adapters.kubeapi import core_path, profiles_path, tenants_path
 from krypton.app.config import file_reader
 from krypton.app.home import watch_cluster
 from krypton.cli.view import (

@@ -24,18 +24,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
+from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import (
-    HELM_RELEASE_SELECTOR,
-    ClientConfig,
-    configuration_for,
-    configuration_in_cluster,
-    release_records_path,
-    tenants_path,
-)
+from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
 from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import KryptonError, TemporaryError

@@ -491,9 +491,10 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     import asyncio
     import resource
 
+    from krypton.adapters.clientconfig import configuration_from_file
     from krypton.adapters.helm import watch_children_with_pidfds
     from krypton.adapters.kube import Kube
-    from krypton.adapters.kubeapi import configuration_from_file, core_path
+    from krypton.adapters.kubeapi import core_path
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_SELF)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from krypton.adapters import metrics
+from krypton.adapters.clientconfig import configuration_for, configuration_from_file
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import configuration_for, configuration_from_file, core_path
+from krypton.adapters.kubeapi import core_path
 from krypton.decisions import retry
 from krypton.decisions.errors import ClusterUnreachable, TemporaryError
 from krypton.decisions.kubeconfig import parse

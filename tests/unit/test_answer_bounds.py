@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from krypton.adapters import registry
+from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import ClientConfig, Limits
+from krypton.adapters.kubeapi import Limits
 from krypton.adapters.prometheus import Prometheus
 from krypton.decisions import gates, oci
 from krypton.decisions.errors import ChartNotLoaded, KryptonError

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from krypton.adapters.clientconfig import TokenFile, configuration_from_file
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import TokenFile, configuration_from_file
 from krypton.decisions.errors import SettingsError
 
 

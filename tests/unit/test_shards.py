@@ -208,8 +208,8 @@ def test_every_worker_shares_one_set_of_discovered_names() -> None:
     """Each worker keeps the discovered names it last looked at (orphaned releases): one
     set for all of them until the names change, not a copy each, which grew with the square
     of the fleet (64 MiB at 1000 clusters)."""
+    from krypton.adapters.clientconfig import ClientConfig
     from krypton.adapters.kube import Kube
-    from krypton.adapters.kubeapi import ClientConfig
     from krypton.app.discovery import Discovery
     from krypton.decisions.settings import Settings
 
@@ -237,8 +237,8 @@ def test_profiles_not_listed_keep_the_fleet_unknown_and_say_why() -> None:
     fleet is not known whole (no orphan is judged, /readyz is not ready) and says why."""
     from dataclasses import replace
 
+    from krypton.adapters.clientconfig import ClientConfig
     from krypton.adapters.kube import Kube
-    from krypton.adapters.kubeapi import ClientConfig
     from krypton.app.discovery import Discovery
     from krypton.decisions.errors import NotFound
     from krypton.decisions.settings import Settings
