@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import http.cookiejar
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -30,6 +29,7 @@ import structlog
 from krypton import __version__
 from krypton.adapters import metrics
 from krypton.adapters.clientconfig import ClientConfig
+from krypton.adapters.http import UNCOMPRESSED, no_cookies, read_answer
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -154,32 +154,6 @@ def retry_after(header: str | None) -> float:
 USER_AGENT = f"krypton/{__version__}"
 
 
-class _NoCookies(http.cookiejar.DefaultCookiePolicy):
-    """Keeps no cookie and sends none, as client-go: a server of a cluster krypton does not
-    control could otherwise grow the jar with every answer and see every cookie back."""
-
-    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-
-async def _body(resp: httpx.Response, limit: int, what: str) -> bytearray:
-    """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
-    `limit` bytes, whatever its Content-Length says or does not say."""
-    declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
-    body = bytearray()  # grown in place: no second copy of a large answer
-    async for chunk in resp.aiter_raw():
-        if len(body) + len(chunk) > limit:
-            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
-                                 reason="AnswerTooLarge")
-        body += chunk
-    return body
-
-
 class Watch:
     """An open watch: the server's events, a line each, each at most `limit` bytes, all of
     them within the watch's deadline. The caller closes it."""
@@ -249,8 +223,7 @@ class Transport:
             self._pool = httpx.AsyncClient(
                 verify=self.config.ssl, timeout=None, follow_redirects=False,
                 limits=httpx.Limits(max_connections=16, keepalive_expiry=15.0),
-                cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
-                headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+                cookies=no_cookies(), headers={"User-Agent": USER_AGENT, **UNCOMPRESSED})
         return self._pool
 
     async def _build(self, method: str, path: str, *, query: Query | None = None,
@@ -294,7 +267,7 @@ class Transport:
                 async with asyncio.timeout(self.timeout):
                     resp = await self._session().send(request, stream=True)
                     try:
-                        data = await _body(resp, self.limits.answer, what)
+                        data = await read_answer(resp, self.limits.answer, what)
                     finally:
                         await resp.aclose()
             except TRANSPORT_ERRORS as exc:
@@ -376,7 +349,7 @@ class Transport:
         if resp.status_code != 200:
             try:
                 async with asyncio.timeout(self.timeout):
-                    data = await _body(resp, self.limits.answer, what)
+                    data = await read_answer(resp, self.limits.answer, what)
             except (*TRANSPORT_ERRORS, TemporaryError):
                 data = bytearray()
             finally:

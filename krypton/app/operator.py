@@ -75,7 +75,7 @@ class Operator:
         self.discovery: Discovery | None = None
         self.loop_watch = LoopWatch()
         self.health = HealthServer(settings.health_probe_bind_address,
-                                   settings.metrics_bind_address, self.ready, self.loop_watch)
+                                   settings.metrics_bind_address, self.ready)
         self.elector: LeaderElector | None = None
         self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
@@ -86,7 +86,7 @@ class Operator:
 
     def ready(self) -> tuple[bool, list[str]]:
         """Ready once discovery synced, or while standing by for the Lease; plus one line per
-        discovered cluster that is not serving (called from the health thread)."""
+        discovered cluster that is not serving."""
         if self.elector is not None and not self.elector.is_leader:
             return self.home is not None, [self.elector.standing_by()]
         synced = self.discovery is not None and self.discovery.synced()
@@ -102,15 +102,18 @@ class Operator:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        self.health.start()
         heartbeat = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
         metrics.BUILD.info({"version": krypton.__version__, "python": platform.python_version()})
         try:
+            try:
+                await self.health.start()
+            except OSError as exc:  # a port taken, an address not of this host
+                raise SettingsError(f"cannot serve health or metrics: {exc}") from exc
             self.home = await self._connect_home()
             self._metric_gate = await metric_gate(self.settings, self.home)
         except SettingsError as exc:
             heartbeat.cancel()
-            self.health.stop()
+            await self.health.stop()
             shutil.rmtree(self.workdir, ignore_errors=True)
             print(f"krypton: {exc}", file=sys.stderr)
             return 2
@@ -315,6 +318,6 @@ class Operator:
             await self.shards.leave()  # every worker has stopped: hand everything over
         if self.home is not None:
             await self.home.close()
-        self.health.stop()
+        await self.health.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("stopped")

@@ -1,24 +1,18 @@
-"""Pure pieces of the hardening work (issue 9): bounded YAML, redaction, ownership, the
-health server's stall detection and connection cap (in-process, loopback only)."""
+"""Pure pieces of the hardening work (issue 9): bounded YAML, redaction, ownership, helm's
+errors, the cached objects' forms."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from krypton.adapters.charts import index_versions
 from krypton.adapters.helm import _safe_component
-from krypton.app import health
 from krypton.decisions import ownership, redact, retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded
-from krypton.testing import free_port
 
 BOMB = "".join(f"{k}: &{k} [" + ",".join([f"*{p}"] * 9 if p else ["lol"] * 9) + "]\n"
                for p, k in zip(["", "a", "b", "c", "d", "e"], ["a", "b", "c", "d", "e", "f"],
@@ -114,100 +108,6 @@ def test_index_versions_skips_junk_entries() -> None:
     ("a/b", "a_b")])
 def test_safe_path_component(text: str, safe: str) -> None:
     assert _safe_component(text) == safe
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def test_healthz_fails_while_the_event_loop_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(health, "STALL_LIMIT", 1.0)
-    watch = health.LoopWatch()
-    port = free_port()
-    server = health.HealthServer(f"127.0.0.1:{port}", "0", lambda: (True, ["cluster x: failing"]),
-                                 watch)
-    results: list[tuple[int, str]] = []
-
-    async def scenario() -> None:
-        beat = asyncio.create_task(watch.run())
-        await asyncio.sleep(0.7)
-        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))
-        probe = threading.Timer(2.0, lambda: results.append(
-            _get(f"http://127.0.0.1:{port}/healthz")))
-        probe.start()
-        time.sleep(3.0)  # the loop is blocked: the probe runs in another thread meanwhile
-        probe.join()
-        await asyncio.sleep(0.7)
-        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))
-        results.append(await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz"))
-        beat.cancel()
-
-    server.start()
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
-    assert results[0] == (200, "ok")
-    assert results[1][0] == 503 and "event loop blocked" in results[1][1]
-    assert results[2] == (200, "ok")
-    assert results[3] == (200, "ok\ncluster x: failing")
-
-
-def _idle(port: int, count: int) -> list[socket.socket]:
-    return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
-
-
-def _closed_by_server(s: socket.socket) -> bool:
-    s.settimeout(0.5)  # a closed one answers at once; all are looked at within READ_TIMEOUT
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
-def test_healthz_answers_under_a_flood_of_the_metrics_port() -> None:
-    """Issue 25.6: each port has its own budget of idle connections."""
-    health_port, metrics_port = free_port(), free_port()
-    server = health.HealthServer(f"127.0.0.1:{health_port}", f"127.0.0.1:{metrics_port}",
-                                 lambda: (True, []), health.LoopWatch())
-    server.start()
-    flood = []
-    try:
-        flood = _idle(metrics_port, health.MAX_CONNECTIONS * 3)
-        assert _get(f"http://127.0.0.1:{health_port}/healthz") == (200, "ok")
-        assert _get(f"http://127.0.0.1:{metrics_port}/metrics")[0] == 200
-    finally:
-        for s in flood:
-            s.close()
-        server.stop()
-
-
-def test_idle_connections_beyond_the_budget_make_room_for_a_probe() -> None:
-    """A flood of the health port itself: the connection idle longest is closed for each
-    new one, so at most MAX_CONNECTIONS are held and a probe still gets its answer."""
-    port = free_port()
-    server = health.HealthServer(f"127.0.0.1:{port}", "0", lambda: (True, []), health.LoopWatch())
-    server.start()
-    idle = []
-    try:
-        idle = _idle(port, health.MAX_CONNECTIONS)
-        newer = _idle(port, 3)
-        assert _get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
-        # the first four (the oldest) made room for the three newer and the probe
-        assert [_closed_by_server(s) for s in idle[:4]] == [True] * 4
-        assert not _closed_by_server(idle[4])
-        assert not any(_closed_by_server(s) for s in newer)
-        idle += newer
-    finally:
-        for s in idle:
-            s.close()
-        server.stop()
 
 
 def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
