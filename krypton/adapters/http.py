@@ -4,14 +4,13 @@ fail a fetch, not hold a pass or the rollout."""
 
 from __future__ import annotations
 
-import http.cookiejar
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-import httpx
+import aiohttp
 
 from krypton.decisions.errors import ChartNotLoaded, TemporaryError
 
@@ -57,34 +56,14 @@ class SameOrigin(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-class NoCookies(http.cookiejar.DefaultCookiePolicy):
-    """Keeps no cookie and sends none, as client-go: a server krypton does not control could
-    otherwise grow the jar with every answer and see every cookie back."""
-
-    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
-        return False
-
-
-def no_cookies() -> http.cookiejar.CookieJar:
-    return http.cookiejar.CookieJar(policy=NoCookies())
-
-
-# asked for on every request: a compressed answer could not be bounded before it is inflated
-UNCOMPRESSED = {"Accept-Encoding": "identity"}
-
-
-async def read_answer(resp: httpx.Response, limit: int, what: str) -> bytearray:
+async def read_answer(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:
     """The body of `resp`, refused (TemporaryError ``AnswerTooLarge``) as soon as it passes
     `limit` bytes, whatever its Content-Length says or does not say (an HTTP/1.0 answer
     without one is read until the server closes, within the request's own deadline)."""
-    declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if resp.content_length is not None and resp.content_length > limit:
         raise TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
     body = bytearray()  # grown in place: no second copy of a large answer
-    async for chunk in resp.aiter_raw():
+    async for chunk in resp.content.iter_any():
         if len(body) + len(chunk) > limit:
             raise TemporaryError(f"{what}: the answer is over {limit} bytes",
                                  reason="AnswerTooLarge")

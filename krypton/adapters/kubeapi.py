@@ -3,11 +3,12 @@ bounded and translated into krypton's error types (the typed resource calls are
 :class:`krypton.adapters.kube.Kube`'s; how a cluster is reached is
 :mod:`krypton.adapters.clientconfig`).
 
-krypton speaks to API servers with httpx, on the event loop, and builds its own requests:
-every cluster gets its own connection pool with its own TLS context and credentials. TLS is
-done in memory (anyio's TLS stream over ``ssl.MemoryBIO``): a connection held open by a
-watch keeps no receive buffer of its own while idle, which matters at two watches per
-engaged cluster (docs/benchmarks.md).
+krypton builds its own requests, on the event loop, and every cluster gets its own
+connection pools with its own TLS context and credentials. Requests and lists go over
+aiohttp. Watches, two held open per engaged cluster, go over httpcore, whose TLS is done in
+memory (anyio's TLS stream over ``ssl.MemoryBIO``): an idle watch connection then holds about
+70 KiB, where asyncio's own TLS holds a 256 KiB receive buffer for each connection
+(docs/benchmarks.md, "Two pools").
 
 No thread per watch, no executor for requests, so a cluster that never answers holds nothing
 but its own coroutine for at most ``timeout`` seconds. :meth:`Transport.request` reads the
@@ -19,17 +20,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
+import aiohttp
+import httpcore
 import structlog
 
 from krypton import __version__
 from krypton.adapters import metrics
 from krypton.adapters.clientconfig import ClientConfig
-from krypton.adapters.http import UNCOMPRESSED, no_cookies, read_answer
+from krypton.adapters.http import read_answer
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -102,12 +106,14 @@ def _short(text: str) -> str:
 
 
 def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
-    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+    if isinstance(exc, (TimeoutError, httpcore.TimeoutException)):
         return ClusterUnreachable(f"{what}: no answer in time")
     return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(str(exc))}")
 
 
-TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, OSError, TimeoutError, ValueError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+WATCH_ERRORS = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.TimeoutException,
+                httpcore.ProxyError, httpcore.UnsupportedProtocol, *TRANSPORT_ERRORS)
 
 
 def _path(*parts: str) -> str:
@@ -154,14 +160,32 @@ def retry_after(header: str | None) -> float:
 USER_AGENT = f"krypton/{__version__}"
 
 
+def proxy_in_environment() -> bool:
+    """Whether the operator's own environment names a proxy (HTTPS_PROXY, HTTP_PROXY, ...;
+    NO_PROXY alone is none). A kubeconfig's proxy-url is refused (D4); the environment is
+    the operator's own, so a proxy it names is used."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies_environment())
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the operator's environment names for `url`, None when it names none or
+    NO_PROXY names the host."""
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
+
+
 class Watch:
     """An open watch: the server's events, a line each, each at most `limit` bytes, all of
     them within the watch's deadline. The caller closes it."""
 
-    def __init__(self, resp: httpx.Response, *, what: str, limit: int, deadline: float) -> None:
+    def __init__(self, resp: httpcore.Response, *, what: str, limit: int,
+                 deadline: float) -> None:
         self.what, self.limit, self.deadline = what, limit, deadline
         self._resp = resp
-        self._chunks: AsyncIterator[bytes] = resp.aiter_raw()
+        self._chunks: AsyncIterator[bytes] = resp.aiter_stream()
         self._buffer = bytearray()
 
     async def line(self) -> bytes:
@@ -175,7 +199,7 @@ class Watch:
             try:
                 async with asyncio.timeout_at(self.deadline):
                     chunk = await anext(self._chunks, b"")
-            except TRANSPORT_ERRORS as exc:
+            except WATCH_ERRORS as exc:
                 raise _transport_error(exc, self.what) from exc
             if not chunk:  # the end: what is left is the last line
                 line, self._buffer = bytes(self._buffer), bytearray()
@@ -202,50 +226,53 @@ class Transport:
         self.timeout = timeout
         self.limits = limits
         self.config = cfg
-        self._pool: httpx.AsyncClient | None = None  # made on first use
+        self._pool: aiohttp.ClientSession | None = None  # made on first use
+        self._watches: httpcore.AsyncConnectionPool | None = None  # the same
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        watches, self._watches = self._watches, None
         try:
             if pool is not None:
-                await pool.aclose()
+                await pool.close()
+            if watches is not None:
+                await watches.aclose()
         except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
             pass
 
-    def _session(self) -> httpx.AsyncClient:
-        """The connection pool, made on first use: up to 16 connections, idle ones closed
-        after 15 s. Proxies come from the operator's own environment (HTTPS_PROXY,
-        NO_PROXY, ...), read once; a kubeconfig's proxy-url is refused (D4). Answers are
-        asked for uncompressed: a compressed answer could not be bounded before it is
-        inflated."""
-        if self._pool is None:
-            self._pool = httpx.AsyncClient(
-                verify=self.config.ssl, timeout=None, follow_redirects=False,
-                limits=httpx.Limits(max_connections=16, keepalive_expiry=15.0),
-                cookies=no_cookies(), headers={"User-Agent": USER_AGENT, **UNCOMPRESSED})
-        return self._pool
-
-    async def _build(self, method: str, path: str, *, query: Query | None = None,
-                     body: Any = None, content_type: str | None = None,
-                     accept: str = "application/json") -> httpx.Request:
-        """One request to the cluster, with its credentials (asked for here, outside the
-        request's own time bound: a plugin has a bound of its own)."""
+    async def _send(self, method: str, path: str, *, query: Query | None = None,
+                    body: Any = None, content_type: str | None = None,
+                    accept: str = "application/json") -> aiohttp.ClientResponse:
+        """One HTTP exchange on the cluster's connection pool, with its credentials and its
+        TLS context."""
         cfg = self.config
-        headers = {"Accept": accept}
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if content_type or body is not None:
             headers["Content-Type"] = content_type or "application/json"
         authorization = await cfg.credentials.authorization()
         if authorization:
             headers["Authorization"] = authorization
-        url = cfg.host + path
-        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
-        if params:
-            url += "?" + urlencode(params, quote_via=quote)
+        url = _url(cfg.host, path, query)
         data = body if body is None or isinstance(body, (bytes, str)) else json.dumps(body)
-        return self._session().build_request(
-            method, url, headers=headers, content=data,
-            extensions={"sni_hostname": cfg.tls_server_name} if cfg.tls_server_name else None)
+        extra: dict[str, Any] = {}
+        if cfg.tls_server_name:
+            extra["server_hostname"] = cfg.tls_server_name
+        return await self._session().request(
+            method, url, headers=headers, data=data, allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=self.timeout), **extra)
+
+    def _session(self) -> aiohttp.ClientSession:
+        """The connection pool, made on first use (in the event loop): up to 16 connections.
+        It keeps no cookies, as client-go keeps none: a server of a cluster krypton does not
+        control could otherwise grow the jar with every answer and see every cookie back.
+        aiohttp's ``trust_env`` looks the proxy variables up and parses ~/.netrc on every
+        request, in a thread: taken only when the environment names a proxy."""
+        if self._pool is None:
+            self._pool = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=16, ssl=self.config.ssl),
+                cookie_jar=aiohttp.DummyCookieJar(), trust_env=proxy_in_environment())
+        return self._pool
 
     async def request(self, what: str, method: str, path: str, *, query: Query | None = None,
                       body: Any = None, content_type: str | None = None,
@@ -262,27 +289,25 @@ class Transport:
         for attempt in range(THROTTLED_RETRIES + 1):
             metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
             try:
-                request = await self._build(method, path, query=query, body=body,
-                                            content_type=content_type, accept=accept)
-                async with asyncio.timeout(self.timeout):
-                    resp = await self._session().send(request, stream=True)
-                    try:
-                        data = await read_answer(resp, self.limits.answer, what)
-                    finally:
-                        await resp.aclose()
+                resp = await self._send(method, path, query=query, body=body,
+                                        content_type=content_type, accept=accept)
+                try:
+                    data = await read_answer(resp, self.limits.answer, what)
+                finally:
+                    resp.release()
             except TRANSPORT_ERRORS as exc:
                 raise _transport_error(exc, what) from exc
-            if resp.status_code == 401:
+            if resp.status == 401:
                 self.config.credentials.rejected()
-            if resp.status_code != 429 or attempt == THROTTLED_RETRIES:
+            if resp.status != 429 or attempt == THROTTLED_RETRIES:
                 break
             # "Too many requests" (priority and fairness) or "storage is (re)initializing"
             # (a CRD just created): the server says when to come back; not an error yet.
             delay = retry_after(resp.headers.get("Retry-After"))
             log.debug("api throttled, retrying", cluster=self.name, what=what, delay=delay)
             await asyncio.sleep(delay)
-        if not 200 <= resp.status_code < 300:
-            raise _status_error(resp.status_code, data, what)
+        if not 200 <= resp.status < 300:
+            raise _status_error(resp.status, data, what)
         try:
             answer = json.loads(data)
         except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
@@ -291,6 +316,7 @@ class Transport:
             raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
                                  "response", reason="BadResponse")
         return answer, len(data)
+
     async def get(self, what: str, path: str) -> Obj | None:
         try:
             return await self.request(what, "GET", path)
@@ -327,32 +353,66 @@ class Transport:
                     raise
                 continue
 
+    def _watch_pool(self) -> httpcore.AsyncConnectionPool:
+        """The watches' pool, made on first use: through the proxy the operator's environment
+        names for the cluster, if any; up to 4 connections (a worker holds two watches)."""
+        if self._watches is None:
+            ctx = self.config.ssl if isinstance(self.config.ssl, ssl.SSLContext) else None
+            proxy = proxy_for(self.config.host)
+            self._watches = httpcore.AsyncHTTPProxy(proxy, ssl_context=ctx, max_connections=4) \
+                if proxy else httpcore.AsyncConnectionPool(ssl_context=ctx, max_connections=4)
+        return self._watches
+
     async def watch(self, what: str, path: str, *, resource_version: str,
                     label_selector: str | None, accept: str, server_timeout: int,
                     field_selector: str | None = None) -> Watch:
         """Open a watch from `resource_version`, to be over 30 s after the server's own
         timeout at the latest; the caller reads its lines and closes it."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
+        query = {"watch": "true", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "labelSelector": label_selector,
+                 "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
+        cfg = self.config
         try:
-            request = await self._build(
-                "GET", path, accept=accept,
-                query={"watch": "true", "resourceVersion": resource_version,
-                       "allowWatchBookmarks": "true", "labelSelector": label_selector,
-                       "fieldSelector": field_selector, "timeoutSeconds": server_timeout})
+            headers = [(b"Host", urlsplit(cfg.host).netloc.encode("ascii")),
+                       (b"Accept", accept.encode()), (b"User-Agent", USER_AGENT.encode())]
+            authorization = await cfg.credentials.authorization()
+            if authorization:
+                headers.append((b"Authorization", authorization.encode("latin-1")))
+            extensions: dict[str, Any] = {}
+            if cfg.tls_server_name:
+                extensions["sni_hostname"] = cfg.tls_server_name
+            request = httpcore.Request("GET", _url(cfg.host, path, query), headers=headers,
+                                       extensions=extensions)
             deadline = asyncio.get_running_loop().time() + server_timeout + 30
             async with asyncio.timeout_at(deadline):
-                resp = await self._session().send(request, stream=True)
-        except TRANSPORT_ERRORS as exc:
+                resp = await self._watch_pool().handle_async_request(request)
+        except WATCH_ERRORS as exc:
             raise _transport_error(exc, what) from exc
-        if resp.status_code == 401:
-            self.config.credentials.rejected()
-        if resp.status_code != 200:
+        if resp.status == 401:
+            cfg.credentials.rejected()
+        if resp.status != 200:
             try:
                 async with asyncio.timeout(self.timeout):
-                    data = await read_answer(resp, self.limits.answer, what)
-            except (*TRANSPORT_ERRORS, TemporaryError):
-                data = bytearray()
+                    data = await _bounded(resp.aiter_stream(), self.limits.answer, what)
+            except (*WATCH_ERRORS, TemporaryError):
+                data = b""
             finally:
                 await resp.aclose()
-            raise _status_error(resp.status_code, data, what)
+            raise _status_error(resp.status, data, what)
         return Watch(resp, what=what, limit=self.limits.watch_line, deadline=deadline)
+
+
+def _url(host: str, path: str, query: Query | None) -> str:
+    params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
+    return host + path + ("?" + urlencode(params, quote_via=quote) if params else "")
+
+
+async def _bounded(chunks: AsyncIterator[bytes], limit: int, what: str) -> bytes:
+    body = bytearray()
+    async for chunk in chunks:
+        if len(body) + len(chunk) > limit:
+            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
+                                 reason="AnswerTooLarge")
+        body += chunk
+    return bytes(body)

@@ -1,5 +1,5 @@
 """Instant queries against a Prometheus-compatible HTTP API (``/api/v1/query``) for the
-metric gates of the progressive rollout (SPEC F7), on the operator's event loop with httpx.
+metric gates of the progressive rollout (SPEC F7), on the operator's event loop with aiohttp.
 Answers are bounded in size and time; TLS is verified (against ``--rollout-gate-ca-file``
 when given); a redirect is followed only to the same scheme and host, without the
 credentials; credentials never appear in a message.
@@ -7,7 +7,6 @@ credentials; credentials never appear in a message.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import ssl
@@ -15,9 +14,9 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
-from krypton.adapters.http import UNCOMPRESSED, no_cookies, read_answer, same_origin
+from krypton.adapters.http import read_answer, same_origin
 from krypton.decisions import gates
 from krypton.decisions.errors import TemporaryError
 
@@ -25,7 +24,7 @@ TIMEOUT = 10.0
 MAX_ANSWER = 4 << 20
 MAX_REDIRECTS = 5
 # what a query that got no answer raises
-UNREACHABLE = (httpx.HTTPError, httpx.InvalidURL, OSError, TimeoutError, ValueError)
+UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -75,28 +74,28 @@ class Prometheus:
         all within `timeout` seconds."""
         url, header = f"{self.url}/api/v1/query", auth.header() if auth else None
         form = {"query": promql}
-        async with asyncio.timeout(self.timeout), httpx.AsyncClient(
-                verify=self._tls, timeout=None, follow_redirects=False, trust_env=False,
-                cookies=no_cookies(), headers=UNCOMPRESSED) as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout),
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
             for _ in range(MAX_REDIRECTS + 1):
                 headers = {"Authorization": header} if header else {}
-                async with session.stream("POST", url, data=form, headers=headers) as resp:
-                    if resp.status_code in (301, 302, 303, 307, 308):
+                async with session.post(url, data=form, headers=headers, ssl=self._tls,
+                                        allow_redirects=False) as resp:
+                    if resp.status in (301, 302, 303, 307, 308):
                         target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
                         if not same_origin(url, target):
                             where = urllib.parse.urlsplit(target)
-                            raise Unanswered(f"HTTP {resp.status_code}: redirect to "
-                                             f"{where.scheme}://{where.netloc[:100]} not followed")
+                            raise Unanswered(f"HTTP {resp.status}: redirect to {where.scheme}://"
+                                             f"{where.netloc[:100]} not followed")
                         url, header = target, None  # the credentials stay with the first URL
                         continue
                     body = await read_answer(resp, MAX_ANSWER, f"the answer of {self.url}")
-                    if resp.status_code < 400:
+                    if resp.status < 400:
                         return _json(body)
                     try:  # Prometheus answers a bad query with 400 and a JSON error document
                         return _json(body)
                     except ValueError:
-                        return {"status": "error", "error": f"HTTP {resp.status_code}: "
-                                                            f"{resp.reason_phrase}"[:200]}
+                        return {"status": "error",
+                                "error": f"HTTP {resp.status}: {resp.reason}"[:200]}
         raise Unanswered(f"more than {MAX_REDIRECTS} redirects")
 
     async def _ask(self, promql: str, auth: ServerAuth | None) -> Any:
@@ -107,8 +106,8 @@ class Prometheus:
         except Unanswered:
             raise
         except UNREACHABLE as exc:
-            timeout = isinstance(exc, (TimeoutError, httpx.TimeoutException))
-            reason = "no answer in time" if timeout else str(exc) or type(exc).__name__
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc) or \
+                type(exc).__name__
             raise Unanswered(f"{self.url} unreachable: {reason}") from exc
 
     async def read(self, promql: str, auth: ServerAuth | None = None) -> gates.Reading:

@@ -85,20 +85,24 @@ class Discovery:
             self._names = frozenset(self._specs()[0])
         return self._names
 
-    def _specs(self) -> tuple[dict[str, ClusterSpec], list[ClusterSpec], list[Any]]:
-        accepted, _ = by_label(list(self.secrets.store.values()), self.settings.kubeconfig_label)
+    def _specs(self) -> tuple[dict[str, ClusterSpec], list[ClusterSpec], list[Any],
+                              list[tuple[dict[str, Any], str]]]:
+        """The clusters wanted, the profiles that clash with a Secret, the objects they were
+        found as, and the Secrets labelled with a value that is not "true"."""
+        accepted, ignored = by_label(list(self.secrets.store.values()),
+                                     self.settings.kubeconfig_label)
         profiles = list(self.profiles.store.values()) if self.profiles is not None else []
         specs, clashes = combined(desired_clusters(accepted, self.settings.kubeconfig_key),
                                   desired_profiles(profiles))
-        return specs, clashes, profiles + accepted  # a Secret's pin before a profile's
+        return specs, clashes, profiles + accepted, ignored  # a Secret's pin before a profile's
 
     async def desired(self) -> tuple[dict[str, ClusterSpec], list[dict[str, Any]]]:
         """The clusters wanted now, and the objects they were found as (their labels pin
         them to a replica under --sharding)."""
-        specs, clashes, objects = self._specs()
+        specs, clashes, objects, ignored = self._specs()
         label = self.settings.kubeconfig_label
         said: dict[str, str] = {}
-        for secret, value in by_label(list(self.secrets.store.values()), label)[1]:
+        for secret, value in ignored:
             meta = secret["metadata"]
             await self._say(said, str(meta.get("uid")), value, "cluster Secret ignored",
                             involved_secret(meta.get("namespace", ""), meta["name"],

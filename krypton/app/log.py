@@ -32,10 +32,9 @@ def configure(fmt: str = "", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-    # httpx says every request at info, httpcore every step of it at debug: krypton counts
-    # its requests itself (krypton_api_requests_total) and logs what goes wrong
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
+    # httpcore says every step of every request at debug: krypton counts its requests itself
+    # (krypton_api_requests_total) and logs what goes wrong
+    logging.getLogger("httpcore").setLevel(max(numeric, logging.WARNING))
     logging.captureWarnings(True)
     structlog.configure(
         processors=[

@@ -88,10 +88,10 @@ class Fleet:
         """Every discovered cluster and its state, for /readyz and logs."""
         out = {}
         for name, e in sorted(self.clusters.items()):
-            if e.worker is not None and e.worker.engaged and e.worker.problem:
-                out[name] = f"failing: {e.worker.problem}"
-            elif e.worker is not None and e.worker.engaged and e.worker.crd_outdated:
-                out[name] = f"engaged, CRDOutdated: {e.worker.crd_outdated}"
+            if e.worker is not None and e.worker.engaged and e.worker.health.problem:
+                out[name] = f"failing: {e.worker.health.problem}"
+            elif e.worker is not None and e.worker.engaged and e.worker.health.crd_outdated:
+                out[name] = f"engaged, CRDOutdated: {e.worker.health.crd_outdated}"
             elif e.worker is not None and e.worker.engaged:
                 out[name] = "engaged"
             elif e.problem:

@@ -93,22 +93,6 @@ class Worker:
         self._identity: str | None = None
         self._config: ClientConfig | None = None
 
-    @property
-    def problem(self) -> str:
-        return self.health.problem
-
-    @property
-    def crd_outdated(self) -> str:
-        return self.health.crd_outdated
-
-    @property
-    def orphans(self) -> list[tuple[str, str, str]]:
-        return self.health.orphans
-
-    @property
-    def reconciles(self) -> int:
-        return self.consumer.reconciles
-
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from krypton.adapters import metrics
 from krypton.adapters.clientconfig import configuration_for, configuration_from_file
 from krypton.adapters.informer import Informer
@@ -251,3 +253,39 @@ def test_a_server_that_keeps_throttling_is_an_error_in_the_end(tmp_path: Path) -
     error = _version_through(server, tmp_path)
     assert isinstance(error, TemporaryError) and "429" in str(error), error
     assert len(times) == THROTTLED_RETRIES + 1
+
+
+def test_tls_server_name_is_the_name_verified(remote: ControlPlane) -> None:
+    """The server is reached at its address (127.0.0.1); a kubeconfig's tls-server-name is
+    the name its certificate must carry instead (it names 127.0.0.1, localhost and
+    kubernetes.default.svc), for requests and watches alike."""
+    async def reach(name: str | None) -> list[str]:
+        doc = yaml.safe_load(remote.kubeconfig.read_text())
+        if name is not None:
+            doc["clusters"][0]["cluster"]["tls-server-name"] = name
+        kc = parse(yaml.safe_dump(doc).encode())
+        kube = Kube(await configuration_for(kc, remote.workdir / f"sni-{name}"), name="sni",
+                    timeout=10)
+        outcomes = []
+        try:
+            for attempt in ("request", "watch"):
+                try:
+                    if attempt == "request":
+                        outcomes.append(await kube.server_version())
+                    else:
+                        watch = await kube.watch("watch namespaces", core_path("namespaces"),
+                                                 resource_version="0", label_selector=None,
+                                                 accept="application/json", server_timeout=5)
+                        await watch.close()
+                        outcomes.append("watched")
+                except ClusterUnreachable as exc:
+                    outcomes.append(f"unreachable: {exc}")
+        finally:
+            await kube.close()
+        return outcomes
+
+    for name in (None, "kubernetes.default.svc"):
+        version, watched = asyncio.run(reach(name))
+        assert version.startswith("v1.") and watched == "watched", (name, version, watched)
+    refused = asyncio.run(reach("elsewhere.example"))
+    assert all("CERTIFICATE_VERIFY_FAILED" in outcome for outcome in refused), refused

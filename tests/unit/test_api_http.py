@@ -1,6 +1,6 @@
 """krypton's client at the HTTP level, against a server on loopback: an API server's
 cookies are neither kept nor sent back, and a proxy named by the operator's own environment
-is used unless NO_PROXY names the cluster."""
+is used, for requests and watches, unless NO_PROXY names the cluster."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ async def exchange(requests: int) -> tuple[list[tuple[str, str | None]], int]:
             for _ in range(requests):
                 assert (await kube.request("get namespace", "GET", "/api/v1/namespaces/x"))[
                     "kind"] == "Namespace"
-            held = len(kube._session().cookies.jar)
+            held = len(kube._session().cookie_jar)
         finally:
             await kube.close()
     return server.requests, held
@@ -86,7 +86,7 @@ def test_an_api_servers_cookies_are_neither_kept_nor_sent_back(
 def test_a_proxy_named_by_the_environment_is_used_unless_no_proxy_names_the_cluster(
         no_proxy: pytest.MonkeyPatch) -> None:
     """The cluster's name does not resolve: only the proxy can answer for it."""
-    async def run(skip: bool) -> list[tuple[str, str | None]]:
+    async def run(skip: bool) -> tuple[list[tuple[str, str | None]], bytes]:
         proxy = Server()
         async with proxy as port:
             no_proxy.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
@@ -95,12 +95,21 @@ def test_a_proxy_named_by_the_environment_is_used_unless_no_proxy_names_the_clus
             kube = Kube(ClientConfig(host="http://cluster.invalid:6443"), name="c")
             try:
                 await kube.request("get namespace", "GET", "/api/v1/namespaces/x")
+                watch = await kube.watch("watch namespaces", "/api/v1/namespaces",
+                                         resource_version="1", label_selector=None,
+                                         accept="application/json", server_timeout=5)
+                try:
+                    line = await watch.line()
+                finally:
+                    await watch.close()
             finally:
                 await kube.close()
-        return proxy.requests
+        return proxy.requests, line
 
-    seen = asyncio.run(run(skip=False))
-    assert [line for line, _ in seen] == [
-        "GET http://cluster.invalid:6443/api/v1/namespaces/x HTTP/1.1"]
+    seen, line = asyncio.run(run(skip=False))
+    assert [request.split("?")[0] for request, _ in seen] == [
+        "GET http://cluster.invalid:6443/api/v1/namespaces/x HTTP/1.1",
+        "GET http://cluster.invalid:6443/api/v1/namespaces"], seen
+    assert json.loads(line)["kind"] == "Namespace"
     with pytest.raises(ClusterUnreachable):
         asyncio.run(run(skip=True))
