@@ -15,11 +15,9 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -103,27 +101,6 @@ def _helm_error(exc: helm_errors.Error) -> HelmFailed:
 
 
 STOP_GRACE = 5.0  # seconds a cancelled helm gets after SIGTERM, before SIGKILL
-
-
-def watch_children_with_pidfds() -> bool:
-    """Hear of helm's exit through a pidfd on the event loop, not through a thread per
-    helm process blocked in waitpid (Python 3.11's default child watcher): one thread
-    started and joined per helm run was a measured part of the operator's CPU per release.
-    Python 3.12 and later choose this by themselves; where the kernel or a seccomp profile
-    refuses pidfd_open, the default stays. Called on the running loop; returns whether
-    pidfds are used."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(asyncio.get_running_loop())
-        asyncio.set_child_watcher(watcher)
-    return True
 
 
 # Arguments for the helm run started in this context only (``--labels``), which pyhelm3's

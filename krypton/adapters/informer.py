@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from aiohttp.http_exceptions import LineTooLong
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import Kube, without_managed_fields
@@ -19,8 +20,10 @@ from krypton.adapters.kubeapi import (
     METADATA_ONLY,
     METADATA_ONLY_WATCH,
     SHORT_WATCH,
+    TRANSPORT_ERRORS,
     EventHandler,
     Obj,
+    _transport_error,
 )
 from krypton.decisions import retry
 from krypton.decisions.errors import (
@@ -222,7 +225,7 @@ class Informer:
         """Follow one watch connection; return the last resourceVersion seen."""
         what = f"watch {self.what}"
         server_timeout = self.watch_timeout + random.randint(0, self.watch_timeout // 10)
-        watch = await self.kube.watch(
+        resp = await self.kube.watch(
             what, self.path, resource_version=rv, label_selector=self.label_selector,
             field_selector=self.field_selector,
             accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
@@ -234,15 +237,22 @@ class Informer:
             while True:
                 try:
                     async with asyncio.timeout(self.stall_timeout):
-                        line = await watch.line()
+                        line = await resp.content.readline(
+                            max_line_length=self.kube.limits.watch_line)
                 except TimeoutError:
                     raise ClusterUnreachable(f"{what}: stalled, nothing received for "
                                              f"{self.stall_timeout:.0f}s") from None
+                except LineTooLong:
+                    raise TemporaryError(f"{what}: an event is over "
+                                         f"{self.kube.limits.watch_line} bytes",
+                                         reason="AnswerTooLarge") from None
+                except TRANSPORT_ERRORS as exc:
+                    raise _transport_error(exc, what) from exc
                 if not line:
                     return rv  # the server ended the watch: resume from here
                 rv = self._apply(json.loads(line), rv, len(line))
         finally:
-            await watch.close()
+            resp.release()
 
     def _apply(self, event: Obj, rv: str, size: int = 0) -> str:
         kind, obj = event.get("type"), event.get("object") or {}

@@ -3,14 +3,9 @@ bounded and translated into krypton's error types (the typed resource calls are
 :class:`krypton.adapters.kube.Kube`'s; how a cluster is reached is
 :mod:`krypton.adapters.clientconfig`).
 
-krypton builds its own requests, on the event loop, and every cluster gets its own
-connection pools with its own TLS context and credentials. Requests and lists go over
-aiohttp. Watches, two held open per engaged cluster, go over httpcore, whose TLS is done in
-memory (anyio's TLS stream over ``ssl.MemoryBIO``): an idle watch connection then holds about
-70 KiB, where asyncio's own TLS holds a 256 KiB receive buffer for each connection
-(docs/benchmarks.md, "Two pools").
-
-No thread per watch, no executor for requests, so a cluster that never answers holds nothing
+krypton speaks to API servers with aiohttp, on the event loop, and builds its own requests:
+every cluster gets its own connection pool, with its own TLS context and credentials. No
+thread per watch, no executor for requests, so a cluster that never answers holds nothing
 but its own coroutine for at most ``timeout`` seconds. :meth:`Transport.request` reads the
 body as JSON into plain dicts.
 """
@@ -20,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import aiohttp
-import httpcore
 import structlog
 
 from krypton import __version__
@@ -106,14 +99,12 @@ def _short(text: str) -> str:
 
 
 def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
-    if isinstance(exc, (TimeoutError, httpcore.TimeoutException)):
+    if isinstance(exc, TimeoutError):
         return ClusterUnreachable(f"{what}: no answer in time")
     return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(str(exc))}")
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
-WATCH_ERRORS = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.TimeoutException,
-                httpcore.ProxyError, httpcore.UnsupportedProtocol, *TRANSPORT_ERRORS)
 
 
 def _path(*parts: str) -> str:
@@ -167,55 +158,6 @@ def proxy_in_environment() -> bool:
     return any(scheme != "no" for scheme in urllib.request.getproxies_environment())
 
 
-def proxy_for(url: str) -> str | None:
-    """The proxy the operator's environment names for `url`, None when it names none or
-    NO_PROXY names the host."""
-    proxies = urllib.request.getproxies_environment()
-    parts = urlsplit(url)
-    if urllib.request.proxy_bypass(parts.hostname or ""):
-        return None
-    return proxies.get(parts.scheme) or proxies.get("all")
-
-
-class Watch:
-    """An open watch: the server's events, a line each, each at most `limit` bytes, all of
-    them within the watch's deadline. The caller closes it."""
-
-    def __init__(self, resp: httpcore.Response, *, what: str, limit: int,
-                 deadline: float) -> None:
-        self.what, self.limit, self.deadline = what, limit, deadline
-        self._resp = resp
-        self._chunks: AsyncIterator[bytes] = resp.aiter_stream()
-        self._buffer = bytearray()
-
-    async def line(self) -> bytes:
-        """The next event's line; b"" when the server ended the watch."""
-        searched = 0
-        while (end := self._buffer.find(b"\n", searched)) < 0:
-            if len(self._buffer) > self.limit:
-                raise TemporaryError(f"{self.what}: an event is over {self.limit} bytes",
-                                     reason="AnswerTooLarge")
-            searched = len(self._buffer)
-            try:
-                async with asyncio.timeout_at(self.deadline):
-                    chunk = await anext(self._chunks, b"")
-            except WATCH_ERRORS as exc:
-                raise _transport_error(exc, self.what) from exc
-            if not chunk:  # the end: what is left is the last line
-                line, self._buffer = bytes(self._buffer), bytearray()
-                return line
-            self._buffer += chunk
-        line = bytes(self._buffer[:end + 1])
-        del self._buffer[:end + 1]
-        if len(line) > self.limit:
-            raise TemporaryError(f"{self.what}: an event is over {self.limit} bytes",
-                                 reason="AnswerTooLarge")
-        return line
-
-    async def close(self) -> None:
-        await self._resp.aclose()
-
-
 class Transport:
     """Requests, paged lists and watches of one cluster's API, bounded, with krypton's
     error types."""
@@ -227,23 +169,20 @@ class Transport:
         self.limits = limits
         self.config = cfg
         self._pool: aiohttp.ClientSession | None = None  # made on first use
-        self._watches: httpcore.AsyncConnectionPool | None = None  # the same
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        watches, self._watches = self._watches, None
         try:
             if pool is not None:
                 await pool.close()
-            if watches is not None:
-                await watches.aclose()
         except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
             pass
 
     async def _send(self, method: str, path: str, *, query: Query | None = None,
                     body: Any = None, content_type: str | None = None,
-                    accept: str = "application/json") -> aiohttp.ClientResponse:
+                    accept: str = "application/json",
+                    timeout: float | None = None) -> aiohttp.ClientResponse:
         """One HTTP exchange on the cluster's connection pool, with its credentials and its
         TLS context."""
         cfg = self.config
@@ -253,14 +192,17 @@ class Transport:
         authorization = await cfg.credentials.authorization()
         if authorization:
             headers["Authorization"] = authorization
-        url = _url(cfg.host, path, query)
+        url = cfg.host + path
+        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
+        if params:
+            url += "?" + urlencode(params, quote_via=quote)
         data = body if body is None or isinstance(body, (bytes, str)) else json.dumps(body)
         extra: dict[str, Any] = {}
         if cfg.tls_server_name:
             extra["server_hostname"] = cfg.tls_server_name
         return await self._session().request(
             method, url, headers=headers, data=data, allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=self.timeout), **extra)
+            timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
         """The connection pool, made on first use (in the event loop): up to 16 connections.
@@ -353,66 +295,28 @@ class Transport:
                     raise
                 continue
 
-    def _watch_pool(self) -> httpcore.AsyncConnectionPool:
-        """The watches' pool, made on first use: through the proxy the operator's environment
-        names for the cluster, if any; up to 4 connections (a worker holds two watches)."""
-        if self._watches is None:
-            ctx = self.config.ssl if isinstance(self.config.ssl, ssl.SSLContext) else None
-            proxy = proxy_for(self.config.host)
-            self._watches = httpcore.AsyncHTTPProxy(proxy, ssl_context=ctx, max_connections=4) \
-                if proxy else httpcore.AsyncConnectionPool(ssl_context=ctx, max_connections=4)
-        return self._watches
-
     async def watch(self, what: str, path: str, *, resource_version: str,
                     label_selector: str | None, accept: str, server_timeout: int,
-                    field_selector: str | None = None) -> Watch:
-        """Open a watch from `resource_version`, to be over 30 s after the server's own
-        timeout at the latest; the caller reads its lines and closes it."""
+                    field_selector: str | None = None) -> aiohttp.ClientResponse:
+        """Open a watch from `resource_version`; the caller reads its lines and releases it."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
-        query = {"watch": "true", "resourceVersion": resource_version,
-                 "allowWatchBookmarks": "true", "labelSelector": label_selector,
-                 "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
-        cfg = self.config
         try:
-            headers = [(b"Host", urlsplit(cfg.host).netloc.encode("ascii")),
-                       (b"Accept", accept.encode()), (b"User-Agent", USER_AGENT.encode())]
-            authorization = await cfg.credentials.authorization()
-            if authorization:
-                headers.append((b"Authorization", authorization.encode("latin-1")))
-            extensions: dict[str, Any] = {}
-            if cfg.tls_server_name:
-                extensions["sni_hostname"] = cfg.tls_server_name
-            request = httpcore.Request("GET", _url(cfg.host, path, query), headers=headers,
-                                       extensions=extensions)
-            deadline = asyncio.get_running_loop().time() + server_timeout + 30
-            async with asyncio.timeout_at(deadline):
-                resp = await self._watch_pool().handle_async_request(request)
-        except WATCH_ERRORS as exc:
+            resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
+                                    query={"watch": "true", "resourceVersion": resource_version,
+                                           "allowWatchBookmarks": "true",
+                                           "labelSelector": label_selector,
+                                           "fieldSelector": field_selector,
+                                           "timeoutSeconds": server_timeout})
+        except TRANSPORT_ERRORS as exc:
             raise _transport_error(exc, what) from exc
         if resp.status == 401:
-            cfg.credentials.rejected()
+            self.config.credentials.rejected()
         if resp.status != 200:
             try:
-                async with asyncio.timeout(self.timeout):
-                    data = await _bounded(resp.aiter_stream(), self.limits.answer, what)
-            except (*WATCH_ERRORS, TemporaryError):
+                data = await resp.read()
+            except TRANSPORT_ERRORS:
                 data = b""
             finally:
-                await resp.aclose()
+                resp.release()
             raise _status_error(resp.status, data, what)
-        return Watch(resp, what=what, limit=self.limits.watch_line, deadline=deadline)
-
-
-def _url(host: str, path: str, query: Query | None) -> str:
-    params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
-    return host + path + ("?" + urlencode(params, quote_via=quote) if params else "")
-
-
-async def _bounded(chunks: AsyncIterator[bytes], limit: int, what: str) -> bytes:
-    body = bytearray()
-    async for chunk in chunks:
-        if len(body) + len(chunk) > limit:
-            raise TemporaryError(f"{what}: the answer is over {limit} bytes",
-                                 reason="AnswerTooLarge")
-        body += chunk
-    return bytes(body)
+        return resp

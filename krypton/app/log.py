@@ -32,9 +32,6 @@ def configure(fmt: str = "", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-    # httpcore says every step of every request at debug: krypton counts its requests itself
-    # (krypton_api_requests_total) and logs what goes wrong
-    logging.getLogger("httpcore").setLevel(max(numeric, logging.WARNING))
     logging.captureWarnings(True)
     structlog.configure(
         processors=[
