@@ -488,10 +488,10 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     else running: CPU per API request of each kind (krypton's own Kube against the home
     control plane, three rounds of `n`), per helm process started and heard to its end (as
     the operator starts them: pipes, on its event loop) and of the operator's imports."""
-    import asyncio
     import resource
 
     from krypton.adapters.clientconfig import configuration_from_file
+    from krypton.adapters.helm import _Command
     from krypton.adapters.kube import Kube
     from krypton.adapters.kubeapi import core_path
     from krypton.app import eventloop
@@ -530,14 +530,11 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
         await kube.close()
 
     async def helm_processes() -> None:
+        helm = _Command(executable=str(bed.tools / "helm"))  # as the operator starts helm
         for _ in range(2):
             before = cpu()
             for _ in range(spawns):
-                proc = await asyncio.create_subprocess_exec(
-                    str(bed.tools / "helm"), "version", "--short",
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE)
-                await proc.communicate(b"{}")
+                await helm.run(["version", "--short"], b"{}")
             result.setdefault("helm_process_ms", []).append(
                 round(1000 * (cpu() - before) / spawns, 3))
 
