@@ -9,18 +9,17 @@ its constructor and passes tokens as flags.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import contextvars
 import io
 import logging
 import os
 import re
 import shutil
-import subprocess
+import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -106,9 +105,26 @@ def _helm_error(exc: helm_errors.Error) -> HelmFailed:
 STOP_GRACE = 5.0  # seconds a cancelled helm gets after SIGTERM, before SIGKILL
 
 
-# The threads that read helm's pipes to their end and hear it exit, one per helm process
-# running, made as they are needed and kept: --max-concurrent-helm bounds how many are busy.
-_PIPES = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="helm")
+def watch_children_with_pidfds() -> bool:
+    """Hear of helm's exit through a pidfd on the event loop, not through a thread per
+    helm process blocked in waitpid (Python 3.11's default child watcher): one thread
+    started and joined per helm run was a measured part of the operator's CPU per release.
+    Python 3.12 and later choose this by themselves; where the kernel or a seccomp profile
+    refuses pidfd_open, the default stays. Called on the running loop; returns whether
+    pidfds are used."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(asyncio.get_running_loop())
+        asyncio.set_child_watcher(watcher)
+    return True
+
 
 # Arguments for the helm run started in this context only (``--labels``), which pyhelm3's
 # argument building has no parameter for.
@@ -142,19 +158,15 @@ class _Command(Command):
                 *_EXTRA_ARGS.get()]
         if self._kubeconfig:
             argv += ["--kubeconfig", self._kubeconfig]
-        # started by the standard library (vfork: a fraction of a millisecond), its pipes
-        # read and its exit heard in one of the _PIPES threads: the event loop's own spawning
-        # forks the whole operator first, ten times the CPU (docs, Benchmarks)
-        proc = subprocess.Popen(
-            [str(a) for a in argv],
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(
+            *(str(a) for a in argv),
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=helm_environment(os.environ, self.driver))
-        exchange = asyncio.get_running_loop().run_in_executor(_PIPES, proc.communicate, input)
         try:
-            stdout, stderr = await asyncio.shield(exchange)
+            stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
-            await stop_process(proc, exchange, STOP_GRACE)
+            await stop_process(proc, STOP_GRACE)
             raise
         if proc.returncode == 0:
             return stdout
@@ -186,21 +198,19 @@ def helm_environment(environ: Mapping[str, str], driver: str = "") -> dict[str, 
     return env
 
 
-async def stop_process(proc: subprocess.Popen[bytes], exchange: asyncio.Future[Any],
-                       grace: float) -> None:
-    """SIGTERM, up to `grace` seconds to exit, then SIGKILL; returns once it is gone and
-    `exchange` (its pipes read to their end) is over."""
-    proc.terminate()
+async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM, up to `grace` seconds to exit, then SIGKILL; returns once it is gone."""
     try:
-        async with asyncio.timeout(grace):
-            await asyncio.shield(exchange)
-        return
-    except TimeoutError:
-        proc.kill()
-    except Exception:  # noqa: BLE001 - its output is of no use any more
-        return
-    with contextlib.suppress(Exception):
-        await exchange
+        proc.terminate()
+        try:
+            async with asyncio.timeout(grace):
+                await proc.wait()
+            return
+        except TimeoutError:
+            proc.kill()
+        await proc.wait()
+    except ProcessLookupError:
+        pass  # it had already exited
 
 
 class Helm:

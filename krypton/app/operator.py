@@ -22,7 +22,7 @@ import krypton
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, reporting_instance
-from krypton.adapters.helm import Helm
+from krypton.adapters.helm import Helm, watch_children_with_pidfds
 from krypton.adapters.kube import Kube
 from krypton.app.discovery import Discovery
 from krypton.app.gate import metric_gate
@@ -98,6 +98,7 @@ class Operator:
 
     async def run(self) -> int:
         raise_file_limit()
+        watch_children_with_pidfds()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)

@@ -184,12 +184,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     import faulthandler
     import signal
 
-    from krypton.app import eventloop, log
+    from krypton.app import log
     from krypton.app.operator import Operator
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
-    return eventloop.run(Operator(settings).run())
+    return asyncio.run(Operator(settings).run())
 
 
 def _inherit(args: argparse.Namespace, private: str) -> None:

@@ -487,14 +487,14 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
     """(u) The pieces a release is made of, each on its own, in this process with nothing
     else running: CPU per API request of each kind (krypton's own Kube against the home
     control plane, three rounds of `n`), per helm process started and heard to its end (as
-    the operator starts them: pipes, on its event loop) and of the operator's imports."""
+    the operator starts them: pipes, exit through a pidfd) and of the operator's imports."""
+    import asyncio
     import resource
 
     from krypton.adapters.clientconfig import configuration_from_file
-    from krypton.adapters.helm import _Command
+    from krypton.adapters.helm import watch_children_with_pidfds
     from krypton.adapters.kube import Kube
     from krypton.adapters.kubeapi import core_path
-    from krypton.app import eventloop
 
     def cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_SELF)
@@ -530,17 +530,21 @@ def unit_costs(bed: Bed, n: int = 2000, spawns: int = 300) -> dict[str, Any]:
         await kube.close()
 
     async def helm_processes() -> None:
-        helm = _Command(executable=str(bed.tools / "helm"))  # as the operator starts helm
+        watch_children_with_pidfds()
         for _ in range(2):
             before = cpu()
             for _ in range(spawns):
-                await helm.run(["version", "--short"], b"{}")
+                proc = await asyncio.create_subprocess_exec(
+                    str(bed.tools / "helm"), "version", "--short",
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE)
+                await proc.communicate(b"{}")
             result.setdefault("helm_process_ms", []).append(
                 round(1000 * (cpu() - before) / spawns, 3))
 
     log("(u) one request, one helm process, the imports, each on its own")
-    eventloop.run(requests())  # on the operator's own event loop
-    eventloop.run(helm_processes())
+    asyncio.run(requests())
+    asyncio.run(helm_processes())
     for _ in range(3):  # what `krypton run` imports, of the packages the image has
         run = subprocess.run(image_python(IMPORTS),
                              check=True, capture_output=True, text=True)
