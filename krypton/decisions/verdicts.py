@@ -1,10 +1,13 @@
-"""What a pass came to, as the conditions of its cluster and the next attempt. Pure.
+"""What a pass came to, as the conditions of its cluster, its Event and the next attempt.
+Pure.
 
-An action reports a :class:`Verdict` with a reason and a message; :func:`changes` turns it
-into the ``ClusterReady/<c>``, ``ClusterError/<c>`` and ``ClusterProgress/<c>`` changes of
-the pass's one status write, from one table (:data:`SHAPES`). A helm run that failed is
-counted against its target by :func:`failed_attempt`, which says when the next attempt is
-due and whether the release is stalled (SPEC R18).
+An action reports a :class:`Verdict` with a reason and a message; :func:`tell` turns it
+into what the pass's one commit says (:class:`Told`): the ``ClusterReady/<c>``,
+``ClusterError/<c>`` and ``ClusterProgress/<c>`` changes (:func:`changes`, from one table,
+:data:`SHAPES`), the Event that goes with them and when the key comes back
+(:class:`Outcome`). A helm run that failed is counted against its target by
+:func:`failed_attempt`, which says when the next attempt is due and whether the release is
+stalled (SPEC R18).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class Verdict(enum.Enum):
     APPLIED_WAITING = "applied-waiting"  # applied now, its workload not ready yet
     UNRECORDED = "unrecorded"  # applied now, the fingerprint annotation not written
 
+
+ERRORS = frozenset({Verdict.FAILED, Verdict.BLOCKED, Verdict.ERROR, Verdict.UNRECORDED})
 
 # Verdict -> (Ready, Error, Progress); None leaves the condition as it is
 SHAPES: dict[Verdict, tuple[bool | None, bool | None, bool | None]] = {
@@ -66,6 +71,44 @@ def changes(cluster: str, verdict: Verdict, reason: str, message: str, *,
         out.append(Change(cond.cluster_type(cond.PROGRESS, cluster), progress,
                           reason if progress else ended or reason, message))
     return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the work queue treats the pass's key next."""
+
+    requeue_after: float | None = None  # seconds, a fixed delay (no backoff growth)
+    retry: bool = False  # on the queue's growing schedule
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Told:
+    """What the pass's one commit says of a verdict."""
+
+    changes: list[Change]
+    event: tuple[str, str, str] | None  # (type, reason, message), sent when the status changed
+    outcome: Outcome
+
+
+def tell(cluster: str, verdict: Verdict, reason: str, message: str, *,
+         event: str | None = None, warning: bool | None = None, again: float | None = None,
+         permanent: bool = False, cleared: str | None = None,
+         ended: str | None = None) -> Told:
+    """The conditions, Event and next attempt of `verdict` on `cluster`.
+
+    The Event is named `event` (the reason unless given; ``""`` for none) and is a Warning
+    for an error verdict (unless `warning` says otherwise). The key comes back after
+    `again` seconds where that is given; otherwise an error comes back on the queue's
+    growing schedule unless it is `permanent` (it waits for a change of its input), and
+    anything else only when something changes."""
+    error = verdict in ERRORS
+    severity = "Warning" if (error if warning is None else warning) else "Normal"
+    said = None if event == "" else (severity, event or reason, message)
+    outcome = Outcome(requeue_after=again, reason=reason) if again is not None \
+        else Outcome(retry=error and not permanent, reason=reason)
+    return Told(changes(cluster, verdict, reason, message, cleared=cleared, ended=ended),
+                said, outcome)
 
 
 def in_sync(cluster: str, conditions: Iterable[Mapping[str, Any]], reason: str,

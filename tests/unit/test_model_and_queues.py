@@ -321,7 +321,7 @@ def test_a_worker_reconciles_at_most_its_limit_at_once_and_idles_on_one_task() -
     """--max-concurrent-reconciles passes at once (never more), each queued key once, and
     an idle cluster holds one waiting task instead of one per allowed pass."""
     from krypton.decisions.model import TenantKey
-    from krypton.runtime.reconcile.model import Outcome
+    from krypton.decisions.verdicts import Outcome
 
     limit, keys = 3, [TenantKey("ns", f"t{i}") for i in range(10)]
     consumer = Consumer("c0", limit)

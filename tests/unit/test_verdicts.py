@@ -76,3 +76,36 @@ def test_a_failed_attempt_counts_the_same_target_and_starts_afresh_on_a_new_one(
     fresh = verdicts.failed_attempt(7, False, max_retries=2, backoff_max=300)
     assert (fresh.failures, fresh.stalled) == (1, False)
     assert verdicts.failed_attempt(30, True, max_retries=99, backoff_max=60).delay <= 60 * 1.1
+
+
+@pytest.mark.parametrize("verdict", sorted(Verdict, key=lambda v: v.value))
+def test_an_error_is_a_warning_and_comes_back_on_the_growing_schedule(verdict: Verdict) -> None:
+    told = verdicts.tell("c1", verdict, "Why", "what happened")
+    error = verdict in (Verdict.FAILED, Verdict.BLOCKED, Verdict.ERROR, Verdict.UNRECORDED)
+    assert told.event == ("Warning" if error else "Normal", "Why", "what happened")
+    assert (told.outcome.retry, told.outcome.requeue_after) == (error, None)
+    # the conditions are the verdict's own
+    assert told.changes == verdicts.changes("c1", verdict, "Why", "what happened")
+
+
+def test_what_a_pass_says_names_its_event_and_its_next_attempt() -> None:
+    # a permanent error waits for a change of its input: no next attempt
+    stalled = verdicts.tell("c1", Verdict.FAILED, "RetriesExhausted", "m", permanent=True)
+    assert stalled.event == ("Warning", "RetriesExhausted", "m")
+    assert (stalled.outcome.retry, stalled.outcome.requeue_after) == (False, None)
+    # a failed helm run: its own Event name, and the next attempt when it is due
+    failed = verdicts.tell("c1", Verdict.FAILED, "InstallFailed", "m", event="HelmInstallFailed",
+                           again=12.5)
+    assert failed.event == ("Warning", "HelmInstallFailed", "m")
+    assert (failed.outcome.retry, failed.outcome.requeue_after) == (False, 12.5)
+    # a cluster that is not discovered is noted, as a Warning
+    unknown = verdicts.tell("c1", Verdict.NOTED, "UnknownCluster", "m", warning=True)
+    assert unknown.event == ("Warning", "UnknownCluster", "m") and not unknown.outcome.retry
+    # held by the rollout: noted, no Event, looked at again when something changes
+    held = verdicts.tell("c1", Verdict.NOTED, "RolloutHeld", "m", event="")
+    assert held.event is None and held.outcome == verdicts.Outcome(reason="RolloutHeld")
+    # a completed run names its outcome in the conditions as changes() does
+    done = verdicts.tell("c1", Verdict.APPLIED, "Installed", "m", event="HelmInstalled",
+                         ended="InstallComplete")
+    assert done.event == ("Normal", "HelmInstalled", "m")
+    assert {c.type: c.reason for c in done.changes}[P] == "InstallComplete"

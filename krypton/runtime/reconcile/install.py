@@ -39,11 +39,10 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.planner import INSTALLING, Action, announced, namespace_refusal
 from krypton.decisions.records import Trust, Use
-from krypton.decisions.verdicts import Verdict
+from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look, reports, status
 from krypton.runtime.reconcile.model import (
     NamespaceNotOwned,
-    Outcome,
     Pass,
     Report,
     namespace_state,
@@ -91,11 +90,11 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
 async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
     """Say in the status and an Event that the pass's helm run is under way; best effort
     (the run goes on, and its outcome is written when it ends)."""
-    announcement, = verdicts.changes(rt.name, Verdict.ANNOUNCED, p.plan.reason, p.plan.message)
+    told = verdicts.tell(rt.name, Verdict.ANNOUNCED, p.plan.reason, p.plan.message,
+                         event=f"Helm{verb}Start")
     try:
-        p.obj, _ = await status.write_status(
-            rt, p.obj, [*p.changes, announcement], p.log,
-            event=("Normal", f"Helm{verb}Start", p.plan.message))
+        p.obj, _ = await status.write_status(rt, p.obj, [*p.changes, *told.changes], p.log,
+                                             event=told.event)
         p.changes = []
     except KryptonError as exc:
         p.log.info("helm run not announced", error=str(exc))
@@ -113,9 +112,7 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         message = f"applying the CRDs of chart {chart.version}'s crds/ failed: {exc}"
         p.log.error("chart CRDs not applied", error=str(exc))
         metrics.RECONCILE_ERRORS.labels(c, "ChartCRDsFailed").inc()
-        return Report(verdicts.changes(rt.name, Verdict.BLOCKED, "ChartCRDsFailed", message),
-                      event=("Warning", "ChartCRDsFailed", message),
-                      outcome=Outcome(retry=True, reason="ChartCRDsFailed"))
+        return Report.of(verdicts.tell(c, Verdict.BLOCKED, "ChartCRDsFailed", message))
     p.log.info(f"helm {verb.lower()} start", chart_version=chart.version,
                action=p.plan.action.value)
     namespace, status = p.namespace, p.obs.release.status
@@ -186,13 +183,12 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     if waiting is not None:
         # helm did not wait: the workload is tracked by the passes that follow (F6)
         wait = f"{message}; waiting for {waiting.summary()}"
-        return Report(verdicts.changes(c, Verdict.APPLIED_WAITING, "WaitingForReadiness",
-                                       wait, cleared=done),
-                      event=("Normal", f"Helm{done}", wait), events=events,
-                      outcome=Outcome(requeue_after=look.readiness_requeue(rt, key, 0.0),
-                                      reason="WaitingForReadiness"), **recorded)
-    report = Report(verdicts.changes(c, Verdict.APPLIED, done, message, ended=f"{verb}Complete"),
-                    event=("Normal", f"Helm{done}", message), **recorded)
+        return Report.of(verdicts.tell(c, Verdict.APPLIED_WAITING, "WaitingForReadiness", wait,
+                                       event=f"Helm{done}", cleared=done,
+                                       again=look.readiness_requeue(rt, key, 0.0)),
+                         events=events, **recorded)
+    report = Report.of(verdicts.tell(c, Verdict.APPLIED, done, message, event=f"Helm{done}",
+                                     ended=f"{verb}Complete"), **recorded)
     if p.plan.drift:
         p.log.info("drift repaired", detail=p.plan.message)
         report.events.append(("Normal", "DriftRepaired", f"{p.plan.message}; now {message}"))

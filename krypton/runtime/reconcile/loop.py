@@ -19,8 +19,9 @@ from krypton.decisions.conditions import Change
 from krypton.decisions.errors import Conflict, Fenced, KryptonError
 from krypton.decisions.model import FINALIZER, TenantKey, release_name
 from krypton.decisions.planner import Action
+from krypton.decisions.verdicts import Outcome
 from krypton.runtime.reconcile import install, look, reports, revert, status, uninstall
-from krypton.runtime.reconcile.model import Outcome, Pass, Report, has_condition
+from krypton.runtime.reconcile.model import Pass, Report, has_condition
 from krypton.runtime.reconcile.view import ClusterRuntime
 
 # no Resumed with these: they do not act on the Tenant

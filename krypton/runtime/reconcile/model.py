@@ -1,6 +1,5 @@
 """The values one reconcile pass works with: what it observed and decided (:class:`Pass`),
-what an action reports (:class:`Report`), how the work queue treats the key next
-(:class:`Outcome`), and the Tenant read model (:func:`tenant_view`). No I/O.
+what an action reports (:class:`Report`), and the Tenant read model (:func:`tenant_view`). No I/O.
 """
 
 from __future__ import annotations
@@ -31,17 +30,9 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Plan
+from krypton.decisions.verdicts import Outcome, Told
 
 Workload = list[tuple[ObjectRef, dict[str, Any] | None]]  # objects as read (None: not found)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How the worker should treat the key after a pass."""
-
-    requeue_after: float | None = None  # fixed delay (no backoff growth)
-    retry: bool = False  # exponential backoff
-    reason: str = ""
 
 
 def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
@@ -172,6 +163,11 @@ class Report:
     fingerprint: str | None = None  # the fingerprint annotation of this cluster
     ran: tuple[str, str] = ("", "")  # the (reason, message) of the run `fingerprint` records
     finalizer: bool | None = None  # the release-cleanup finalizer added (True) or removed
+
+    @classmethod
+    def of(cls, told: Told, **more: Any) -> Report:
+        """The report of what `told` says, with `more` of the pass's record."""
+        return cls(list(told.changes), event=told.event, outcome=told.outcome, **more)
 
 
 def has_condition(obj: dict[str, Any], type_: str) -> bool:

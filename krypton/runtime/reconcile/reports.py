@@ -1,8 +1,9 @@
 """The actions that start no helm process: each reports what its Tenant's pass commits
-(:mod:`.status`): the finalizer or fingerprint annotation, the conditions (as a
-:class:`~krypton.decisions.verdicts.Verdict`), Events and the next step. Also the two
-reports of a failure: a helm run that failed (:func:`failed`, counted against its target in
-the Tenant's status, SPEC R18) and an action that raised (:func:`raised`).
+(:mod:`.status`): the finalizer or fingerprint annotation, and what it came to (a
+:class:`~krypton.decisions.verdicts.Verdict`, told as conditions, Event and next step by
+:func:`~krypton.decisions.verdicts.tell`). Also the two reports of a failure: a helm run
+that failed (:func:`failed`, counted against its target in the Tenant's status, SPEC R18)
+and an action that raised (:func:`raised`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from krypton.decisions.model import (
     rfc3339,
 )
 from krypton.decisions.planner import attempt_target, stalled_message
-from krypton.decisions.verdicts import Verdict
+from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import look
-from krypton.runtime.reconcile.model import Outcome, Pass, Report
+from krypton.runtime.reconcile.model import Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime
 
 CHART_SKIP_REQUEUE = 120.0
@@ -68,18 +69,16 @@ async def add_finalizer(rt: ClusterRuntime, p: Pass) -> Report:
 
 async def not_targeted(rt: ClusterRuntime, p: Pass) -> Report:
     """Another cluster's Tenant; a Warning when that cluster is not discovered at all."""
-    unknown = p.plan.reason == "UnknownCluster"
-    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
-                  event=("Warning" if unknown else "Normal", p.plan.reason, p.plan.message))
+    return Report.of(verdicts.tell(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message,
+                                   warning=p.plan.reason == "UnknownCluster"))
 
 
 
 async def outside_window(rt: ClusterRuntime, p: Pass) -> Report:
     """The cluster's maintenance window is closed (F8): say until when, look again when it
     opens."""
-    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
-                  event=("Normal", p.plan.reason, p.plan.message),
-                  outcome=Outcome(requeue_after=p.obs.window_wait + 1.0, reason=p.plan.reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message,
+                                   again=p.obs.window_wait + 1.0))
 
 
 
@@ -94,9 +93,8 @@ async def backoff(rt: ClusterRuntime, p: Pass) -> Report:
 async def stalled(rt: ClusterRuntime, p: Pass) -> Report:
     """More failures of the target than --max-retries: no helm run until it changes or a
     retry is asked for. Said once (the status is only written when it differs)."""
-    reason, message = p.plan.reason, p.plan.message
-    return Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
-                  event=("Warning", reason, message), outcome=Outcome(reason=reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.FAILED, p.plan.reason, p.plan.message,
+                                   permanent=True))
 
 
 
@@ -109,13 +107,10 @@ def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
     reason, message = exc.reason, str(exc)
     p.log.warning("pass failed", reason=reason, error=message)
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
-    permanent = isinstance(exc, PermanentError)
     # the release not as applied (gone, changed by someone else), or not krypton's: not Ready
     untrue = p.plan.drift or isinstance(exc, ReleaseRecordUntrusted)
-    changes = verdicts.changes(rt.name, Verdict.FAILED if untrue else Verdict.BLOCKED,
-                               reason, message)
-    return Report(changes, event=("Warning", reason, message),
-                  outcome=Outcome(retry=not permanent, reason=reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.FAILED if untrue else Verdict.BLOCKED,
+                                   reason, message, permanent=isinstance(exc, PermanentError)))
 
 
 
@@ -131,32 +126,31 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
     failures, delay, now = attempt.failures, attempt.delay, time.time()
     reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict)) \
         else f"{verb}Failed"
-    message, event = str(exc), ("Warning", f"Helm{verb}Failed", str(exc))
-    outcome = Outcome(requeue_after=delay, reason=reason)
-    p.log.error(f"helm {verb.lower()} failed", error=message, failures=failures,
+    p.log.error(f"helm {verb.lower()} failed", error=str(exc), failures=failures,
                 retry_in=round(delay, 1))
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
+    told = verdicts.tell(rt.name, Verdict.FAILED, reason, str(exc), event=f"Helm{verb}Failed",
+                         again=delay)
     if attempt.stalled:
-        reason = "RetriesExhausted"
-        message = stalled_message(failures, chart.version, message, rt.name, t)
-        event, outcome = ("Warning", reason, message), Outcome(reason=reason)
         p.log.error("release stalled", failures=failures)
-    report = Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
-                    applied={"failedFingerprint": chart.fingerprint, "failures": failures,
-                             "failedTarget": target, "lastFailureTime": rfc3339(now),
-                             "nextAttemptTime": rfc3339(now + delay)},
-                    chart_version=chart.version, event=event, outcome=outcome)
-    rt.memory.of(p.key).retry = dict(report.applied or {})
-    if reason == "RetriesExhausted":  # the run's own failure is an Event too
-        report.events.append(("Warning", f"Helm{verb}Failed", str(exc)))
-    return report
+        told = verdicts.tell(rt.name, Verdict.FAILED, "RetriesExhausted",
+                             stalled_message(failures, chart.version, str(exc), rt.name, t),
+                             permanent=True)
+    applied = {"failedFingerprint": chart.fingerprint, "failures": failures,
+               "failedTarget": target, "lastFailureTime": rfc3339(now),
+               "nextAttemptTime": rfc3339(now + delay)}
+    rt.memory.of(p.key).retry = dict(applied)
+    # a stalled release: the run's own failure is an Event too
+    return Report.of(told, applied=applied, chart_version=chart.version,
+                     events=[("Warning", f"Helm{verb}Failed", str(exc))] if attempt.stalled
+                     else [])
 
 
 
 async def hold(rt: ClusterRuntime, p: Pass) -> Report:
     """The rollout gate keeps this cluster on its version (F1): say why, start nothing."""
-    return Report(verdicts.changes(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message),
-                  outcome=Outcome(reason=p.plan.reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.NOTED, p.plan.reason, p.plan.message,
+                                   event=""))
 
 
 
@@ -164,17 +158,14 @@ async def blocked(rt: ClusterRuntime, p: Pass) -> Report:
     """Input that cannot be acted on (a chart problem, a name, a namespace)."""
     reason, message = p.plan.reason, p.plan.message
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
-    report = Report(verdicts.changes(rt.name, Verdict.BLOCKED, reason, message),
-                    event=("Warning", CHART_EVENTS.get(reason, reason), message),
-                    outcome=Outcome(retry=True, reason=reason))
     if p.plan.permanent:
         p.log.warning("tenant blocked", reason=reason, detail=message)
-        report.outcome = Outcome(reason=reason)
-        return report
-    p.log.warning("chart not available", reason=reason, detail=message)
-    if reason in CHART_EVENTS and rt.settings.allow_chart_skip:
-        report.outcome = Outcome(requeue_after=CHART_SKIP_REQUEUE, reason=reason)
-    return report
+    else:
+        p.log.warning("chart not available", reason=reason, detail=message)
+    skipped = reason in CHART_EVENTS and rt.settings.allow_chart_skip and not p.plan.permanent
+    return Report.of(verdicts.tell(rt.name, Verdict.BLOCKED, reason, message,
+                                   event=CHART_EVENTS.get(reason), permanent=p.plan.permanent,
+                                   again=CHART_SKIP_REQUEUE if skipped else None))
 
 
 
@@ -196,10 +187,9 @@ async def skip(rt: ClusterRuntime, p: Pass) -> Report:
 async def await_ready(rt: ClusterRuntime, p: Pass) -> Report:
     """Applied, its workload not ready yet, within --helm-timeout of the helm run: say
     what is not ready and look again soon (no helm process is held meanwhile)."""
-    reason, message = p.plan.reason, p.plan.message
     again = look.readiness_requeue(rt, p.key, p.obs.since_applied)
-    return Report(verdicts.changes(rt.name, Verdict.WAITING, reason, message),
-                  outcome=Outcome(requeue_after=again, reason=reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.WAITING, p.plan.reason, p.plan.message,
+                                   event="", again=again))
 
 
 
@@ -210,9 +200,7 @@ async def unhealthy(rt: ClusterRuntime, p: Pass) -> Report:
     reason, message = p.plan.reason, p.plan.message
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()
     p.log.warning("workload not ready", reason=reason, detail=message)
-    return Report(verdicts.changes(rt.name, Verdict.FAILED, reason, message),
-                  event=("Warning", reason, message),
-                  outcome=Outcome(retry=True, reason=reason))
+    return Report.of(verdicts.tell(rt.name, Verdict.FAILED, reason, message))
 
 
 

@@ -20,9 +20,9 @@ from krypton.decisions.model import (
     ReleaseStatus,
 )
 from krypton.decisions.records import Use
-from krypton.decisions.verdicts import Verdict
+from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look
-from krypton.runtime.reconcile.model import Outcome, Pass, Report, release_labels
+from krypton.runtime.reconcile.model import Pass, Report, release_labels
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
 
@@ -58,9 +58,8 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
         message = f"rolling back after chart {chart.version} {why}: {exc}"
         p.log.error("rollout revert failed", error=str(exc))
         metrics.RECONCILE_ERRORS.labels(rt.name, "RevertFailed").inc()
-        return Report(verdicts.changes(rt.name, Verdict.ERROR, "RevertFailed", message),
-                      event=("Warning", "RolloutRevertFailed", message),
-                      outcome=Outcome(retry=True, reason="RevertFailed"))
+        return Report.of(verdicts.tell(rt.name, Verdict.ERROR, "RevertFailed", message,
+                                       event="RolloutRevertFailed"))
     rt.releases.note(p.namespace, p.release, revision, ReleaseStatus.DEPLOYED, fp,
                      p.obs.tenant.uid)
     message = f"chart {chart.version} {why}: {how} (revision {revision}, chart {version})"
@@ -69,10 +68,9 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
                "lastAppliedTime": now_rfc3339(), "records": seals}
     if healthy:
         applied |= {"chartVersion": version, "failedFingerprint": chart.fingerprint}
-    return Report(verdicts.changes(rt.name, Verdict.APPLIED, "RolledBack", message,
-                                   ended="RolloutHalted"),
-                  applied=applied, event=("Normal", "RolloutReverted", message),
-                  fingerprint=fp, ran=("RolloutHalted", message))
+    return Report.of(verdicts.tell(rt.name, Verdict.APPLIED, "RolledBack", message,
+                                   event="RolloutReverted", ended="RolloutHalted"),
+                     applied=applied, fingerprint=fp, ran=("RolloutHalted", message))
 
 
 async def _back_to_recorded(rt: ClusterRuntime, p: Pass

@@ -29,8 +29,8 @@ from krypton.decisions.model import (
     TenantKey,
     fingerprint_annotation,
 )
-from krypton.decisions.verdicts import Verdict
-from krypton.runtime.reconcile.model import Outcome, Pass, Report
+from krypton.decisions.verdicts import Outcome, Verdict
+from krypton.runtime.reconcile.model import Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime
 
 CONFLICT_RETRIES = 10  # status writes re-read and re-applied on 409 before backing off
@@ -57,10 +57,10 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
             raise
         done, message = report.ran
         metrics.RECONCILE_ERRORS.labels(rt.name, "FingerprintUpdateFailed").inc()
-        changes = p.changes + verdicts.changes(
-            rt.name, Verdict.UNRECORDED, "FingerprintUpdateFailed",
-            f"{message}; writing the fingerprint annotation failed: {exc}", ended=done)
-        outcome = Outcome(retry=True, reason="FingerprintUpdateFailed")
+        told = verdicts.tell(rt.name, Verdict.UNRECORDED, "FingerprintUpdateFailed",
+                             f"{message}; writing the fingerprint annotation failed: {exc}",
+                             event="", ended=done)  # its Event went with the failed write
+        changes, outcome = p.changes + told.changes, told.outcome
     if changes or report.applied is not None:
         p.obj, _ = await write_status(rt, p.obj, changes, p.log, event=report.event,
                                       applied=report.applied, last_chart=report.last_chart,

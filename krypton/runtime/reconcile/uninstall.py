@@ -21,7 +21,7 @@ from krypton.decisions.model import (
 from krypton.decisions.records import Trust, Use
 from krypton.decisions.verdicts import Verdict
 from krypton.runtime.reconcile import history, look
-from krypton.runtime.reconcile.model import Outcome, Pass, Report, created_by_krypton
+from krypton.runtime.reconcile.model import Pass, Report, created_by_krypton
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
 
@@ -55,10 +55,11 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
         # last reported; retried with backoff whatever it was (a Tenant must stay deletable)
         reason = exc.reason if isinstance(exc, (OwnershipConflict, ReleaseRecordUntrusted)) \
             else "UninstallFailed"
-        return Report(verdicts.changes(rt.name, Verdict.FAILED, reason,
-                                       f"deletion blocked: {exc}"),
-                      events=[("Warning", "HelmUninstallFailed", str(exc))],
-                      outcome=Outcome(retry=True, reason="UninstallFailed"))
+        told = verdicts.tell(rt.name, Verdict.FAILED, reason, f"deletion blocked: {exc}",
+                             event="HelmUninstallFailed")
+        # its Event on every attempt, changed status or not: the deletion is waiting on it
+        return Report(told.changes, events=[told.event] if told.event else [],
+                      outcome=told.outcome)
     rt.releases.forget(namespace, release)
     rt.manifest_objects.pop((namespace, release), None)
     rt.unpublish(key)
