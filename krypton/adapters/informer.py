@@ -23,7 +23,7 @@ from krypton.adapters.kubeapi import (
     TRANSPORT_ERRORS,
     EventHandler,
     Obj,
-    _transport_error,
+    transport_error,
 )
 from krypton.decisions import retry
 from krypton.decisions.errors import (
@@ -247,7 +247,7 @@ class Informer:
                                          f"{self.kube.limits.watch_line} bytes",
                                          reason="AnswerTooLarge") from None
                 except TRANSPORT_ERRORS as exc:
-                    raise _transport_error(exc, what) from exc
+                    raise transport_error(exc, what) from exc
                 if not line:
                     return rv  # the server ended the watch: resume from here
                 rv = self._apply(json.loads(line), rv, len(line))

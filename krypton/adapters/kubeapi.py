@@ -98,7 +98,7 @@ def _short(text: str) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-def _transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
+def transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
     if isinstance(exc, TimeoutError):
         return ClusterUnreachable(f"{what}: no answer in time")
     return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(str(exc))}")
@@ -238,7 +238,7 @@ class Transport:
                 finally:
                     resp.release()
             except TRANSPORT_ERRORS as exc:
-                raise _transport_error(exc, what) from exc
+                raise transport_error(exc, what) from exc
             if resp.status == 401:
                 self.config.credentials.rejected()
             if resp.status != 429 or attempt == THROTTLED_RETRIES:
@@ -308,14 +308,15 @@ class Transport:
                                            "fieldSelector": field_selector,
                                            "timeoutSeconds": server_timeout})
         except TRANSPORT_ERRORS as exc:
-            raise _transport_error(exc, what) from exc
+            raise transport_error(exc, what) from exc
         if resp.status == 401:
             self.config.credentials.rejected()
-        if resp.status != 200:
+        if resp.status != 200:  # its answer bounded like any other, in size and in time
             try:
-                data = await resp.read()
-            except TRANSPORT_ERRORS:
-                data = b""
+                async with asyncio.timeout(self.timeout):
+                    data = await read_answer(resp, self.limits.answer, what)
+            except (*TRANSPORT_ERRORS, TemporaryError):
+                data = bytearray()
             finally:
                 resp.release()
             raise _status_error(resp.status, data, what)

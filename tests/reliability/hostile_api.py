@@ -126,11 +126,11 @@ class HostileAPI:
 
 
 def stream(h: BaseHTTPRequestHandler, head: bytes, filler: bytes, total: int, *,
-           length: bool = True, tail: bytes = b"") -> None:
-    """Answer 200 with `head`, then `filler` repeated up to `total` bytes, then `tail`;
+           length: bool = True, tail: bytes = b"", status: int = 200) -> None:
+    """Answer `status` with `head`, then `filler` repeated up to `total` bytes, then `tail`;
     with or without a Content-Length (without: an HTTP/1.0 answer that ends when the
     connection does)."""
-    h.send_response(200)
+    h.send_response(status)
     h.send_header("Content-Type", "application/json")
     if length:
         h.send_header("Content-Length", str(len(head) + total + len(tail)))
