@@ -217,11 +217,13 @@ class Helm:
     """helm against one cluster (or none, for pulling charts)."""
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
-                 wait: bool = True, driver: str = "") -> None:
+                 wait: bool = True, driver: str = "", history_max: int = 10) -> None:
         self.timeout = timeout
         self.wait = wait
+        # --history-max of upgrades and rollbacks: the records helm keeps, reads at every run
         self._command = _Command(executable=executable, kubeconfig=kubeconfig,
-                                default_timeout=f"{int(timeout)}s")
+                                default_timeout=f"{int(timeout)}s",
+                                history_max_revisions=history_max)
         self._command.driver = driver
 
     async def _run(self, operation: str, coro: Any) -> Any:

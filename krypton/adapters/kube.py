@@ -295,6 +295,41 @@ class Kube(Transport):
                            f"{core_path('events', namespace)}/{quote(name, safe='')}",
                            body=patch, content_type=MERGE_PATCH)
 
+    # -- the release-record guard (SPEC S4) -------------------------------------------------
+
+    async def user(self) -> str:
+        """The user this client's credentials authenticate as, asked of the API server
+        (SelfSubjectReview): the identity krypton, and helm with the same kubeconfig, act as."""
+        answer = await self.request(
+            "create selfsubjectreview", "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
+        if not isinstance(user, str) or not user:
+            raise TemporaryError("the API server's SelfSubjectReview names no user",
+                                 reason="BadResponse")
+        return user
+
+    async def cluster_object(self, what: str, collection: str, name: str) -> Obj | None:
+        return await self.get(f"get {what} {name}", f"{collection}/{quote(name, safe='')}")
+
+    async def write_cluster_object(self, what: str, collection: str, body: Obj,
+                                   resource_version: str | None) -> Obj:
+        """Create the cluster-scoped object `body` in `collection` (`resource_version`
+        None), or replace that version of it."""
+        name = body["metadata"]["name"]
+        if resource_version is None:
+            return await self.request(f"create {what} {name}", "POST", collection, body=body)
+        body = dict(body, metadata=dict(body["metadata"], resourceVersion=resource_version))
+        return await self.request(f"replace {what} {name}", "PUT",
+                                  f"{collection}/{quote(name, safe='')}", body=body)
+
+    async def dry_run_create(self, namespace: str, body: Obj) -> None:
+        """Send the create of ConfigMap `body` through admission without storing it."""
+        await self.request(f"dry-run create configmap in {namespace}", "POST",
+                           core_path("configmaps", namespace), query={"dryRun": "All"},
+                           body=body)
+
     # -- leases ----------------------------------------------------------------------------
 
     def lease_path(self, namespace: str, name: str = "") -> str:

@@ -76,6 +76,9 @@ CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
                         ["cluster"])
 CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
                      "1 while the cluster's Tenant CRD is older than krypton's (`CRDOutdated`)", ["cluster"])
+RECORDS_GUARDED = Gauge("krypton_cluster_records_guarded",
+                        "1 while the cluster's release records are guarded at admission (only "
+                        "krypton's user may write them), 0 while `RecordsUnguarded`", ["cluster"])
 WATCH_RELISTS = Counter("krypton_watch_relists_total",
                         "Full lists after a watch's resourceVersion expired (410 Gone), e.g. "
                         "after an API server restart",
@@ -100,7 +103,7 @@ _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CL
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
                 ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS,
-                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS)
+                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS, RECORDS_GUARDED)
 
 
 def forget_cluster(cluster: str) -> None:

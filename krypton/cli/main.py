@@ -114,6 +114,24 @@ def build_parser() -> Parser:
     again.add_argument("--cluster", help="only on this cluster")
     settings_mod.add_arguments(again)
     sub.add_parser("crds", help="print the Tenant CRD")
+    guard = sub.add_parser(
+        "guard", help="print the guard of krypton's release records, for an admin to apply",
+        allow_abbrev=False,
+        description="Print the ValidatingAdmissionPolicy and its binding that let only USER "
+                    "create, change or delete the Helm release records of krypton's releases "
+                    "(SPEC S4). krypton installs them itself when it engages a cluster "
+                    "(--record-guard=install); on a cluster where it may not, an admin applies "
+                    "these (`krypton guard --print --user U | kubectl apply -f -`) and krypton "
+                    "finds them (--record-guard=check).")
+    guard.add_argument("--print", dest="print_", action="store_true", required=True,
+                       help="print the manifests as YAML")
+    guard.add_argument("--user", required=True,
+                       help="the user krypton's credentials authenticate as on the cluster "
+                            "(kubectl auth whoami with krypton's kubeconfig)")
+    guard.add_argument("--watch-namespace", default="",
+                       help="the WATCH_NAMESPACE of a namespaced krypton instance")
+    guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
+                       help="where the instance's releases go (as its --release-namespace)")
     for tool in (plan, diff, status, reg, again):
         tool.add_argument(
             "--from-deployment", metavar="NAMESPACE/NAME",
@@ -159,6 +177,18 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from krypton.decisions.crd import crd_text
 
         sys.stdout.write(crd_text())
+        return 0
+    if args.command == "guard":
+        import yaml
+
+        from krypton.decisions import guard
+
+        if args.release_namespace == "watch" and not args.watch_namespace:
+            parser.commands["guard"].error("--release-namespace=watch needs --watch-namespace")
+        shared = args.watch_namespace if args.release_namespace == "watch" else None
+        sys.stdout.write(yaml.safe_dump_all(guard.manifests(
+            args.user, watch_namespace=args.watch_namespace, release_namespace=shared),
+            sort_keys=False))
         return 0
     if args.command in TOOLS:
         import tempfile

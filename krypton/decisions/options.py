@@ -212,6 +212,12 @@ OPTIONS: tuple[Opt, ...] = (
         "Event; false: the run fails with FieldConflict naming them", True, boolean),
     Opt("helm_driver", "Helm release storage: secret (helm's default) or configmap", "secret",
         choice("secret", "configmap"), env=("HELM_DRIVER",)),
+    Opt("record_guard", "The guard of krypton's release records on each engaged cluster (a "
+        "ValidatingAdmissionPolicy letting only krypton's user write them): install (and keep "
+        "it), check (find one an admin installed) or off. A cluster without it is reported "
+        "RecordsUnguarded", "install", choice("install", "check", "off")),
+    Opt("helm_history_max", "Release records helm keeps per release (--history-max): helm "
+        "reads and krypton judges every one of them at every run", 5, positive_int),
     Opt("allow_duplicate_clusters", "Engage Secrets that reach an already engaged API server "
         "(test beds that register one server under many names)", False, boolean),
     Opt("chart_fetch_timeout", "Deadline for downloading the chart repository's index.yaml",

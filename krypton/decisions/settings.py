@@ -83,6 +83,8 @@ class Settings:
     helm_force_conflicts: bool = _default("helm_force_conflicts")
     helm_executable: str = _default("helm_executable")
     helm_driver: str = _default("helm_driver")
+    record_guard: str = _default("record_guard")
+    helm_history_max: int = _default("helm_history_max")
     allow_duplicate_clusters: bool = _default("allow_duplicate_clusters")
     chart_fetch_timeout: float = _default("chart_fetch_timeout")
     delete_namespace_on_uninstall: bool = _default("delete_namespace_on_uninstall")

@@ -1,8 +1,9 @@
 """What is wrong with an engaged cluster, said once per episode (SPEC D8).
 
 Lost access (401/403), a deleted or outdated Tenant CRD, answers krypton refuses, an absence
-longer than two API timeouts, releases of cluster names no longer discovered and a client
-certificate near its expiry: each is a Warning Event on the cluster's Secret, a log line and
+longer than two API timeouts, releases of cluster names no longer discovered, a client
+certificate near its expiry and release records without their guard (SPEC S4): each is a
+Warning Event on the cluster's Secret, a log line and
 a metric when it starts, and a Normal Event when it ends. Also the gauges of its Tenants.
 """
 
@@ -22,6 +23,7 @@ from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.runtime.reconcile import ClusterRuntime
+from krypton.runtime.recordguard import GuardState
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
@@ -36,6 +38,8 @@ class ClusterHealth:
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
         self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
+        self.guard = GuardState(False, "not looked at yet")  # its release records' guard (S4)
+        self._guard_judged = False
         self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
         self._away_since = 0.0  # monotonic time its watches first failed to reach it
         self._looked: tuple[frozenset[str], int] | None = None  # (names, changes) looked at
@@ -98,6 +102,25 @@ class ClusterHealth:
                        f"drops what it lacks. Fix: {crd.FIX}")
             self.log.warning("tenant CRD outdated", detail=reason)
             await self.report(self.name, "Warning", "CRDOutdated", message)
+
+    async def judge_guard(self, state: GuardState) -> None:
+        """The guard of the cluster's release records (SPEC S4), as last found: a cluster
+        without it is a Warning Event when that starts or its reason changes, and a Normal
+        Event when it is guarded again; the gauge and /readyz always say it."""
+        was, self.guard = self.guard, state
+        first, self._guard_judged = not self._guard_judged, True
+        metrics.RECORDS_GUARDED.labels(self.name).set(1 if state.guarded else 0)
+        if state.guarded:
+            if first or not was.guarded:
+                self.log.info("release records guarded", detail=state.message)
+            if not first and not was.guarded:
+                await self.report(self.name, "Normal", "RecordsGuarded", state.message)
+        elif first or was.guarded or was.message != state.message:
+            self.log.warning("release records unguarded", detail=state.message)
+            await self.report(self.name, "Warning", "RecordsUnguarded",
+                              f"{state.message}; a tenant admin who may write Secrets or "
+                              "ConfigMaps in a Tenant's namespace can forge the release's "
+                              "history here")
 
     async def look_for_orphans(self, releases: ReleaseIndex, known: frozenset[str] | None,
                                changes: int, *, own_namespace: bool) -> None:

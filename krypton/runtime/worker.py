@@ -1,7 +1,8 @@
 """One worker per engaged cluster (SPEC R2, R3): engage, watch Tenants and release records,
 feed a de-duplicating queue, reconcile with bounded concurrency, resync periodically.
 
-Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches. A failure is
+Engaging means: probe ``/version``, ensure the Tenant CRD and the guard of the release records
+(SPEC S4: a cluster without it is engaged and reported), start the watches. A failure is
 reported (Warning Event on the cluster's Secret, log line) and retried with capped
 exponential backoff; the worker never takes the process down. Cancelling the worker's task
 disengages it; its private directory (kubeconfig and certificates) is removed.
@@ -42,6 +43,7 @@ from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.decisions.windows import Window
+from krypton.runtime import recordguard
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer
 from krypton.runtime.readiness import Readiness
@@ -153,13 +155,14 @@ class Worker:
                                                         upgrade=settings.crd_policy == "upgrade")
             phases = crd.served_phases(served)
             await self.health.judge_crd(served)
+        await self.health.judge_guard(await recordguard.ensure(self.kube, settings))
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
         helm = Helm(settings.helm_path or settings.helm_executable, kubeconfig=kubeconfig,
                     timeout=settings.helm_timeout, wait=settings.helm_wait,
-                    driver=settings.helm_driver)
+                    driver=settings.helm_driver, history_max=settings.helm_history_max)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
@@ -225,13 +228,15 @@ class Worker:
     async def _housekeeping(self, store: dict[tuple[str, str], dict[str, Any]]) -> None:
         """The engaged cluster's periodic work, in one task: the phase gauges every few
         seconds, every Tenant queued again each --resync-period, a look for orphaned
-        releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
-        every CREDENTIALS_CHECK seconds."""
+        releases at most every ORPHAN_CHECK seconds, the client certificate's expiry
+        every CREDENTIALS_CHECK seconds and the release-record guard every
+        recordguard.CHECK_EVERY seconds."""
         assert self.runtime is not None
         settings = self.shared.settings
         now = time.monotonic()
         next_resync, next_orphans = now + settings.resync_period, now
         next_credentials = now + CREDENTIALS_CHECK
+        next_guard = now + recordguard.CHECK_EVERY
         warned = now if self.kc.warnings else -REPEAT_WARNING  # said at engagement
         while True:
             now = time.monotonic()
@@ -243,6 +248,11 @@ class Worker:
             if now >= next_credentials:
                 next_credentials = now + CREDENTIALS_CHECK
                 warned = await self.health.judge_credentials(self.kc, warned)
+            if now >= next_guard:  # deleted or changed since: installed again, or said
+                next_guard = now + recordguard.CHECK_EVERY
+                assert self.kube is not None
+                await self.health.judge_guard(await recordguard.ensure(
+                    self.kube, settings, self.health.guard.user))
             await asyncio.sleep(min(5.0, settings.resync_period))
             self.health.count_phases(self.runtime, len(self.queue))
             if time.monotonic() >= next_resync:

@@ -49,6 +49,18 @@ class Cluster:
             if exc.status != 409:
                 raise
 
+    def remove_guard(self, name: str) -> None:
+        """Delete the release-record guard `name` (policy and binding) that an operator
+        installed here, as an admin would (SPEC S4); absent is fine."""
+        adm = client.AdmissionregistrationV1Api(self.api)
+        for delete in (adm.delete_validating_admission_policy_binding,
+                       adm.delete_validating_admission_policy):
+            try:
+                delete(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
     def create_tenant(self, namespace: str, name: str, spec: dict[str, Any] | None = None,
                       annotations: dict[str, str] | None = None) -> dict[str, Any]:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Tenant",
@@ -229,6 +241,8 @@ def fleet(home_cluster: Cluster, remote_cluster: Cluster, chart_repo: Any,
         op.stop()
         if failed:
             print(f"--- operator log ({op.log_path}) ---\n{op.log_tail(80)}")
+    for c in (home_cluster, remote_cluster):  # the guard its operators installed (SPEC S4)
+        c.remove_guard(f"krypton-release-records.{f.tenant_ns}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,10 +1,12 @@
-"""Release records forged by whoever may write Secrets in a Tenant's namespace (issue 46).
+"""Release records forged by whoever may write Secrets in a Tenant's namespace (SPEC S3, S4).
 
 Helm keeps a release's history as Secrets in the release's namespace. The records here are
 written by a ServiceAccount that may do nothing but write Secrets in that one namespace (a
-tenant's own admin); each test asserts that krypton's cluster-wide rights are never turned
-against another namespace: nothing foreign is created or deleted, and helm is not run on a
-record krypton did not write (counted from krypton's own helm metrics).
+tenant's own admin). On a guarded cluster (krypton's ValidatingAdmissionPolicy, the default)
+the API server refuses those writes; on an unguarded one (--record-guard=off) the seals
+stand, and each test asserts that krypton's cluster-wide rights are never turned against
+another namespace: nothing foreign is created or deleted, and helm is not run on a record
+krypton did not write (counted from krypton's own helm metrics).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import base64
 import copy
 import gzip
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -26,6 +30,7 @@ from tests.integration.conftest import Cluster, Fleet, unique
 pytestmark = pytest.mark.reliability
 
 FORGER = "forger"
+GUARD = "krypton-release-records"
 
 
 def _secret_writer(cluster: Cluster, namespace: str) -> client.CoreV1Api:
@@ -108,12 +113,31 @@ def _helm_runs(op: OperatorProcess) -> float:
                for o in ("install", "upgrade", "rollback", "uninstall"))
 
 
+def _unguard(fleet: Fleet) -> None:
+    """No guard on remote for this test's krypton, nor one of an instance for the whole
+    cluster (an earlier test may have left either)."""
+    for name in (GUARD, f"{GUARD}.{fleet.tenant_ns}"):
+        fleet.remote.remove_guard(name)
+
+
+def _forbidden_by_guard(fleet: Fleet, write: Any) -> str:
+    """The message of the API server's refusal of `write()`, which must be this test's
+    krypton's guard."""
+    with pytest.raises(ApiException) as refused:
+        write()
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 403, message
+    assert f"ValidatingAdmissionPolicy '{GUARD}.{fleet.tenant_ns}'" in message, message
+    return message  # type: ignore[no-any-return]
+
+
 @pytest.fixture
 def installed(fleet: Fleet) -> tuple[OperatorProcess, str, str, dict[str, Any], Any]:
-    """A Tenant Ready on remote at revision 1: (operator, tenant, release, its release as
-    recorded, its record)."""
+    """A Tenant Ready on remote at revision 1, on a cluster whose records are not guarded:
+    (operator, tenant, release, its release as recorded, its record)."""
     fleet.register("remote", fleet.remote)
-    op = fleet.start()
+    _unguard(fleet)
+    op = fleet.start("--record-guard=off")
     name = fleet.tenant(fleet.remote, unique("victim"))
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
     release = f"tenant-{name}-remote"
@@ -249,6 +273,92 @@ def test_deleting_a_tenant_never_runs_the_hooks_of_a_forged_record(fleet: Fleet,
     _wait_gone(fleet, name)
     assert _binding(fleet.remote, crb) is None
     assert op.metric("krypton_helm_processes_total", operation="uninstall") == 1
+
+
+# -- the guard at admission (SPEC S4) --------------------------------------------------------
+
+
+def test_a_guarded_cluster_refuses_the_forgers_writes(fleet: Fleet) -> None:
+    """krypton installs its guard when it engages the cluster: the forger's create (with
+    helm's labels, or by name alone), change, relabel and delete of the release's records
+    are refused by the API server itself, naming the policy; another helm user's records in
+    the same namespace are not; krypton's own writes (a chart bump) still pass, and nothing
+    outside the release is touched."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start()
+    name = fleet.tenant(fleet.remote, unique("guarded"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert op.metric("krypton_cluster_records_guarded", cluster="remote") == 1
+    assert "RecordsUnguarded" not in op.readyz()
+    record = _record(fleet.remote, name, release, 1)
+    ours = _decoded(record)
+    ns, victim = _bystander(fleet.remote)
+    forged = _with_objects(ours, {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": victim, "namespace": ns}})
+    writer = _secret_writer(fleet.remote, name)
+    key = f"sh.helm.release.v1.{release}.v1"
+    flipped = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(forged).encode())))
+    _forbidden_by_guard(fleet, lambda: _forge(writer, name, record, 2, "deployed", forged))
+    _forbidden_by_guard(fleet, lambda: writer.create_namespaced_secret(name, {
+        "metadata": {"name": f"sh.helm.release.v1.{release}.v3"}, "data": record.data}))
+    _forbidden_by_guard(fleet, lambda: writer.patch_namespaced_secret(
+        key, name, {"data": {"release": flipped.decode()}}))
+    _forbidden_by_guard(fleet, lambda: writer.patch_namespaced_secret(
+        key, name, {"metadata": {"labels": {"owner": None}}}))
+    _forbidden_by_guard(fleet, lambda: writer.delete_namespaced_secret(key, name))
+    theirs = "sh.helm.release.v1.theirs.v1"  # another helm user's release: not krypton's
+    writer.create_namespaced_secret(name, {"metadata": {"name": theirs, "labels": {
+        "owner": "helm", "name": "theirs", "version": "1", "status": "deployed"}},
+        "data": record.data})
+    writer.delete_namespaced_secret(theirs, name)
+    assert fleet.remote.release_records(name, release) == [(1, "deployed")]
+    assert _decoded(_record(fleet.remote, name, release, 1)) == ours
+    op.stop()
+    op = fleet.start(version="0.3.0")  # krypton's own writes pass: the bump upgrades
+    wait_for(lambda: fleet.remote.release_records(name, release) ==
+             [(1, "superseded"), (2, "deployed")], 120, what="the release upgraded")
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
+    assert _exists_configmap(fleet.remote, ns, victim)
+
+
+def test_a_cluster_without_the_guard_is_reported_until_an_admin_applies_it(
+        fleet: Fleet) -> None:
+    """With --record-guard=check krypton only looks for the guard: a cluster without it is
+    engaged and said unguarded (Warning Event on its Secret, metric, /readyz). The admin
+    applies `krypton guard --print` for the user the cluster says krypton is, and the next
+    engagement finds it in force."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start("--record-guard=check")
+    wait_for(lambda: "cluster remote: engaged, RecordsUnguarded: validatingadmissionpolicy "
+             f"{GUARD}.{fleet.tenant_ns} is absent" in op.readyz(), 30,
+             what="/readyz saying unguarded")
+    assert op.metric("krypton_cluster_records_guarded", cluster="remote") == 0
+    event = fleet.home.wait_event(fleet.discovery_ns, "remote", "RecordsUnguarded")
+    assert event.type == "Warning" and "krypton guard --print" in event.message, event.message
+    user = client.AuthenticationV1Api(fleet.remote.api).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    ).status.user_info.username
+    printed = subprocess.run([sys.executable, "-m", "krypton", "guard", "--print", "--user",
+                              user, "--watch-namespace", fleet.tenant_ns],
+                             check=True, capture_output=True, text=True).stdout
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    policy, binding = yaml.safe_load_all(printed)
+    adm.create_validating_admission_policy(policy)
+    adm.create_validating_admission_policy_binding(binding)
+    op.stop()
+    op = fleet.start("--record-guard=check")
+    wait_for(lambda: op.metric("krypton_cluster_records_guarded", cluster="remote") == 1, 30,
+             what="the guard found in force")
+    assert "RecordsUnguarded" not in op.readyz()
+    name = fleet.tenant(fleet.remote, unique("found"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    writer = _secret_writer(fleet.remote, name)
+    _forbidden_by_guard(fleet, lambda: writer.delete_namespaced_secret(
+        f"sh.helm.release.v1.tenant-{name}-remote.v1", name))
 
 
 # -- deleted by hand: healed at once, with one helm run -------------------------------------

@@ -1,0 +1,153 @@
+"""The guard of krypton's release records (SPEC S4): who may write them, enforced by the API
+server itself. Pure: the manifests, and how what a cluster holds compares with them.
+
+helm keeps a release's history as Secrets (or ConfigMaps) in the release's namespace and acts
+on it with krypton's rights: an upgrade deletes what the current record lists and the chart
+no longer renders, a rollback applies its target record, an uninstall runs the newest
+record's hooks. Whoever may write in that namespace (a tenant's own admin) could write
+records, and a check of the records made before helm reads them again races helm. So the
+write itself is refused: a ValidatingAdmissionPolicy and its binding let only the identity
+krypton acts as on the cluster (asked of the cluster: SelfSubjectReview) create, change or
+delete a record of krypton's releases, and let Kubernetes' namespace controller delete them
+with their namespace. A record of krypton's is a Secret or ConfigMap, in a namespace krypton
+manages, that is (or was, for a change or a delete) named ``sh.helm.release.v1.tenant-...``
+or labelled ``owner=helm`` with a release name ``tenant-...``. Other helm users, and other
+namespaces, are not matched.
+
+The policy also refuses one object nobody stores: a dry-run create of a ConfigMap labelled
+`PROBE_LABEL`. krypton sends it after installing or finding the policy; its refusal, naming
+the policy, is how krypton knows the API server it speaks to enforces the guard.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from krypton.decisions.model import GROUP, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+PROBE_LABEL = f"{GROUP}/guard-probe"
+PROBE_NAME = "krypton-guard-probe"
+RECORD_PREFIX = "sh.helm.release.v1.tenant-"
+RELEASE_PREFIX = "tenant-"
+# Kubernetes' namespace controller, as kube-controller-manager runs it with and without
+# --use-service-account-credentials: a deleted namespace finishes deleting, records included
+NAMESPACE_CONTROLLERS = ("system:serviceaccount:kube-system:namespace-controller",
+                         "system:kube-controller-manager")
+DENIED = "release records of krypton's releases are written by krypton only"
+PROBED = "krypton's guard probe: the release-record guard is in force"
+
+
+def policy_name(watch_namespace: str) -> str:
+    """One guard per krypton instance on a cluster: instances side by side (SPEC O5) each
+    guard the records of their own Tenants."""
+    return "krypton-release-records" + (f".{watch_namespace}" if watch_namespace else "")
+
+
+def _cel(text: str) -> str:
+    """A CEL string literal of `text` (JSON's escapes are CEL's)."""
+    return json.dumps(text)
+
+
+def _is_record(o: str) -> str:
+    """CEL: the object `o` is a record of one of krypton's releases."""
+    labels = f"{o}.metadata.labels"
+    return (f"({o}.metadata.name.startsWith({_cel(RECORD_PREFIX)}) || "
+            f"(has({labels}) && 'owner' in {labels} && {labels}['owner'] == 'helm' && "
+            f"'name' in {labels} && {labels}['name'].startsWith({_cel(RELEASE_PREFIX)})))")
+
+
+def _in_scope(watch_namespace: str, release_namespace: str | None) -> str:
+    """CEL: the request's namespace holds releases of this krypton instance: the one
+    release namespace, or a namespace krypton manages (for a namespaced instance, one of
+    its own Tenants')."""
+    if release_namespace:
+        return f"namespaceObject.metadata.name == {_cel(release_namespace)}"
+    labels = "namespaceObject.metadata.labels"
+    scope = (f"has({labels}) && {_cel(MANAGED_BY_LABEL)} in {labels} && "
+             f"{labels}[{_cel(MANAGED_BY_LABEL)}] == {_cel(MANAGED_BY)}")
+    if watch_namespace:
+        scope += (f" && {_cel(OWNER_LABEL)} in {labels} && "
+                  f"{labels}[{_cel(OWNER_LABEL)}].startsWith({_cel(watch_namespace + '.')})")
+    return scope
+
+
+PROBE = f"(object != null && has(object.metadata) && has(object.metadata.labels) && {_cel(PROBE_LABEL)} in " \
+        "object.metadata.labels)"
+
+
+def manifests(user: str, *, watch_namespace: str = "",
+              release_namespace: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The policy and its binding that let only `user` (and the namespace controller, to
+    delete) write the release records of this krypton instance's releases."""
+    name = policy_name(watch_namespace)
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    record = (f"((object != null && has(object.metadata) && {_is_record('object')}) || "
+              f"(oldObject != null && has(oldObject.metadata) && {_is_record('oldObject')}))")
+    controllers = ", ".join(_cel(u) for u in NAMESPACE_CONTROLLERS)
+    policy = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["secrets", "configmaps"],
+                "operations": ["CREATE", "UPDATE", "DELETE"]}]},
+            # namespaceObject is not known to match conditions: the namespace is judged
+            # by the validation
+            "matchConditions": [{"name": "krypton-release-record-or-probe",
+                                 "expression": f"{PROBE} || {record}"}],
+            "validations": [
+                {"expression": f"!{PROBE}", "message": PROBED, "reason": "Forbidden"},
+                {"expression": f"!({_in_scope(watch_namespace, release_namespace)}) || "
+                               f"request.userInfo.username == {_cel(user)} || "
+                               f"(request.operation == 'DELETE' && "
+                               f"request.userInfo.username in [{controllers}])",
+                 "message": f"{DENIED} ({user})", "reason": "Forbidden"}],
+        },
+    }
+    binding = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return policy, binding
+
+
+def differs(want: Any, found: Any, at: str = "spec") -> str:
+    """Where `found` (as the API server returns it, defaults filled in) departs from `want`:
+    the first path whose value differs, "" when every field of `want` holds in `found`."""
+    if isinstance(want, Mapping):
+        if not isinstance(found, Mapping):
+            return at
+        for key, value in want.items():
+            where = differs(value, found.get(key), f"{at}.{key}")
+            if where:
+                return where
+        return ""
+    if isinstance(want, list):
+        if not isinstance(found, list) or len(found) != len(want):
+            return at
+        for i, (w, f) in enumerate(zip(want, found, strict=True)):
+            where = differs(w, f, f"{at}[{i}]")
+            if where:
+                return where
+        return ""
+    return "" if want == found else at
+
+
+def probe(namespace: str) -> dict[str, Any]:
+    """The ConfigMap whose dry-run create the guard refuses when it is in force."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": PROBE_NAME, "namespace": namespace,
+                         "labels": {PROBE_LABEL: "true"}}}
+
+
+def probe_refused(message: str, watch_namespace: str) -> bool:
+    """Whether the API server's refusal of the probe is the guard's own."""
+    return PROBED in message and f"'{policy_name(watch_namespace)}'" in message

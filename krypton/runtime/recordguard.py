@@ -1,0 +1,109 @@
+"""The guard of krypton's release records on one engaged cluster (SPEC S4): installed (or
+found, where an admin installed it), then known to be in force, or the reason it is not.
+
+The manifests and the rules are :mod:`krypton.decisions.guard`'s. "In force" is asked of the
+API server, not inferred from the objects: a dry-run create of the guard's probe must be
+refused by the guard itself. A cluster without the guard stays engaged and is reported
+unguarded; what that leaves open is in the docs' security model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from krypton.adapters.kube import Kube
+from krypton.decisions import guard
+from krypton.decisions.errors import Forbidden, KryptonError
+from krypton.decisions.settings import Settings
+
+SETTLE = 15.0  # seconds a new or changed policy gets to come into force on the API server
+PROBE_EVERY = 0.5
+CHECK_EVERY = 600.0  # seconds between checks of an engaged cluster's guard
+
+
+@dataclass(frozen=True)
+class GuardState:
+    """Whether the cluster's release records are guarded, and what was found: how, or why
+    not."""
+
+    guarded: bool
+    message: str
+    user: str = ""
+
+
+def _probe_namespace(settings: Settings) -> str:
+    return settings.watch_namespace or "default"
+
+
+async def _ensure(kube: Kube, what: str, collection: str, want: dict[str, Any],
+                  install: bool) -> str | None:
+    """The object `want` as the cluster holds it: written when absent or different and
+    `install` (None: written); "" when it was as wanted, else why it is not."""
+    name = want["metadata"]["name"]
+    found = await kube.cluster_object(what, collection, name)
+    where = "absent" if found is None else guard.differs(want["spec"], found.get("spec"))
+    if not where:
+        return ""
+    if not install:
+        return f"{what} {name} is {where if found is None else f'not as krypton would make it ({where})'}"
+    version = None if found is None else found["metadata"].get("resourceVersion")
+    await kube.write_cluster_object(what, collection, want, version)
+    return None
+
+
+async def _in_force(kube: Kube, settings: Settings, *, settle: float) -> str:
+    """"" once the API server refuses the guard's probe with the guard's own message (a
+    policy just written gets `settle` seconds), else why the guard is not in force."""
+    namespace = _probe_namespace(settings)
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            await kube.dry_run_create(namespace, guard.probe(namespace))
+        except Forbidden as exc:
+            if guard.probe_refused(str(exc), settings.watch_namespace):
+                return ""
+            return f"krypton's guard probe was refused by something else: {exc}"
+        if time.monotonic() >= deadline:
+            return ("the API server accepted krypton's guard probe: the policy is not in force "
+                    "(is the ValidatingAdmissionPolicy admission plugin turned off?)")
+        await asyncio.sleep(PROBE_EVERY)
+
+
+async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
+    """Install (--record-guard=install) or find (check) the guard of this cluster's records
+    for the user krypton acts as (`user`, asked of the cluster when ""), and say whether it
+    is in force. Never raises for what the cluster answers: a guard that cannot be had is a
+    state, reported, not a failure of the engagement."""
+    mode = settings.record_guard
+    if mode == "off":
+        return GuardState(False, "the guard is turned off (--record-guard=off)")
+    try:
+        user = user or await kube.user()
+    except KryptonError as exc:
+        return GuardState(False, f"krypton cannot learn the user it acts as here: {exc}")
+    policy, binding = guard.manifests(user, watch_namespace=settings.watch_namespace,
+                                      release_namespace=settings.shared_release_namespace)
+    install = mode == "install"
+    try:
+        found = [await _ensure(kube, "validatingadmissionpolicy", guard.POLICIES, policy,
+                               install),
+                 await _ensure(kube, "validatingadmissionpolicybinding", guard.BINDINGS,
+                               binding, install)]
+        missing = "; ".join(f for f in found if f)
+        if missing:
+            return GuardState(False, f"{missing}; an admin installs it with `krypton guard "
+                              f"--print --user {user} | kubectl apply -f -`", user)
+        why = await _in_force(kube, settings, settle=SETTLE if None in found else 0.0)
+    except Forbidden as exc:
+        return GuardState(False, f"krypton may not {'install' if install else 'read'} the "
+                          f"guard here ({exc}); an admin installs it with `krypton guard "
+                          "--print`", user)
+    except KryptonError as exc:
+        return GuardState(False, f"the guard could not be checked: {exc}", user)
+    if why:
+        return GuardState(False, why, user)
+    return GuardState(True, f"ValidatingAdmissionPolicy {policy['metadata']['name']} lets only "
+                      f"{user} write the release records", user)
