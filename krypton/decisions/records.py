@@ -84,6 +84,32 @@ def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
     return release
 
 
+def identity(record: Mapping[str, Any], release: Mapping[str, Any], name: str
+             ) -> tuple[int, ReleaseStatus]:
+    """The revision and status helm takes from a record of release `name`, as helm takes
+    them: from the decoded body (helm selects a release's records by their labels, then
+    sorts them by the body's revision and acts on the body's status). A record whose
+    labels, object name or body say otherwise is refused (RecordRefused): krypton would
+    judge one record and helm act on another."""
+    meta = record.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    revision = release.get("version")
+    status = (release.get("info") or {}).get("status") if isinstance(
+        release.get("info"), dict) else None
+    if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+        raise RecordRefused("release record holds no revision")
+    if release.get("name") != name:
+        raise RecordRefused(f"release record holds release {str(release.get('name'))[:60]!r}")
+    if str(labels.get("version")) != str(revision) or labels.get("status") != status:
+        raise RecordRefused(f"release record is labelled revision {str(labels.get('version'))[:12]!r} "
+                            f"({str(labels.get('status'))[:20]}) but holds revision {revision} "
+                            f"({str(status)[:20]})")
+    if meta.get("name") != f"sh.helm.release.v1.{name}.v{revision}":
+        raise RecordRefused(f"release record named {str(meta.get('name'))[:120]!r} holds "
+                            f"revision {revision}")
+    return revision, ReleaseStatus.parse(status)
+
+
 def _hooks(release: Mapping[str, Any]) -> list[Any]:
     """The release's hooks as helm acts on them (``last_run`` is rewritten by every run)."""
     hooks = release.get("hooks") or []

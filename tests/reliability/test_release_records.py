@@ -212,6 +212,35 @@ def test_a_forged_deployed_record_is_never_upgraded_from(fleet: Fleet, installed
     assert _exists_configmap(fleet.remote, ns, victim)
 
 
+def test_a_record_whose_labels_and_body_disagree_is_refused(fleet: Fleet,
+                                                            installed: Any) -> None:
+    """helm selects a release's records by their labels and sorts them by the revision in
+    their body. A forged record labelled with a revision that is not a number (krypton's
+    check once skipped it) whose body says revision 2, deployed, is what helm's upgrade
+    would start from: at the next chart bump the history is refused, no helm runs, and the
+    bystander the record lists stays."""
+    op, name, release, ours, record = installed
+    ns, victim = _bystander(fleet.remote)
+    writer = _secret_writer(fleet.remote, name)
+    forged = _with_objects(ours, {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": victim, "namespace": ns}})
+    payload = gzip.compress(json.dumps({**forged, "version": 2}).encode())
+    writer.create_namespaced_secret(name, {
+        "metadata": {"name": f"sh.helm.release.v1.{release}.v2",
+                     "labels": {**record.metadata.labels, "version": "x2"}},
+        "type": record.type,
+        "data": {"release": base64.b64encode(base64.b64encode(payload)).decode()}})
+    op.stop()
+    op = fleet.start("--record-guard=off", version="0.3.0")
+    wait_for(lambda: _refused(fleet, name) or not _exists_configmap(fleet.remote, ns, victim),
+             90, what="the record refused (or acted on)")
+    assert _exists_configmap(fleet.remote, ns, victim)
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    assert "is labelled revision 'x2' (deployed) but holds revision 2" in cond["message"], \
+        cond["message"]
+    assert _helm_runs(op) == 0
+
+
 def test_a_recovery_rolls_back_only_to_a_revision_krypton_made(fleet: Fleet,
                                                                installed: Any) -> None:
     """A pending record left "stale" makes krypton roll back and upgrade. helm's rollback

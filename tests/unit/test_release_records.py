@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 
 import pytest
 
@@ -60,6 +61,40 @@ def test_a_record_stored_over_helms_size_is_refused() -> None:
 
 
 KEY = b"k" * 32
+
+
+def _labelled(version: object = "2", status: object = "deployed",
+              name: str = "sh.helm.release.v1.tenant-a-c1.v2") -> dict[str, object]:
+    """A record's metadata as helm writes it: object name sh.helm.release.v1.<release>.v<N>,
+    labels name, owner, status and version."""
+    return {"metadata": {"name": name, "labels": {
+        "name": "tenant-a-c1", "owner": "helm", "status": status, "version": version}}}
+
+
+def test_a_record_is_read_by_its_body_as_helm_reads_it() -> None:
+    assert records.identity(_labelled(), RELEASE, "tenant-a-c1") == (2, ReleaseStatus.DEPLOYED)
+
+
+@pytest.mark.parametrize(("record", "release", "why"), [
+    # helm sorts the records its label query finds by the body's revision: a label that
+    # says another revision, or none helm's query would parse, hides the record's real place
+    (_labelled(version="1"), RELEASE, "labelled revision '1'"),
+    (_labelled(version="x9"), RELEASE, "labelled revision 'x9'"),
+    (_labelled(version="2"), {**RELEASE, "version": 7}, "holds revision 7"),
+    # helm's upgrade selects "deployed" by label and acts on the body's status
+    (_labelled(status="superseded"), RELEASE, "(superseded) but holds revision 2 (deployed)"),
+    (_labelled(), {**RELEASE, "info": {"status": "superseded"}}, "holds revision 2 (superseded)"),
+    # helm's rollback reads a revision by its object name
+    (_labelled(name="sh.helm.release.v1.tenant-a-c1.v5"), RELEASE, "named"),
+    ({"metadata": {"name": "sh.helm.release.v1.tenant-a-c1.v2"}}, RELEASE, "labelled revision"),
+    (_labelled(), {**RELEASE, "name": "other"}, "holds release 'other'"),
+    (_labelled(), {**RELEASE, "version": "2"}, "holds no revision"),
+    (_labelled(), {k: v for k, v in RELEASE.items() if k != "version"}, "holds no revision"),
+])
+def test_a_record_whose_labels_and_body_disagree_is_refused(
+        record: dict[str, object], release: dict[str, object], why: str) -> None:
+    with pytest.raises(RecordRefused, match=re.escape(why)):
+        records.identity(record, release, "tenant-a-c1")
 
 
 def test_a_seal_holds_what_helm_acts_on_and_nothing_it_rewrites() -> None:

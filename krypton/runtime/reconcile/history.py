@@ -1,4 +1,4 @@
-"""A release's history, read and judged right before a helm run that acts on it (issue 46):
+"""A release's history, read and judged right before a helm run that acts on it (SPEC S3, S4):
 every record of the release (helm decodes them all at every run) within its bounds, and the
 records helm would act on sealed by krypton (:mod:`krypton.decisions.records`). Also where a
 helm run's result is sealed.
@@ -12,6 +12,7 @@ from krypton.decisions import records
 from krypton.decisions.errors import ReleaseRecordUntrusted
 from krypton.decisions.model import ReleaseStatus
 from krypton.decisions.records import Record, Trust, Use, Verdict
+from krypton.runtime.reconcile import look
 from krypton.runtime.reconcile.model import Pass
 from krypton.runtime.reconcile.view import ClusterRuntime
 
@@ -19,23 +20,24 @@ PAGE = 4  # records per list page: a page of records stored at their bound stays
 
 
 async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]:
-    """Every record of `release`, each decoded within its bounds and sealed with this
-    operator's key (a record that is refused has no seal and says why)."""
+    """Every record of `release` as helm selects them (by their labels), each decoded
+    within its bounds, its revision and status read from its body as helm reads them
+    (:func:`records.identity`) and sealed with this operator's key. A record that is
+    refused has no seal and says why."""
     driver = rt.settings.helm_driver
     found = await rt.kube.list_release_records(
         driver, namespace, f"owner=helm,name={release}", page_size=PAGE)
     out = []
     for obj in found:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        version = str(labels.get("version") or "")
-        if not version.isdigit() or len(version) > 9:
-            continue  # not a revision helm would read as one
-        status = ReleaseStatus.parse(labels.get("status"))
         try:
-            out.append(Record(int(version), status,
-                              records.seal(rt.record_key, records.decode(obj, driver))))
+            body = records.decode(obj, driver)
+            revision, status = records.identity(obj, body, release)
+            out.append(Record(revision, status, records.seal(rt.record_key, body)))
         except records.RecordRefused as exc:
-            out.append(Record(int(version), status, None, str(exc)))
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            version = str(labels.get("version") or "")
+            out.append(Record(int(version) if version.isdigit() and len(version) < 10 else 0,
+                              ReleaseStatus.parse(labels.get("status")), None, str(exc)))
     return out
 
 
@@ -50,6 +52,20 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
     if verdict.trust is Trust.ADOPT:
         p.log.info("release record adopted", seal=verdict.seal)
     return verdict
+
+
+async def rollback(rt: ClusterRuntime, p: Pass, *, to: int = 0
+                   ) -> tuple[dict[str, Any], Verdict] | None:
+    """The one way krypton rolls a release back (a stale lock's recovery, a halted
+    rollout's revert, the metric gate's): the history judged for it, the objects the
+    rollback would delete found to be this release's own (R17), then helm's rollback to
+    the revision the verdict names (`to`, or the newest good one krypton made). None when
+    the release has no record left to roll back on."""
+    verdict = await judge(rt, p, Use.ROLLBACK, rollback_to=to)
+    if verdict.trust is Trust.ABSENT:
+        return None
+    await look.check_ownership(rt, p.release, p.namespace, why="is not rolled back")
+    return await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to), verdict
 
 
 def adopted(verdict: Verdict) -> list[tuple[str, str, str]]:

@@ -127,12 +127,10 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
                     await rt.helm.uninstall(p.release, namespace,
                                             hooks=verdict.trust is Trust.TRUSTED)
             elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
-                verdict = await history.judge(rt, p, Use.ROLLBACK)
-                if verdict.trust is not Trust.ABSENT:
-                    await look.check_ownership(rt, p.release, namespace, why="is not rolled back")
-                    await rt.helm.rollback(p.release, namespace, verdict.rollback_to)
-                    seen.append(verdict.seal)
-                    p.events += history.adopted(verdict)
+                rolled = await history.rollback(rt, p)
+                if rolled is not None:
+                    seen.append(rolled[1].seal)
+                    p.events += history.adopted(rolled[1])
             elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
                 verdict = await history.judge(rt, p, Use.UPGRADE)
                 if verdict.trust is Trust.ADOPT:

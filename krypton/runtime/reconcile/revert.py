@@ -21,7 +21,7 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.records import Use
 from krypton.decisions.verdicts import Outcome, Verdict
-from krypton.runtime.reconcile import history, look
+from krypton.runtime.reconcile import history
 from krypton.runtime.reconcile.model import Pass, Report, release_labels
 from krypton.runtime.reconcile.view import ClusterRuntime, fenced
 
@@ -43,11 +43,10 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
         async with rt.slots.slot(rt.name):
             fenced(rt)
             if healthy:
-                verdict = await history.judge(rt, p, Use.ROLLBACK)
-                result = await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to)
+                result, seal = await _rolled_back(rt, p)
                 fp, version = fingerprint(chart.repo, chart.name, healthy, chart.values), healthy
                 how = "rolled back to the previous revision"
-                seals = history.sealed(rt, p, result, verdict.seal)
+                seals = history.sealed(rt, p, result, seal)
             else:
                 result, fp, version, how, seals = await _back_to_recorded(rt, p)
             revision = int(result.get("version") or 0)
@@ -82,12 +81,10 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass
     t, chart = p.obs.tenant, p.chart
     good = t.applied_revision or 0
     try:
-        verdict = await history.judge(rt, p, Use.ROLLBACK, rollback_to=good)
-        await look.check_ownership(rt, p.release, p.namespace, why="is not rolled back")
-        result = await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to)
+        result, seal = await _rolled_back(rt, p, to=good)
         return (result, t.recorded_fingerprint or t.applied_fingerprint or "",
                 t.recorded_version, f"rolled back to revision {good}",
-                history.sealed(rt, p, result, verdict.seal))
+                history.sealed(rt, p, result, seal))
     except HelmFailed as exc:
         if not t.recorded_version:
             raise
@@ -100,3 +97,12 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass
             skip_crds=True, labels=release_labels(rt.name, p))
         return (result, fingerprint(old.repo, old.name, old.fingerprinted, chart.values),
                 old.version, f"chart {old.version} applied again", history.sealed(rt, p, result))
+
+
+async def _rolled_back(rt: ClusterRuntime, p: Pass, *, to: int = 0) -> tuple[dict[str, Any], str]:
+    """helm's answer to the release's rollback (:func:`history.rollback`) and the seal of
+    the revision it went to; a release without records has nothing to go back to."""
+    rolled = await history.rollback(rt, p, to=to)
+    if rolled is None:
+        raise TemporaryError(f"release {p.release} has no record left to roll back to")
+    return rolled[0], rolled[1].seal
