@@ -324,9 +324,16 @@ class Kube(Transport):
         return await self.request(f"replace {what} {name}", "PUT",
                                   f"{collection}/{quote(name, safe='')}", body=body)
 
-    async def dry_run_create(self, namespace: str, body: Obj) -> None:
-        """Send the create of ConfigMap `body` through admission without storing it."""
-        await self.request(f"dry-run create configmap in {namespace}", "POST",
+    async def patch_cluster_object(self, what: str, collection: str, name: str,
+                                   patch: Obj) -> Obj:
+        return await self.request(f"patch {what} {name}", "PATCH",
+                                  f"{collection}/{quote(name, safe='')}", body=patch,
+                                  content_type=MERGE_PATCH)
+
+    async def dry_run_create(self, namespace: str, body: Obj) -> Obj:
+        """Send the create of ConfigMap `body` through admission without storing it; the
+        object as it would have been stored."""
+        return await self.request(f"dry-run create configmap in {namespace}", "POST",
                            core_path("configmaps", namespace), query={"dryRun": "All"},
                            body=body)
 

@@ -14,6 +14,11 @@ manages, that is (or was, for a change or a delete) named ``sh.helm.release.v1.t
 or labelled ``owner=helm`` with a release name ``tenant-...``. Other helm users, and other
 namespaces, are not matched.
 
+Once in force, the guard has a time: the API server's own clock (the creation time it gives
+a dry-run object) after the probe was refused, kept on the binding (`SINCE_ANNOTATION`) with
+the uid and generation of policy and binding, so that it holds only for these very objects.
+A record created after it was written by krypton: nobody else could.
+
 The policy also refuses one object nobody stores: a dry-run create of a ConfigMap labelled
 `PROBE_LABEL`. krypton sends it after installing or finding the policy; its refusal, naming
 the policy, is how krypton knows the API server it speaks to enforces the guard.
@@ -25,13 +30,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from krypton.decisions.model import GROUP, MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL
+from krypton.decisions.model import (
+    GROUP,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OWNER_LABEL,
+    epoch_seconds,
+    rfc3339,
+)
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 PROBE_LABEL = f"{GROUP}/guard-probe"
 PROBE_NAME = "krypton-guard-probe"
+SINCE_ANNOTATION = f"{GROUP}/guarded-since"
 RECORD_PREFIX = "sh.helm.release.v1.tenant-"
 RELEASE_PREFIX = "tenant-"
 # Kubernetes' namespace controller, as kube-controller-manager runs it with and without
@@ -151,3 +164,29 @@ def probe(namespace: str) -> dict[str, Any]:
 def probe_refused(message: str, watch_namespace: str) -> bool:
     """Whether the API server's refusal of the probe is the guard's own."""
     return PROBED in message and f"'{policy_name(watch_namespace)}'" in message
+
+
+def held(policy: Mapping[str, Any], binding: Mapping[str, Any]) -> str:
+    """What must not change for the guard to have held since a time: the uid and generation
+    of the policy and of the binding (deleted and made again, or changed, starts anew)."""
+    return "/".join(str((o.get("metadata") or {}).get(k, ""))
+                    for o in (policy, binding) for k in ("uid", "generation"))
+
+
+def since(binding: Mapping[str, Any], key: str) -> float:
+    """When the guard came into force, as recorded on `binding` for the objects `key`
+    names; 0 when not recorded for them."""
+    text = str(((binding.get("metadata") or {}).get("annotations") or {}).get(
+        SINCE_ANNOTATION) or "")
+    when, _, recorded = text.partition(" ")
+    return (epoch_seconds(when) or 0.0) if recorded == key else 0.0
+
+
+def since_annotation(when: float, key: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {SINCE_ANNOTATION: f"{rfc3339(when)} {key}"}}}
+
+
+def stamp(namespace: str) -> dict[str, Any]:
+    """A ConfigMap whose dry-run create tells the API server's time (never stored)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"generateName": "krypton-guard-clock-", "namespace": namespace}}

@@ -148,6 +148,7 @@ class Record:
     status: ReleaseStatus
     seal: str | None
     problem: str = ""
+    created: float = 0.0  # its creationTimestamp (the API server's clock), 0: unknown
 
 
 class Use(enum.Enum):
@@ -175,10 +176,13 @@ class Verdict:
 
 
 def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release: str,
-          rollback_to: int = 0) -> Verdict:
+          rollback_to: int = 0, guarded_since: float = 0.0) -> Verdict:
     """Whether helm may `use` the history of `release`, given its `records` and the seals the
     Tenant's status keeps. `rollback_to` names the revision a rollback wants (0: the newest
-    good one below the newest record)."""
+    good one below the newest record). On a cluster whose records are guarded at admission
+    since `guarded_since` (SPEC S4), a record created after that was written by krypton and
+    needs no seal: a seal lost (a status write that did not happen, a new key) freezes
+    nothing the guard covers."""
     for r in records:
         if r.problem:
             return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} is refused: "
@@ -189,7 +193,7 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
     newest = by_revision[max(by_revision)]
 
     def sealed(r: Record) -> bool:
-        return r.seal is not None and r.seal in seals
+        return r.seal is not None and (r.seal in seals or 0 < guarded_since < r.created)
 
     def untrusted(r: Record, what: str) -> Verdict:
         return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "

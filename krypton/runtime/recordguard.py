@@ -17,6 +17,7 @@ from typing import Any
 from krypton.adapters.kube import Kube
 from krypton.decisions import guard
 from krypton.decisions.errors import Forbidden, KryptonError
+from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
 
 SETTLE = 15.0  # seconds a new or changed policy gets to come into force on the API server
@@ -32,6 +33,7 @@ class GuardState:
     guarded: bool
     message: str
     user: str = ""
+    since: float = 0.0  # when it came into force (API server's clock); 0: not known
 
 
 def _probe_namespace(settings: Settings) -> str:
@@ -105,5 +107,30 @@ async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
         return GuardState(False, f"the guard could not be checked: {exc}", user)
     if why:
         return GuardState(False, why, user)
+    try:
+        since = await _since(kube, settings, policy["metadata"]["name"], install)
+    except KryptonError:
+        since = 0.0  # in force, since an unknown time: the seals alone judge the history
     return GuardState(True, f"ValidatingAdmissionPolicy {policy['metadata']['name']} lets only "
-                      f"{user} write the release records", user)
+                      f"{user} write the release records", user, since)
+
+
+async def _since(kube: Kube, settings: Settings, name: str, install: bool) -> float:
+    """When the guard, in force now, came into force: as recorded on its binding for these
+    very objects, else now by the API server's clock (recorded there when krypton may)."""
+    policy = await kube.cluster_object("validatingadmissionpolicy", guard.POLICIES, name)
+    binding = await kube.cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
+                                        name)
+    if policy is None or binding is None:
+        return 0.0
+    key = guard.held(policy, binding)
+    since = guard.since(binding, key)
+    if since:
+        return since
+    namespace = _probe_namespace(settings)
+    stamped = await kube.dry_run_create(namespace, guard.stamp(namespace))
+    since = epoch_seconds((stamped.get("metadata") or {}).get("creationTimestamp")) or 0.0
+    if since and install:
+        await kube.patch_cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
+                                        name, guard.since_annotation(since, key))
+    return since

@@ -71,7 +71,7 @@ class Shared:
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
     # turns for a cluster's first lists (see Worker._first_list)
     first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
-    record_key: bytes = b""  # seals the release records krypton's helm runs make (issue 46)
+    record_key: bytes = b""  # seals the release records krypton's helm runs make (SPEC S3)
 
 
 class Worker:
@@ -174,7 +174,8 @@ class Worker:
             self.shared.owns(self.name), phases=phases,
             readiness=None if settings.helm_wait else Readiness(
                 self.kube, self.consumer.workload_turned, settings.health_rules),
-            record_key=self.shared.record_key)
+            record_key=self.shared.record_key,
+            guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0)
         readiness = self.runtime.readiness
         self.consumer.memory.forget_elsewhere = \
             readiness.forget if readiness is not None else lambda _key: None

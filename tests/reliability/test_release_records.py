@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import gzip
 import json
 import subprocess
@@ -388,6 +389,44 @@ def test_a_cluster_without_the_guard_is_reported_until_an_admin_applies_it(
     writer = _secret_writer(fleet.remote, name)
     _forbidden_by_guard(fleet, lambda: writer.delete_namespaced_secret(
         f"sh.helm.release.v1.tenant-{name}-remote.v1", name))
+
+
+def _server_time(cluster: Cluster, namespace: str) -> float:
+    """The API server's clock, as the creation time it gives a dry-run object."""
+    made = cluster.core.create_namespaced_config_map(
+        namespace, {"metadata": {"generateName": "clock-"}}, dry_run="All")
+    return made.metadata.creation_timestamp.timestamp()  # type: ignore[no-any-return]
+
+
+def test_a_lost_key_freezes_nothing_the_guard_covers(fleet: Fleet) -> None:
+    """The Secret krypton-record-key deleted (an admin's mistake, a restore from a backup
+    without it): krypton makes a new key at its next start, and no seal the Tenant's status
+    keeps holds any more. On a guarded cluster the release's record was made after the guard
+    came into force, so by krypton: the chart bump upgrades at once, as before the loss."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start()
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    guard = f"{GUARD}.{fleet.tenant_ns}"
+    since = wait_for(lambda: (adm.read_validating_admission_policy_binding(
+        guard).metadata.annotations or {}).get("mesh.openkcm.io/guarded-since"), 30,
+        what="the time the guard holds since, on its binding")
+    held = datetime.datetime.fromisoformat(since.split()[0].replace("Z", "+00:00"))
+    # records are stamped to the second: this one must be made in a later second
+    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= held.timestamp() + 1, 5,
+             interval=0.1, what="the API server's clock past the guard's second")
+    name = fleet.tenant(fleet.remote, unique("keyless"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    op.stop()
+    fleet.home.core.delete_namespaced_secret("krypton-record-key", fleet.discovery_ns)
+    op = fleet.start(version="0.3.0")
+    wait_for(lambda: fleet.remote.release_records(name, release) ==
+             [(1, "superseded"), (2, "deployed")] or _refused(fleet, name), 120,
+             what="the release upgraded (or refused)")
+    assert not _refused(fleet, name)
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
 
 
 # -- deleted by hand: healed at once, with one helm run -------------------------------------

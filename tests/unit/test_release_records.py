@@ -349,3 +349,29 @@ def test_a_release_deleted_before_the_watch_brought_our_run_is_seen_gone() -> No
     index.replace([_record(1, "deployed")])  # a relist with it ...
     index.replace([])  # ... and one without it
     assert index.observe("a", "tenant-a-c1").status is ReleaseStatus.ABSENT
+
+
+@pytest.mark.parametrize(("created", "since", "use", "want"), [
+    # guarded since 100: a record made after that was written by krypton (nobody else
+    # could), sealed or not; one made before, or when, or with the guard unknown, is not
+    (101.0, 100.0, Use.UPGRADE, Trust.TRUSTED),
+    (101.0, 100.0, Use.UNINSTALL, Trust.TRUSTED),
+    (100.0, 100.0, Use.UPGRADE, Trust.UNTRUSTED),
+    (99.0, 100.0, Use.UPGRADE, Trust.UNTRUSTED),
+    (101.0, 0.0, Use.UPGRADE, Trust.UNTRUSTED),
+    (0.0, 100.0, Use.UPGRADE, Trust.UNTRUSTED),
+])
+def test_a_record_made_while_the_cluster_was_guarded_needs_no_seal(
+        created: float, since: float, use: Use, want: Trust) -> None:
+    history = [Record(1, S, "s1", created=50.0), Record(2, D, "lost", created=created)]
+    verdict = judge(history, ["s1"], use, release="r", guarded_since=since)
+    assert verdict.trust is (Trust.UNSEALED if want is Trust.UNTRUSTED and
+                             use is Use.UNINSTALL else want)
+
+
+def test_a_rollback_on_a_guarded_cluster_goes_to_the_newest_revision_made_under_guard() -> None:
+    history = [Record(1, S, "s1", created=50.0), Record(2, S, "lost", created=150.0),
+               Record(3, PU, "lost3", created=160.0)]
+    assert judge(history, ["s1"], Use.ROLLBACK, release="r").rollback_to == 1
+    assert judge(history, ["s1"], Use.ROLLBACK, release="r",
+                 guarded_since=100.0).rollback_to == 2

@@ -10,7 +10,7 @@ from typing import Any
 
 from krypton.decisions import records
 from krypton.decisions.errors import ReleaseRecordUntrusted
-from krypton.decisions.model import ReleaseStatus
+from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
 from krypton.decisions.records import Record, Trust, Use, Verdict
 from krypton.runtime.reconcile import look
 from krypton.runtime.reconcile.model import Pass
@@ -32,7 +32,9 @@ async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]
         try:
             body = records.decode(obj, driver)
             revision, status = records.identity(obj, body, release)
-            out.append(Record(revision, status, records.seal(rt.record_key, body)))
+            created = epoch_seconds((obj.get("metadata") or {}).get("creationTimestamp"))
+            out.append(Record(revision, status, records.seal(rt.record_key, body),
+                              created=created or 0.0))
         except records.RecordRefused as exc:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             version = str(labels.get("version") or "")
@@ -47,11 +49,27 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
     found = await read(rt, p.namespace, p.release)
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                             rollback_to=rollback_to)
+    since = rt.guarded_since()
+    if verdict.trust is not Trust.TRUSTED and since and not await _adopted(rt, p.namespace):
+        # a namespace krypton adopted was not guarded before it labelled it: its records
+        # are judged by their seals alone
+        verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
+                                rollback_to=rollback_to, guarded_since=since)
     if verdict.trust is Trust.UNTRUSTED:
         raise ReleaseRecordUntrusted(verdict.message)
     if verdict.trust is Trust.ADOPT:
         p.log.info("release record adopted", seal=verdict.seal)
     return verdict
+
+
+async def _adopted(rt: ClusterRuntime, namespace: str) -> bool:
+    """Whether krypton adopted `namespace` (--adopt-namespaces) rather than created it; in
+    the one release namespace (--release-namespace=watch) the guard names it outright."""
+    if rt.settings.shared_release_namespace:
+        return False
+    found = await rt.kube.get_namespace(namespace)
+    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+    return found is None or ADOPTED_ANNOTATION in annotations
 
 
 async def rollback(rt: ClusterRuntime, p: Pass, *, to: int = 0

@@ -362,7 +362,9 @@ class ClusterRuntime(ClusterView):
     # Tenants' records); and the releases a helm run of this cluster is working on now
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     running: set[tuple[str, str]] = field(default_factory=set)
-    record_key: bytes = b""  # the operator's key for sealing release records (issue 46)
+    record_key: bytes = b""  # the operator's key for sealing release records (SPEC S3)
+    # since when the cluster's records are guarded at admission (SPEC S4), 0: they are not
+    guarded_since: Callable[[], float] = lambda: 0.0
 
     def __post_init__(self) -> None:
         if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
