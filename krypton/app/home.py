@@ -123,7 +123,7 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
 
 
 async def ensure_record_key(home: Kube, namespace: str) -> bytes:
-    """The key that seals krypton's release records (issue 46), from the Secret
+    """The key that seals krypton's release records (SPEC S3), from the Secret
     ``krypton-record-key`` in the discovery namespace, created with a random key when absent
     (several replicas may race: the Secret that was created first is every one's). Only who
     may read Secrets there, who already holds every cluster's credentials, can read it."""
@@ -134,8 +134,9 @@ async def ensure_record_key(home: Kube, namespace: str) -> bytes:
             if len(key) < records.KEY_BYTES:
                 raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
                                     f"{records.KEY_BYTES} bytes or more under data.key; delete "
-                                    "it and krypton makes a new one (every release is then "
-                                    "adopted again, once)")
+                                    "it and krypton makes a new one: the seals of the old "
+                                    "key then hold no more (see the docs' security model, "
+                                    "Release records)")
             return key
         body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": namespace,
                              "labels": {"app.kubernetes.io/managed-by": "krypton"}},

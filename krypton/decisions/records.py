@@ -45,6 +45,15 @@ INFLATED_MAX = 16 << 20  # bytes of a record's JSON once decompressed
 GOOD = (ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED)
 
 
+KEY_LOST = ("No record of the release matches any seal the Tenant keeps, as when the Secret "
+            "krypton-record-key was replaced. If nobody else wrote the records, adopt them as "
+            "found, an explicit act: clear the Tenant's seals for this cluster (kubectl patch "
+            "tenant NAME --subresource=status --type=merge -p "
+            "'{\"status\":{\"clusters\":{\"CLUSTER\":{\"records\":null}}}}'). On a cluster "
+            "whose records are guarded (--record-guard) what krypton made under the guard "
+            "needs no seal")
+
+
 class RecordRefused(ValueError):
     """A record that is not one, or is over a bound."""
 
@@ -196,11 +205,13 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
         return r.seal is not None and (r.seal in seals or 0 < guarded_since < r.created)
 
     def untrusted(r: Record, what: str) -> Verdict:
+        way_out = KEY_LOST if seals and not any(x.seal in seals for x in records) else (
+            "Remove the records krypton did not write, or roll the release back to a "
+            "revision krypton made: a change of the records brings a pass")
         return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "
                        f"({r.status.value}) {what} was not written by krypton (its content "
                        "matches none of the seals krypton keeps); helm is not run on it. "
-                       "Remove the records krypton did not write, or roll the release back to "
-                       "a revision krypton made: a change of the records brings a pass")
+                       + way_out)
 
     if use is Use.UPGRADE:
         deployed = [r for r in records if r.status is ReleaseStatus.DEPLOYED]

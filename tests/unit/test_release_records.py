@@ -375,3 +375,13 @@ def test_a_rollback_on_a_guarded_cluster_goes_to_the_newest_revision_made_under_
     assert judge(history, ["s1"], Use.ROLLBACK, release="r").rollback_to == 1
     assert judge(history, ["s1"], Use.ROLLBACK, release="r",
                  guarded_since=100.0).rollback_to == 2
+
+
+def test_a_history_that_matches_no_seal_at_all_says_how_to_adopt_it() -> None:
+    """Every seal kept, none matching any record: the key was replaced. The message names
+    the explicit act that adopts the records, not a removal of krypton's own."""
+    lost = judge([Record(1, D, "new-key-1")], ["old-key-1"], Use.UPGRADE, release="r")
+    assert lost.trust is Trust.UNTRUSTED and "krypton-record-key was replaced" in lost.message
+    forged = judge([Record(1, S, "s1"), Record(2, D, "forged2")], ["s1"], Use.UPGRADE,
+                   release="r")
+    assert "Remove the records krypton did not write" in forged.message
