@@ -31,6 +31,7 @@ from krypton.cli.view import (
     failing_clusters,
     orphan_notes,
     tenant_rows,
+    unguarded_notes,
 )
 from krypton.decisions import crd, deployed, inventory, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
@@ -161,7 +162,7 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
         if settings.cluster_profiles and profile_ns != settings.namespace:
             events += await home.list_events(profile_ns)
         failing = failing_clusters(events, time.time())
-        orphans = orphan_notes(events)
+        orphans, unguarded = orphan_notes(events), unguarded_notes(events)
         for c in clusters:
             if c.kube is None:
                 rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error)
@@ -179,7 +180,8 @@ async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutSta
             else:
                 unreachable = ""
             rows += cluster_rows(c.name, failing=failing.get(c.name, ""), stale=stale,
-                                 unreachable=unreachable, orphans=orphans.get(c.name, ""))
+                                 unreachable=unreachable, orphans=orphans.get(c.name, ""),
+                                 unguarded=unguarded.get(c.name, ""))
             if not unreachable:
                 rows += tenant_rows(c.name, tenants)
         assign_replicas(rows, await _replicas(home, settings))
@@ -277,12 +279,14 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             changed.clear()
             failing = failing_clusters(events.store.values(), time.time())
             orphans = orphan_notes(events.store.values())
+            unguarded = unguarded_notes(events.store.values())
             rows: list[Row] = []
             for c in clusters:
                 rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error,
                                      stale=stale.get(c.name, ""),
                                      unreachable=unreachable.get(c.name, ""),
-                                     orphans=orphans.get(c.name, ""))
+                                     orphans=orphans.get(c.name, ""),
+                                     unguarded=unguarded.get(c.name, ""))
                 watched = tenants.get(c.name)
                 if watched is not None and watched.synced.is_set():
                     rows += tenant_rows(c.name, watched.store.values())

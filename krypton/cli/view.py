@@ -125,34 +125,48 @@ def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[st
     return {name: text for name, (_, text) in latest.items()}
 
 
-def orphan_notes(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Clusters on which the operator last reported releases of undiscovered cluster names
-    (OrphanedReleases, not followed by OrphanedReleasesGone), with what it said."""
+def standing_notes(events: Iterable[Mapping[str, Any]], said: str, ended: str
+                   ) -> dict[str, str]:
+    """Clusters on which the operator's newest Event of the pair (`said`, `ended`) is
+    `said`, with what it said: a standing state, such as releases of undiscovered cluster
+    names (OrphanedReleases / OrphanedReleasesGone) or release records without their guard
+    (RecordsUnguarded / RecordsGuarded). Only krypton's own Events count."""
     latest: dict[str, tuple[float, str, str]] = {}
     for e in events:
         involved = e.get("involvedObject") or {}
         if involved.get("kind") not in CLUSTER_KINDS \
                 or e.get("reportingComponent") != REPORTING_CONTROLLER \
-                or e.get("reason") not in ("OrphanedReleases", "OrphanedReleasesGone"):
+                or e.get("reason") not in (said, ended):
             continue
         when = epoch_seconds(e.get("lastTimestamp") or e.get("eventTime") or "")
         name = str(involved.get("name"))
         if when is not None and when >= latest.get(name, (0.0, "", ""))[0]:
             latest[name] = (when, str(e["reason"]), str(e.get("message", "")))
-    return {name: message for name, (_, reason, message) in latest.items()
-            if reason == "OrphanedReleases"}
+    return {name: message for name, (_, reason, message) in latest.items() if reason == said}
+
+
+def orphan_notes(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    return standing_notes(events, "OrphanedReleases", "OrphanedReleasesGone")
+
+
+def unguarded_notes(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    return standing_notes(events, "RecordsUnguarded", "RecordsGuarded")
 
 
 def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: str = "",
-                 unreachable: str = "", orphans: str = "") -> list[Row]:
+                 unreachable: str = "", orphans: str = "", unguarded: str = "") -> list[Row]:
     """The rows about the cluster itself, before its Tenants' rows: failing (its Secret's
     recent Warning), a refused kubeconfig, an outdated Tenant CRD, an unreachable server,
-    releases left by a cluster name no longer discovered."""
+    releases left by a cluster name no longer discovered, release records without their
+    guard."""
     rows = []
     if failing:
         rows.append(Row(cluster, "", "", phase="Failing", detail=failing))
     if orphans:
         rows.append(Row(cluster, "", "", phase="Orphans", detail=f"OrphanedReleases: {orphans}"))
+    if unguarded:
+        rows.append(Row(cluster, "", "", phase="Unguarded",
+                        detail=f"RecordsUnguarded: {unguarded}"))
     if rejected:
         rows.append(Row(cluster, "", "", phase="-", detail=rejected))
     if stale:

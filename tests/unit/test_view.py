@@ -173,6 +173,25 @@ def test_status_shows_orphaned_releases_until_the_operator_says_they_are_gone() 
     assert (row.phase, row.detail) == ("Orphans", "OrphanedReleases: 2 releases")
 
 
+def test_status_shows_an_unguarded_cluster_until_the_operator_says_it_is_guarded() -> None:
+    from krypton.cli.view import cluster_rows, unguarded_notes
+
+    def event(name: str, reason: str, stamp: str, reporter: str = "mesh.openkcm.io/krypton"
+              ) -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Secret", "name": name}, "reason": reason,
+                "message": f"{reason} of {name}", "lastTimestamp": stamp,
+                "reportingComponent": reporter}
+
+    events = [event("a", "RecordsUnguarded", "2027-01-15T07:00:00Z"),
+              event("b", "RecordsUnguarded", "2027-01-15T07:00:00Z"),
+              event("b", "RecordsGuarded", "2027-01-15T07:10:00Z"),
+              event("c", "RecordsUnguarded", "2027-01-15T07:00:00Z", reporter="mallory")]
+    notes = unguarded_notes(events)
+    assert notes == {"a": "RecordsUnguarded of a"}
+    row = cluster_rows("a", unguarded=notes["a"])[0]
+    assert (row.phase, row.detail) == ("Unguarded", "RecordsUnguarded: RecordsUnguarded of a")
+
+
 def test_a_failing_release_says_how_often_and_when_next() -> None:
     retrying = tenant("flaky", "Error", [("ClusterError/a", "True", "UpgradeFailed", "boom")],
                       {"a": {"failures": 3, "nextAttemptTime": "2026-11-23T12:00:40Z"}})
