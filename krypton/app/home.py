@@ -122,21 +122,28 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
                 name="home", timeout=timeout, limits=HOME)
 
 
+async def record_key(home: Kube, namespace: str) -> bytes | None:
+    """The key that seals krypton's release records, None when its Secret is absent."""
+    existing = await home.get_secret(namespace, RECORD_KEY_SECRET)
+    if existing is None:
+        return None
+    key = decode_data((existing.get("data") or {}).get("key")) or b""
+    if len(key) < records.KEY_BYTES:
+        raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
+                            f"{records.KEY_BYTES} bytes or more under data.key; delete it and "
+                            "krypton makes a new one: the seals of the old key then hold no "
+                            "more (see the docs' security model, Release records)")
+    return key
+
+
 async def ensure_record_key(home: Kube, namespace: str) -> bytes:
     """The key that seals krypton's release records (SPEC S3), from the Secret
     ``krypton-record-key`` in the discovery namespace, created with a random key when absent
     (several replicas may race: the Secret that was created first is every one's). Only who
     may read Secrets there, who already holds every cluster's credentials, can read it."""
     for _ in range(2):
-        existing = await home.get_secret(namespace, RECORD_KEY_SECRET)
-        if existing is not None:
-            key = decode_data((existing.get("data") or {}).get("key")) or b""
-            if len(key) < records.KEY_BYTES:
-                raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
-                                    f"{records.KEY_BYTES} bytes or more under data.key; delete "
-                                    "it and krypton makes a new one: the seals of the old "
-                                    "key then hold no more (see the docs' security model, "
-                                    "Release records)")
+        key = await record_key(home, namespace)
+        if key is not None:
             return key
         body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": namespace,
                              "labels": {"app.kubernetes.io/managed-by": "krypton"}},

@@ -23,7 +23,7 @@ from krypton.decisions import settings as settings_mod
 from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
 
-TOOLS = ("status", "plan", "diff", "register-cluster", "retry")
+TOOLS = ("status", "plan", "diff", "register-cluster", "retry", "adopt-records")
 CHART_OPTIONS = ("chart_repo", "chart_name", "chart_version")
 
 
@@ -113,6 +113,20 @@ def build_parser() -> Parser:
     again.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
     again.add_argument("--cluster", help="only on this cluster")
     settings_mod.add_arguments(again)
+    adopt = sub.add_parser(
+        "adopt-records", help="adopt a Tenant's release records as krypton's, as they are",
+        allow_abbrev=False,
+        description="Seal the deployed and superseded release records of the Tenant's release "
+                    "as they are, on every discovered cluster that has it (or on --cluster), "
+                    "and add the seals to the Tenant's status: an administrator's explicit act "
+                    "for records krypton keeps no seal of (a release of an older krypton or of "
+                    "the prototype, a lost key or status write; SPEC S4). Look at the records "
+                    "first (helm history, helm get manifest): whatever they list, krypton's "
+                    "helm will act on. Takes the flags of `run`. Exit status 0: adopted or "
+                    "said why not on every cluster that has the Tenant; 1: found nowhere.")
+    adopt.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
+    adopt.add_argument("--cluster", help="only on this cluster")
+    settings_mod.add_arguments(adopt)
     sub.add_parser("crds", help="print the Tenant CRD")
     guard = sub.add_parser(
         "guard", help="print the guard of krypton's release records, for an admin to apply",
@@ -132,7 +146,7 @@ def build_parser() -> Parser:
                        help="the WATCH_NAMESPACE of a namespaced krypton instance")
     guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
                        help="where the instance's releases go (as its --release-namespace)")
-    for tool in (plan, diff, status, reg, again):
+    for tool in (plan, diff, status, reg, again, adopt):
         tool.add_argument(
             "--from-deployment", metavar="NAMESPACE/NAME",
             help="take the settings this command leaves unset (no flag, no environment "
@@ -304,8 +318,9 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
                 changed = changed or bool(text)
                 sys.stdout.write(view.diff_section(heading, text))
             return 2 if changed else 0
-        if args.command == "retry":
-            lines = asyncio.run(tools.retry(settings, args.tenant, args.cluster))
+        if args.command in ("retry", "adopt-records"):
+            act = tools.retry if args.command == "retry" else tools.adopt_records
+            lines = asyncio.run(act(settings, args.tenant, args.cluster))
             print("\n".join(escape(line) for line in lines))
             return 0
         print(escape_lines(asyncio.run(tools.register_cluster(

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from krypton.adapters.clientconfig import configuration_for, configuration_in_cluster
+from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.adapters.kubeapi import core_path, profiles_path, tenants_path
 from krypton.app.config import file_reader
-from krypton.app.home import watch_cluster
+from krypton.app.home import RECORD_KEY_SECRET, record_key, watch_cluster
 from krypton.cli.view import (
     Row,
     assign_replicas,
@@ -33,7 +34,7 @@ from krypton.cli.view import (
     tenant_rows,
     unguarded_notes,
 )
-from krypton.decisions import crd, deployed, inventory, redact, safeyaml, sharding
+from krypton.decisions import crd, deployed, inventory, records, redact, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import (
@@ -56,10 +57,11 @@ from krypton.decisions.errors import (
     TemporaryError,
 )
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.model import RETRY_ANNOTATION, TenantKey
+from krypton.decisions.model import RETRY_ANNOTATION, TenantKey, release_name
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.decisions.windows import Window
+from krypton.runtime.reconcile import history
 
 
 @dataclass
@@ -466,4 +468,52 @@ async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
     if not lines:
         where = f"cluster {only}" if only else "any discovered cluster"
         raise NotFound(f"Tenant {key} not found on {where}")
+    return lines
+
+
+async def adopt_records(settings: Settings, ref: str, only: str | None) -> list[str]:
+    """Adopt the release records of Tenant `ref` ("namespace/name") as they are, on every
+    discovered cluster that has it or on `only`: an administrator's explicit act (SPEC S4),
+    for records krypton keeps no seal of (a release of an older krypton or the prototype, a
+    lost key or status). Its deployed and superseded revisions are read as helm reads them,
+    sealed with the operator's key and added to the Tenant's seals for that cluster; an
+    Event on the Tenant says so. One line per cluster; NotFound when no cluster has it."""
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name:
+        raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
+    tenant_key, lines = TenantKey(namespace, name), []
+    async with fleet_view(settings, "krypton-adopt-") as (_, home, clusters):
+        key = await record_key(home, settings.namespace)
+        if key is None:
+            raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
+                           "operator makes it at its first start")
+        for c in clusters:
+            if c.kube is None or (only and c.name != only):
+                continue
+            tenant = await c.kube.get_tenant(tenant_key)
+            if tenant is None:
+                continue
+            release = release_name(name, c.name)
+            where = settings.release_namespace_for(name)
+            try:
+                found = records.adoptable(await history.read(
+                    c.kube, settings.helm_driver, where, release, key))
+            except records.RecordRefused as exc:
+                lines.append(f"{c.name}: nothing adopted of release {release}: {exc}")
+                continue
+            kept = (((tenant.get("status") or {}).get("clusters") or {}).get(c.name) or {}
+                    ).get("records")
+            seals = list(dict.fromkeys([s for _, s in found] + [
+                s for s in (kept if isinstance(kept, list) else []) if isinstance(s, str)]))
+            await c.kube.patch_tenant_status(tenant_key, {"status": {"clusters": {c.name: {
+                "records": seals[:records.SEALS_KEPT]}}}})
+            revisions = ", ".join(str(r) for r, _ in found)
+            said = (f"release {release}: revisions {revisions} in {where} adopted as krypton's "
+                    "by an administrator (krypton adopt-records)")
+            await EventRecorder(c.kube).emit(involved_tenant(tenant), "Normal",
+                                             "ReleaseRecordAdopted", said)
+            lines.append(f"{c.name}: {said}")
+    if not lines:
+        where = f"cluster {only}" if only else "any discovered cluster"
+        raise NotFound(f"Tenant {tenant_key} not found on {where}")
     return lines

@@ -132,14 +132,16 @@ REASONS: dict[str, Reason] = {
                                  "over helm's size or inflates past 16 MiB: no helm run on "
                                  "that release (krypton_reconcile_errors_total)",
                                  "remove the records krypton did not write, or `helm "
-                                 "rollback` to a revision krypton made",
+                                 "rollback` to a revision krypton made; where krypton keeps "
+                                 "no seal, `krypton adopt-records` once the records are "
+                                 "checked",
                                  fatal=True),
     "NamespaceTerminating": _r(CE, "the Tenant's namespace was deleted by hand and is still "
                                "going: no helm run until it is gone, then the release is "
                                "installed again (retried on the queue's backoff)"),
-    "ReleaseRecordAdopted": _r(E, "the release's deployed record, made before krypton sealed "
-                               "its records (an older krypton, the prototype), is taken as "
-                               "krypton's, once"),
+    "ReleaseRecordAdopted": _r(E, "an administrator adopted the release's records as they "
+                               "are (`krypton adopt-records`): their seals are kept in the "
+                               "Tenant's status"),
     "UnknownCluster": _r(CEP, "spec.clusterRef.secretName names no discovered cluster",
                          "fix the name, or register that cluster"),
     "NotTargeted": _r(CP, "the Tenant targets another cluster"),

@@ -18,8 +18,11 @@ made it:
 - a record over helm's own size, or that inflates past `INFLATED_MAX`, is refused before helm
   starts: helm decodes every record of a release at every run.
 
-A Tenant whose status holds no seal yet for the cluster (a release of an older krypton or of
-the prototype) has its deployed record adopted once: sealed as found, and said so.
+A Tenant whose status holds no seal for the cluster (a release of an older krypton or of the
+prototype, a Tenant CRD that drops the field, a status cleared when the cluster left the
+fleet) adopts nothing by itself: its records are sealed as found only by an administrator's
+explicit act (``krypton adopt-records``, :func:`adoptable`). On a cluster whose records are
+guarded at admission (SPEC S4), what krypton made under the guard needs no seal.
 """
 
 from __future__ import annotations
@@ -45,13 +48,16 @@ INFLATED_MAX = 16 << 20  # bytes of a record's JSON once decompressed
 GOOD = (ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED)
 
 
+ADOPT_COMMAND = "krypton adopt-records NAMESPACE/NAME --cluster CLUSTER"
+NO_SEALS = ("krypton keeps no seal of this release for this cluster (a release of an older "
+            "krypton or of the prototype, a Tenant CRD that drops status.clusters.<cluster>."
+            "records, a status cleared when the cluster left the fleet), and nothing is adopted "
+            "by itself. If the records are krypton's, an administrator adopts them as they are: "
+            f"{ADOPT_COMMAND}")
 KEY_LOST = ("No record of the release matches any seal the Tenant keeps, as when the Secret "
-            "krypton-record-key was replaced. If nobody else wrote the records, adopt them as "
-            "found, an explicit act: clear the Tenant's seals for this cluster (kubectl patch "
-            "tenant NAME --subresource=status --type=merge -p "
-            "'{\"status\":{\"clusters\":{\"CLUSTER\":{\"records\":null}}}}'). On a cluster "
-            "whose records are guarded (--record-guard) what krypton made under the guard "
-            "needs no seal")
+            "krypton-record-key was replaced. If nobody else wrote the records, an administrator "
+            f"adopts them as they are: {ADOPT_COMMAND}. On a cluster whose records are guarded "
+            "(--record-guard) what krypton made under the guard needs no seal")
 
 
 class RecordRefused(ValueError):
@@ -171,7 +177,6 @@ class Use(enum.Enum):
 class Trust(enum.Enum):
     ABSENT = "absent"  # no record is left: helm has no history to act on
     TRUSTED = "trusted"
-    ADOPT = "adopt"  # no seal recorded yet: the record is taken as found, once
     UNSEALED = "unsealed"  # act, but without its hooks, on objects found to be its own only
     UNTRUSTED = "untrusted"
 
@@ -181,7 +186,7 @@ class Verdict:
     trust: Trust
     message: str = ""
     rollback_to: int = 0  # the revision a rollback goes to
-    seal: str = ""  # the seal of the record adopted, or of the one a rollback goes to
+    seal: str = ""  # the seal of the revision a rollback goes to
 
 
 def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release: str,
@@ -205,7 +210,8 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
         return r.seal is not None and (r.seal in seals or 0 < guarded_since < r.created)
 
     def untrusted(r: Record, what: str) -> Verdict:
-        way_out = KEY_LOST if seals and not any(x.seal in seals for x in records) else (
+        way_out = NO_SEALS if not seals else KEY_LOST if not any(
+            x.seal in seals for x in records) else (
             "Remove the records krypton did not write, or roll the release back to a "
             "revision krypton made: a change of the records brings a pass")
         return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "
@@ -219,8 +225,6 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
             max(deployed, key=lambda r: r.revision)
         if sealed(current):
             return Verdict(Trust.TRUSTED)
-        if not seals and current.status in GOOD and current.seal:
-            return Verdict(Trust.ADOPT, seal=current.seal)
         return untrusted(current, "that the upgrade would start from")
     if use is Use.ROLLBACK:
         good = [r for r in records if r.status in GOOD and r.revision < newest.revision
@@ -228,10 +232,6 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
         target = max((r for r in good if sealed(r)), key=lambda r: r.revision, default=None)
         if target is not None:
             return Verdict(Trust.TRUSTED, rollback_to=target.revision, seal=target.seal or "")
-        if not seals and good:
-            target = max(good, key=lambda r: r.revision)
-            if target.seal:
-                return Verdict(Trust.ADOPT, rollback_to=target.revision, seal=target.seal)
         wanted = by_revision.get(rollback_to) if rollback_to else None
         if wanted is None and good:
             wanted = max(good, key=lambda r: r.revision)
@@ -244,3 +244,18 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
     return Verdict(Trust.UNSEALED, f"release record {release}.v{newest.revision} was not "
                    "sealed by krypton: uninstalled without its hooks, deleting only objects "
                    "that are this release's own")
+
+
+def adoptable(records: Sequence[Record]) -> list[tuple[int, str]]:
+    """What an administrator's adoption seals (``krypton adopt-records``): the revisions
+    helm may go back to or start from (deployed, superseded), newest first, with their
+    seals. Refused (RecordRefused) when a record of the release is refused, or none is
+    good."""
+    for r in records:
+        if r.problem:
+            raise RecordRefused(f"revision {r.revision}: {r.problem}")
+    good = sorted(((r.revision, r.seal) for r in records if r.status in GOOD and r.seal),
+                  reverse=True)
+    if not good:
+        raise RecordRefused("the release has no deployed or superseded record to adopt")
+    return [(revision, seal) for revision, seal in good if seal]

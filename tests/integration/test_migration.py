@@ -100,21 +100,20 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
         return FINALIZER in (meta.get("finalizers") or []) and \
             meta["annotations"].get("mesh.openkcm.io/fingerprint-proto") == fp
 
-    for name in current + [older]:  # the older one only once upgraded
+    for name in current:
         wait_for(lambda n=name: taken_over(n), 90, what=f"{name} taken over")
         proto.wait_phase(fleet.tenant_ns, name, "Ready")
-    # The prototype's current releases are taken over as they are; only the older one is
-    # upgraded, and with exactly the fingerprinted (empty) values.
+    # The prototype's current releases are taken over as they are, without a helm run. The
+    # older one needs an upgrade, which would start from the prototype's record: krypton
+    # keeps no seal of it, and adopts nothing by itself (S4).
+    refused = proto.wait_condition(fleet.tenant_ns, older, "ClusterError/proto", "True",
+                                   "ReleaseRecordUntrusted")
+    assert "nothing is adopted by itself" in refused["message"] and \
+        "krypton adopt-records" in refused["message"], refused["message"]
     assert op.metric("krypton_helm_processes_total", operation="install") == 0
-    assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
+    assert (op.metric("krypton_helm_processes_total", operation="upgrade") or 0) == 0
     for name in current:
         assert proto.release_records(name, f"tenant-{name}-proto") == [(1, "deployed")]
-    data = proto.core.read_namespaced_config_map(f"tenant-{older}-proto", older).data
-    assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
-    # the prototype's record the upgrade started from was not sealed by krypton: adopted,
-    # and said so (issue 46)
-    adopted = proto.wait_event(fleet.tenant_ns, older, "ReleaseRecordAdopted")
-    assert "taken as krypton's, once" in adopted.message
 
     # spec.workspace that is not the name: refused, never installed a second time
     error = proto.wait_condition(fleet.tenant_ns, moved, "ClusterError/proto", "True")
@@ -143,7 +142,24 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     settle = _writes(op)
     resynced(3)
     assert _writes(op) == settle, f"{_writes(op) - settle} API writes in three no-op resyncs"
+    assert (op.metric("krypton_helm_processes_total", operation="upgrade") or 0) == 0
+
+    # The administrator applies krypton's CRD (the older one drops the seals) and adopts
+    # the older release's records, an explicit act: it is upgraded, with exactly the
+    # fingerprinted (empty) values, and the adoption is said on the Tenant.
+    _run(str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig), "apply",
+         "-f", str(Path(__file__).parents[2] / "crds"))
+    adopt = krypton(fleet, "adopt-records", f"{fleet.tenant_ns}/{older}", "--cluster",
+                    "proto", *run_flags(fleet))
+    assert adopt.returncode == 0, adopt.stderr
+    assert f"revisions 1 in {older} adopted as krypton's" in adopt.stdout, adopt.stdout
+    wait_for(lambda: taken_over(older), 90, what=f"{older} upgraded")
+    proto.wait_phase(fleet.tenant_ns, older, "Ready")
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
+    data = proto.core.read_namespaced_config_map(f"tenant-{older}-proto", older).data
+    assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
+    adopted = proto.wait_event(fleet.tenant_ns, older, "ReleaseRecordAdopted")
+    assert "by an administrator" in adopted.message
 
 
 def test_a_paused_tenant_on_an_older_krypton_crd_is_written_as_pending(

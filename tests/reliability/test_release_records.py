@@ -242,6 +242,30 @@ def test_a_record_whose_labels_and_body_disagree_is_refused(fleet: Fleet,
     assert _helm_runs(op) == 0
 
 
+def test_a_cluster_that_leaves_and_returns_adopts_nothing(fleet: Fleet, installed: Any) -> None:
+    """The cluster's Secret deleted and made again (a kubeconfig rotated by delete and
+    create): krypton clears the cluster from its Tenants, seals included. A record forged
+    meanwhile, listing another namespace's object, is not adopted on the cluster's return:
+    a missing seal is no reason to believe a record. The upgrade is refused, no helm runs,
+    the object stays."""
+    op, name, release, ours, record = installed
+    ns, victim = _bystander(fleet.remote)
+    writer = _secret_writer(fleet.remote, name)
+    runs = _helm_runs(op)
+    fleet.unregister("remote")
+    wait_for(lambda: "remote" not in ((fleet.remote.tenant(fleet.tenant_ns, name).get(
+        "status") or {}).get("clusters") or {}), 60, what="the cluster cleared from the Tenant")
+    _forge(writer, name, record, 2, "deployed", _with_objects(ours, {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": victim, "namespace": ns}}))
+    fleet.register("remote", fleet.remote)
+    wait_for(lambda: _refused(fleet, name) or not _exists_configmap(fleet.remote, ns, victim),
+             90, what="the forged record refused (or acted on)")
+    assert _exists_configmap(fleet.remote, ns, victim)
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    assert "nothing is adopted by itself" in cond["message"], cond["message"]
+    assert _helm_runs(op) == runs
+
+
 def test_a_recovery_rolls_back_only_to_a_revision_krypton_made(fleet: Fleet,
                                                                installed: Any) -> None:
     """A pending record left "stale" makes krypton roll back and upgrade. helm's rollback

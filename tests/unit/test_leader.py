@@ -316,10 +316,12 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
     assert calls == []
     # with a release record, it is uninstalled (once)
-    record = {"metadata": {"namespace": "t", "labels": {
-        "owner": "helm", "name": "tenant-t-c1", "version": "1", "status": "deployed",
-        "mesh.openkcm.io/tenant-uid": "u"}}, "data": {"release": base64.b64encode(
-            base64.b64encode(json.dumps({"name": "tenant-t-c1"}).encode())).decode()}}
+    record = {"metadata": {"namespace": "t", "name": "sh.helm.release.v1.tenant-t-c1.v1",
+                           "labels": {"owner": "helm", "name": "tenant-t-c1", "version": "1",
+                                      "status": "deployed", "mesh.openkcm.io/tenant-uid": "u"}},
+              "data": {"release": base64.b64encode(base64.b64encode(json.dumps(
+                  {"name": "tenant-t-c1", "version": 1,
+                   "info": {"status": "deployed"}}).encode())).decode()}}
     rt.releases.on_event("ADDED", record)
     cluster.records = [record]
 

@@ -139,12 +139,12 @@ def _r(revision: int, status: ReleaseStatus, seal: str | None = None, problem: s
     ([_r(1, D, "a-edited")], ["a"], Use.UPGRADE, (Trust.UNTRUSTED, 0, "")),
     # a failed newest record is not what helm upgrades from: the deployed one is
     ([_r(1, D, "a"), _r(2, F)], ["a"], Use.UPGRADE, (Trust.TRUSTED, 0, "")),
-    # a release of an older krypton or the prototype: adopted, once
-    ([_r(1, S), _r(2, D, "p")], [], Use.UPGRADE, (Trust.ADOPT, 0, "p")),
+    # a release of an older krypton or the prototype: nothing adopted by itself
+    ([_r(1, S), _r(2, D, "p")], [], Use.UPGRADE, (Trust.UNTRUSTED, 0, "")),
     # a rollback goes to the newest sealed good revision, past a forged one
     ([_r(1, S, "a"), _r(2, D), _r(3, PU)], ["a"], Use.ROLLBACK, (Trust.TRUSTED, 1, "a")),
     ([_r(1, S), _r(2, D), _r(3, PU)], ["a"], Use.ROLLBACK, (Trust.UNTRUSTED, 0, "")),
-    ([_r(1, S), _r(2, D, "p"), _r(3, PU)], [], Use.ROLLBACK, (Trust.ADOPT, 2, "p")),
+    ([_r(1, S), _r(2, D, "p"), _r(3, PU)], [], Use.ROLLBACK, (Trust.UNTRUSTED, 0, "")),
     ([_r(1, F)], ["a"], Use.ROLLBACK, (Trust.UNTRUSTED, 0, "")),
     # an uninstall of a record krypton did not seal runs no hooks
     ([_r(1, D, "a")], ["a"], Use.UNINSTALL, (Trust.TRUSTED, 0, "")),
@@ -385,3 +385,21 @@ def test_a_history_that_matches_no_seal_at_all_says_how_to_adopt_it() -> None:
     forged = judge([Record(1, S, "s1"), Record(2, D, "forged2")], ["s1"], Use.UPGRADE,
                    release="r")
     assert "Remove the records krypton did not write" in forged.message
+
+
+def test_no_seal_kept_is_never_an_adoption_but_says_how_an_administrator_adopts() -> None:
+    """A missing field (a pruned CRD, a status cleared when the cluster left the fleet) is
+    not a reason to believe a record: the message names the explicit act instead."""
+    verdict = judge([_r(1, D, "p")], [], Use.UPGRADE, release="r")
+    assert verdict.trust is Trust.UNTRUSTED
+    assert "nothing is adopted by itself" in verdict.message
+    assert records.ADOPT_COMMAND in verdict.message
+
+
+def test_an_adoption_seals_the_good_revisions_as_they_are_newest_first() -> None:
+    history = [_r(1, S, "s1"), _r(2, F, "f2"), _r(3, D, "d3"), _r(4, PU, "p4")]
+    assert records.adoptable(history) == [(3, "d3"), (1, "s1")]
+    with pytest.raises(RecordRefused, match="revision 2: inflates"):
+        records.adoptable([_r(1, D, "d1"), _r(2, S, "", "inflates past 16 MiB")])
+    with pytest.raises(RecordRefused, match="no deployed or superseded record"):
+        records.adoptable([_r(1, F, "f1")])

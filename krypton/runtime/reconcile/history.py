@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from krypton.adapters.kube import Kube
 from krypton.decisions import records
 from krypton.decisions.errors import ReleaseRecordUntrusted
 from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
@@ -19,13 +20,13 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 PAGE = 4  # records per list page: a page of records stored at their bound stays a few MiB
 
 
-async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]:
+async def read(kube: Kube, driver: str, namespace: str, release: str, key: bytes
+               ) -> list[Record]:
     """Every record of `release` as helm selects them (by their labels), each decoded
     within its bounds, its revision and status read from its body as helm reads them
-    (:func:`records.identity`) and sealed with this operator's key. A record that is
-    refused has no seal and says why."""
-    driver = rt.settings.helm_driver
-    found = await rt.kube.list_release_records(
+    (:func:`records.identity`) and sealed with `key`. A record that is refused has no seal
+    and says why. The operator's passes and ``krypton adopt-records`` read alike."""
+    found = await kube.list_release_records(
         driver, namespace, f"owner=helm,name={release}", page_size=PAGE)
     out = []
     for obj in found:
@@ -33,7 +34,7 @@ async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]
             body = records.decode(obj, driver)
             revision, status = records.identity(obj, body, release)
             created = epoch_seconds((obj.get("metadata") or {}).get("creationTimestamp"))
-            out.append(Record(revision, status, records.seal(rt.record_key, body),
+            out.append(Record(revision, status, records.seal(key, body),
                               created=created or 0.0))
         except records.RecordRefused as exc:
             labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -45,8 +46,8 @@ async def read(rt: ClusterRuntime, namespace: str, release: str) -> list[Record]
 
 async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) -> Verdict:
     """The verdict on the pass's release for `use`; ReleaseRecordUntrusted when helm must not
-    act on it. A record adopted (no seal kept yet) is said once, in an Event."""
-    found = await read(rt, p.namespace, p.release)
+    act on it."""
+    found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release, rt.record_key)
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                             rollback_to=rollback_to)
     since = rt.guarded_since()
@@ -57,8 +58,6 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
                                 rollback_to=rollback_to, guarded_since=since)
     if verdict.trust is Trust.UNTRUSTED:
         raise ReleaseRecordUntrusted(verdict.message)
-    if verdict.trust is Trust.ADOPT:
-        p.log.info("release record adopted", seal=verdict.seal)
     return verdict
 
 
@@ -86,17 +85,8 @@ async def rollback(rt: ClusterRuntime, p: Pass, *, to: int = 0
     return await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to), verdict
 
 
-def adopted(verdict: Verdict) -> list[tuple[str, str, str]]:
-    """The Event that says a record was adopted, if one was."""
-    if verdict.trust is not Trust.ADOPT:
-        return []
-    return [("Normal", "ReleaseRecordAdopted",
-             "the release's deployed record was made before krypton sealed its records (an "
-             "older krypton or the prototype): taken as krypton's, once")]
-
-
 def sealed(rt: ClusterRuntime, p: Pass, result: dict[str, Any], *also: str) -> list[str]:
     """The seals the Tenant's status keeps after a helm run that left `result` (helm's
-    answer: the release it made), `also` the seals of records this pass adopted or went to."""
+    answer: the release it made), `also` the seals of the revisions this pass went back to."""
     new = records.seal(rt.record_key, result)
     return records.kept_seals(new, [*also, *p.obs.tenant.record_seals])

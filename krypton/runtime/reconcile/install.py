@@ -130,12 +130,8 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
                 rolled = await history.rollback(rt, p)
                 if rolled is not None:
                     seen.append(rolled[1].seal)
-                    p.events += history.adopted(rolled[1])
             elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
-                verdict = await history.judge(rt, p, Use.UPGRADE)
-                if verdict.trust is Trust.ADOPT:
-                    seen.append(verdict.seal)
-                    p.events += history.adopted(verdict)
+                await history.judge(rt, p, Use.UPGRADE)
             result, taken = await apply(rt, p, verb, namespace)
             return result, taken, seen
     except ReleaseLocked as exc:
