@@ -92,6 +92,7 @@ class ClientConfig:
     cert_file: str | None = None
     key_file: str | None = None
     tls_server_name: str | None = None
+    compress: bool = True  # ask for gzip answers (a kubeconfig's disable-compression: not)
 
     @property
     def token(self) -> str:
@@ -169,7 +170,8 @@ async def configuration_for(kc: kubeconfigs.Kubeconfig, workdir: Path, *, trust:
                                                         verify=not kc.insecure),
                         credentials=_authorization(kc, ca, name or kc.context, base),
                         ca_pem=ca, cert_file=cert_file, key_file=key_file,
-                        tls_server_name=kc.tls_server_name)
+                        tls_server_name=kc.tls_server_name,
+                        compress=not kc.disable_compression)
 
 
 async def configuration_from_file(path: str, context: str | None = None, *, workdir: Path,
@@ -183,7 +185,8 @@ async def configuration_from_file(path: str, context: str | None = None, *, work
     if not os.path.isfile(path):
         raise SettingsError(f"{what} {path} does not exist")
     try:
-        kc = kubeconfigs.parse(Path(path).read_bytes(), context=context or None, trust=True)
+        kc = kubeconfigs.parse(Path(path).read_bytes(), context=context or None, trust=True,
+                               base=str(Path(path).resolve().parent))
         return await configuration_for(kc, workdir, trust=True,
                                        base=Path(path).resolve().parent)
     except (KubeconfigRejected, OSError, ValueError) as exc:

@@ -187,6 +187,8 @@ class Transport:
         TLS context."""
         cfg = self.config
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        if not cfg.compress:  # as client-go with the kubeconfig's disable-compression
+            headers["Accept-Encoding"] = "identity"
         if content_type or body is not None:
             headers["Content-Type"] = content_type or "application/json"
         authorization = await cfg.credentials.authorization()

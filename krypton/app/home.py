@@ -37,8 +37,16 @@ RECORD_KEY_SECRET = "krypton-record-key"
 
 
 def user_kubeconfig_path() -> str:
-    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-    return first or os.path.expanduser("~/.kube/config")
+    """$KUBECONFIG, else ~/.kube/config. client-go merges the files of a $KUBECONFIG list
+    (the first to name an entry wins); krypton reads one file, so a list is refused with
+    the command that merges it (SettingsError) rather than read otherwise than kubectl."""
+    listed = [p for p in (os.environ.get("KUBECONFIG") or "").split(os.pathsep) if p]
+    if len(listed) > 1:
+        raise SettingsError(f"$KUBECONFIG lists {len(listed)} files, which client-go merges "
+                            "and krypton does not: merge them (kubectl config view --flatten "
+                            "> FILE) and set KUBECONFIG=FILE, or name one with "
+                            "--watch-kubeconfig")
+    return listed[0] if listed else os.path.expanduser("~/.kube/config")
 
 
 def context_namespace(settings: Settings) -> str | None:

@@ -43,6 +43,11 @@ FILE_REFERENCES = {
     "user": ("client-certificate", "client-key", "tokenFile"),
 }
 PLUGINS = ("exec", "auth-provider")
+IMPERSONATION = ("as", "as-uid", "as-groups", "as-user-extra")
+# a file reference and the inline data it stands beside: client-go takes the data
+FILE_OR_DATA = (("cluster", "certificate-authority", "certificate-authority-data"),
+                ("user", "client-certificate", "client-certificate-data"),
+                ("user", "client-key", "client-key-data"))
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Kubeconfig:
     password: str | None = None
     insecure: bool = False
     tls_server_name: str | None = None
+    disable_compression: bool = False  # cluster.disable-compression: answers not gzipped
     uses_plugins_or_files: bool = False
     in_cluster: bool = False  # the pod's own service account against its own API server
     # what a trusted kubeconfig (or the in-cluster one) names instead of inline data
@@ -192,8 +198,12 @@ def parse(
     allow_in_cluster: bool = False,
     pod_server: str = "",
     now: dt.datetime | None = None,
+    base: str | None = None,
 ) -> Kubeconfig:
-    """Validate `data` and reduce it to `context` (default: its current-context).
+    """Validate `data` and reduce it to `context` (default: its current-context), read as
+    client-go reads it or refused (:func:`_as_client_go_reads`). `base` is the directory of
+    the file it was read from (relative file references are made absolute from there, so
+    that krypton and helm read the same files); a kubeconfig from a Secret has none.
 
     With `allow_in_cluster`, the pod's service-account files may be named for the in-cluster
     API server: ``kubernetes.default.svc`` or `pod_server`, the one the pod's environment
@@ -228,6 +238,7 @@ def parse(
     cluster = _named(doc.get("clusters"), "cluster", cluster_name)
     user = _named(doc.get("users"), "user", user_name) if user_name else {}
 
+    cluster, user = _as_client_go_reads(cluster, user, str(cluster_name), base)
     risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
@@ -257,6 +268,7 @@ def parse(
             raise _reject(str(exc)) from None
     insecure = _boolean(cluster, "insecure-skip-tls-verify", "cluster")
     tls_server_name = _text(cluster, "tls-server-name", "cluster")
+    disable_compression = _boolean(cluster, "disable-compression", "cluster")
     token = _text(user, "token", "user", header=True)
     username = _text(user, "username", "user", header=True)
     password = _text(user, "password", "user", header=True)
@@ -297,6 +309,7 @@ def parse(
         password=password,
         insecure=insecure,
         tls_server_name=tls_server_name,
+        disable_compression=disable_compression,
         uses_plugins_or_files=bool(risky) and not in_cluster,
         in_cluster=in_cluster,
         warnings=tuple(warnings),
@@ -306,6 +319,64 @@ def parse(
         token_file=_text(user, "tokenFile", "user"),
         plugin=plugin,
     )
+
+
+def _as_client_go_reads(cluster: dict[str, Any], user: dict[str, Any], name: str,
+                        base: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster and user entries as client-go reads them, so that krypton's own client
+    and helm (client-go) act alike, as one identity; what they would read differently is
+    refused with the reason:
+
+    - impersonation (``as``, ``as-uid``, ``as-groups``, ``as-user-extra``): helm would act
+      as the impersonated user, krypton's checks as the kubeconfig's own;
+    - a file reference beside its inline data: client-go takes the data, so the file is
+      dropped; ``token`` beside ``tokenFile`` is refused (client-go takes the token, then
+      lets the file's content win once read);
+    - ``insecure-skip-tls-verify`` with a CA: client-go refuses it;
+    - a relative file reference or exec command path: client-go resolves it from the
+      kubeconfig's directory (`base`), made absolute here; without a directory (a Secret)
+      it is refused."""
+    where = f"user of cluster {name!r}"
+    impersonating = [k for k in IMPERSONATION if user.get(k) not in (None, "", [], {})]
+    if impersonating:
+        raise _reject(f"{where} sets {', '.join(impersonating)} (impersonation), which krypton "
+                      "does not support: helm would act as the impersonated user and krypton "
+                      "as the kubeconfig's own; give the credentials of the identity krypton "
+                      "should act as")
+    if user.get("token") and user.get("tokenFile"):
+        raise _reject(f"{where} sets both token and tokenFile: client-go reads either, at "
+                      "different moments; keep one")
+    entries = {"cluster": dict(cluster), "user": dict(user)}
+    for kind, ref, data in FILE_OR_DATA:
+        if entries[kind].get(ref) and entries[kind].get(data):
+            del entries[kind][ref]
+    cluster, user = entries["cluster"], entries["user"]
+    if cluster.get("insecure-skip-tls-verify") is True and (
+            cluster.get("certificate-authority") or cluster.get("certificate-authority-data")):
+        raise _reject(f"cluster {name!r} sets insecure-skip-tls-verify with a CA, which "
+                      "client-go refuses; keep one")
+    if bool(user.get("client-certificate")) != bool(user.get("client-key")) and \
+            (user.get("client-certificate") or user.get("client-key")):
+        raise _reject(f"{where} gives its client certificate and key one as a file, one as "
+                      "data; give both alike")
+    refs = [(cluster, "certificate-authority"), (user, "client-certificate"),
+            (user, "client-key"), (user, "tokenFile")]
+    command = user.get("exec", {}).get("command") if isinstance(user.get("exec"), dict) else None
+    for entry, key in refs:
+        path = entry.get(key)
+        if isinstance(path, str) and path and not path.startswith("/"):
+            if base is None:
+                raise _reject(f"{key} {path!r} is a relative path, and a kubeconfig from a "
+                              "Secret has no directory to resolve it from; give an absolute "
+                              "path")
+            entry[key] = f"{base.rstrip('/')}/{path}"
+    if isinstance(command, str) and "/" in command and not command.startswith("/"):
+        if base is None:
+            raise _reject(f"user.exec.command {command!r} is a relative path, and a kubeconfig "
+                          "from a Secret has no directory to resolve it from; give an absolute "
+                          "path or a name on PATH")
+        user["exec"] = {**user["exec"], "command": f"{base.rstrip('/')}/{command}"}
+    return cluster, user
 
 
 def server_url(cluster: dict[str, Any], name: str) -> str:
@@ -417,15 +488,18 @@ def inline_files(data: str, read_file: Callable[[str], bytes]) -> str:
 
     for entry in doc.get("clusters") or []:
         cluster = entry.get("cluster") or {}
-        if cluster.get("certificate-authority"):
-            ca = read(cluster.pop("certificate-authority"))
-            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+        if cluster.get("certificate-authority"):  # beside its data, the data wins
+            path = cluster.pop("certificate-authority")
+            if not cluster.get("certificate-authority-data"):
+                cluster["certificate-authority-data"] = base64.b64encode(read(path)).decode()
     for entry in doc.get("users") or []:
         user = entry.get("user") or {}
         for ref, inline in (("client-certificate", "client-certificate-data"),
                             ("client-key", "client-key-data")):
             if user.get(ref):
-                user[inline] = base64.b64encode(read(user.pop(ref))).decode()
+                path = user.pop(ref)
+                if not user.get(inline):
+                    user[inline] = base64.b64encode(read(path)).decode()
         if user.get("tokenFile"):
             user["token"] = read(user.pop("tokenFile")).decode().strip()
     return str(yaml.safe_dump(doc, sort_keys=False))

@@ -151,6 +151,8 @@ def test_bad_watch_configuration_exits_2(fleet: Fleet, testbin: Path, tmp_path: 
          {"KUBECONFIG": home_kc}, "not found"),
         (["--watch-kubeconfig-secret", "watch-garbage", "--namespace", fleet.discovery_ns],
          {"KUBECONFIG": home_kc}, "watch-garbage"),
+        # client-go merges a list; krypton reads one file and says so (S5)
+        ([], {"KUBECONFIG": f"{home_kc}:{tmp_path / 'other'}"}, "$KUBECONFIG lists 2 files"),
     ]
     for args, env, fragment in cases:
         result = _run_operator(args, env, testbin)

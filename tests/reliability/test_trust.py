@@ -388,3 +388,23 @@ def test_label_values_proxies_and_unknown_clusters_are_said(fleet: Fleet) -> Non
     assert "names cluster 'nope', which is not discovered; known clusters: proxied, remote" \
         in event.message
     assert op.metric("krypton_engaged_clusters") == 1
+
+
+def test_an_impersonating_kubeconfig_is_refused_so_krypton_and_helm_are_one_identity(
+        fleet: Fleet) -> None:
+    """S5: helm (client-go) honours a kubeconfig's impersonation (`as`, `as-groups`), and
+    krypton's own client does not: krypton's checks would run as one user, helm's writes as
+    another. Refused, trust or not, naming the field; the cluster is not engaged, and no
+    request of krypton's reaches it as anyone."""
+    fleet.register("remote", fleet.remote)
+    masked = yaml.safe_load(fleet.remote.cp.kubeconfig.read_text())
+    masked["users"][0]["user"]["as"] = "system:admin"
+    masked["users"][0]["user"]["as-groups"] = ["system:masters"]
+    fleet.register("masked", kubeconfig=yaml.safe_dump(masked))
+    op = fleet.start("--trust-kubeconfig-secrets", "--allow-duplicate-clusters")
+    rejected = fleet.home.wait_event(fleet.discovery_ns, "masked", "KubeconfigRejected")
+    assert "sets as, as-groups (impersonation)" in rejected.message, rejected.message
+    wait_for(lambda: op.metric("krypton_cluster_engaged", cluster="remote") == 1, 30,
+             what="the other cluster engaged")
+    assert op.metric("krypton_cluster_engaged", cluster="masked") == 0
+    assert (op.metric("krypton_api_requests_total", cluster="masked") or 0) == 0

@@ -22,6 +22,7 @@ class Server:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str | None]] = []
+        self.encodings: list[str] = []  # each request's Accept-Encoding
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> int:
@@ -40,6 +41,8 @@ class Server:
                 cookies = [ln.split(":", 1)[1].strip() for ln in lines
                            if ln.lower().startswith("cookie:")]
                 self.requests.append((lines[0], cookies[0] if cookies else None))
+                self.encodings.append(next((ln.split(":", 1)[1].strip() for ln in lines
+                                            if ln.lower().startswith("accept-encoding:")), ""))
                 body = json.dumps({"kind": "Namespace", "metadata": {"name": "x"}}).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Set-Cookie: session%d=%s; Path=/\r\n"
@@ -113,3 +116,23 @@ def test_a_proxy_named_by_the_environment_is_used_unless_no_proxy_names_the_clus
     assert json.loads(line)["kind"] == "Namespace"
     with pytest.raises(ClusterUnreachable):
         asyncio.run(run(skip=True))
+
+
+@pytest.mark.parametrize(("disabled", "asked"), [(False, "gzip"), (True, "identity")])
+def test_a_kubeconfigs_disable_compression_is_followed_as_client_go_follows_it(
+        disabled: bool, asked: str) -> None:
+    """client-go asks for gzip unless the cluster sets disable-compression; so does
+    krypton's client (the bounds count what the answer inflates to)."""
+    async def run() -> list[str]:
+        server = Server()
+        async with server as port:
+            kube = Kube(ClientConfig(host=f"http://localhost:{port}", compress=not disabled),
+                        name="c")
+            try:
+                await kube.get_namespace("x")
+            finally:
+                await kube.close()
+        return server.encodings
+
+    encodings = asyncio.run(run())
+    assert len(encodings) == 1 and asked in encodings[0], encodings
