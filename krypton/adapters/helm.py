@@ -54,7 +54,7 @@ _NOISE = re.compile(r"^(WARNING: |[IWE]\d{4} \d\d:\d\d:\d\d)")  # helm's warning
 def _stderr(exc: helm_errors.Error) -> str:
     """helm's error as one line: every line of it, not only the last (helm 4 names the
     resource that was not ready, or the hook that failed, before "context deadline
-    exceeded"), without warnings and log lines, bounded in length (issue 12, item 5)."""
+    exceeded"), without warnings and log lines, bounded in length (SPEC F5, item 5)."""
     text = exc.stderr.decode(errors="replace").strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not _NOISE.match(ln)] or lines

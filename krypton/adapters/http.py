@@ -42,7 +42,7 @@ def same_origin(one: str, other: str) -> bool:
 class SameOrigin(urllib.request.HTTPRedirectHandler):
     """Follows a redirect only to the same scheme and host: an answer written by others
     (a registry, a metric server) cannot send krypton, or a credential, elsewhere nor
-    from https to http (issue 46)."""
+    from https to http (SPEC S3)."""
 
     def allowed(self, req: Any, newurl: str) -> bool:
         return same_origin(req.full_url, newurl)

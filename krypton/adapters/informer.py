@@ -274,7 +274,7 @@ class Informer:
             else:
                 if self._stored + size > self.kube.limits.store:
                     # a cluster that keeps sending new objects costs its own worker, not
-                    # the process's memory (issue 46): the watch ends and a list starts over
+                    # the process's memory (SPEC S3): the watch ends and a list starts over
                     raise TemporaryError(f"watch {self.what}: the objects kept would pass "
                                          f"{self.kube.limits.store} bytes",
                                          reason="TooManyObjects")

@@ -53,7 +53,7 @@ SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a b
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """How much of a cluster's answers krypton takes, in bytes as they arrive (issue 46): an
+    """How much of a cluster's answers krypton takes, in bytes as they arrive (SPEC S3): an
     engaged cluster's API server is someone else's. The largest object etcd stores is about
     1.5 MiB; a list page holds PAGE_SIZE objects."""
 

@@ -47,7 +47,7 @@ class ServerAuth:
 
 def _json(body: bytes | bytearray) -> Any:
     """A server's JSON answer; ValueError for one that is not JSON or nests past the
-    parser's depth (issue 46: it must not end the rollout controller)."""
+    parser's depth (SPEC S3: it must not end the rollout controller)."""
     try:
         return json.loads(body)
     except RecursionError as exc:

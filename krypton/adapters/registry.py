@@ -47,7 +47,7 @@ class _NoRedirectAuth(SameOrigin):
     """Follows a redirect to the same origin; a blob's (registries send blobs to storage,
     and a blob is checked against its digest) also to another host, never from https to
     http, and without the Authorization header: a credential is never carried to another
-    host (issue 46)."""
+    host (SPEC S3)."""
 
     def allowed(self, req: Any, newurl: str) -> bool:
         if same_origin(req.full_url, newurl):

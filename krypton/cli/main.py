@@ -237,10 +237,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def _inherit(args: argparse.Namespace, private: str) -> None:
-    """Fill what the user left unset from the running operator's Deployment (issue 13), the
+    """Fill what the user left unset from the running operator's Deployment (SPEC O12), the
     values files it mounts copied into `private`; say on stderr where settings came from.
 
-    Which Deployment (issue 25): the one the user names (--from-deployment,
+    Which Deployment (SPEC S2): the one the user names (--from-deployment,
     $KRYPTON_FROM_DEPLOYMENT), else the one labelled by the chart in the namespace the
     user's own settings point to: their --namespace (flag or environment), else the
     namespace of their kube context. Never one found elsewhere: whoever may create a

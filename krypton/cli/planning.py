@@ -1,4 +1,4 @@
-"""``krypton plan`` and ``krypton diff`` (SPEC O7, issue 13): what the operator's next pass
+"""``krypton plan`` and ``krypton diff`` (SPEC O7, SPEC O12): what the operator's next pass
 would do per Tenant x cluster, and the manifest it would apply. They use the operator's own
 discovery, chart resolution and pure planner. Kept apart from ``tools`` so that ``status``
 and ``register-cluster`` do not load helm's wrapper and the runtime.
@@ -223,7 +223,7 @@ async def _cluster_objects_dropped(kube: Kube, deployed: list[Any],
                                    still: Callable[[ObjectRef], bool]) -> list[str]:
     """The cluster-scoped objects of the deployed manifest that the next one no longer has
     (`still` says which it has): an upgrade deletes them for every release on the cluster
-    that uses them (an IngressClass, a CRD and its objects; issue 32.5). Objects marked
+    that uses them (an IngressClass, a CRD and its objects; SPEC F5b). Objects marked
     ``helm.sh/resource-policy: keep`` stay."""
     gone = []
     for ref in ownership.manifest_objects(d for d in deployed if not ownership.kept(d)):

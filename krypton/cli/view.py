@@ -107,7 +107,7 @@ def failing_clusters(events: Iterable[Mapping[str, Any]], now: float) -> dict[st
     """Clusters whose Secret or profile carries a recent failure Event from the operator (D8,
     D9, D10), with
     the newest such Event's reason and message. Only Events whose reporting controller is
-    krypton's count (issue 25): anyone who may create Events in the namespace can write one
+    krypton's count (SPEC S2): anyone who may create Events in the namespace can write one
     with any reason and message, and an administrator must not read it as the operator's."""
     latest: dict[str, tuple[float, str]] = {}
     for e in events:

@@ -1,4 +1,4 @@
-"""The chart's ``crds/`` directory under ``--chart-crds`` (issue 12, item 2). Pure.
+"""The chart's ``crds/`` directory under ``--chart-crds`` (SPEC F5, item 2). Pure.
 
 helm installs the CustomResourceDefinitions of a chart's ``crds/`` only when they are absent,
 only on install (never on upgrade) and never deletes them. With one release per Tenant that

@@ -39,7 +39,7 @@ def revision(crd: dict[str, Any]) -> int | None:
 
 
 def outdated(live: dict[str, Any]) -> str | None:
-    """Why a cluster's Tenant CRD is older than the one this krypton ships (issue 16), None
+    """Why a cluster's Tenant CRD is older than the one this krypton ships (SPEC R2), None
     when it is not: an older or missing revision annotation, or a schema without fields
     krypton writes (the API server prunes them, so they never stick). Pure."""
     want, have = revision(crd_manifest()), revision(live)

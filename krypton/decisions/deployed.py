@@ -27,7 +27,7 @@ NOT_INHERITED = frozenset({"helm_executable", "watch_kubeconfig", "watch_context
                            "log_format", "log_level", "health_probe_bind_address",
                            "metrics_bind_address"})
 # Settings that widen what the CLI trusts: never taken from a Deployment, which anyone who
-# may create one in that namespace writes (issue 25). Only the user's own flag sets them.
+# may create one in that namespace writes (SPEC S2). Only the user's own flag sets them.
 # The providers file names commands: the CLI runs only the plugins of the user's own file.
 WIDENS_TRUST = frozenset({"trust_kubeconfig_secrets", "cluster_profile_providers"})
 # Settings that name files the pod reads from its volumes: the CLI reads the same keys

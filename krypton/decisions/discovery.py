@@ -81,7 +81,7 @@ def by_label(secrets: list[dict[str, Any]], label: str
              ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
     """The Secrets whose `label` is exactly "true", and those carrying it with another value
     ("True", "yes", "1", ""), each with that value: not clusters, but worth saying so
-    (issue 25.6), since a person who wrote one meant it to be."""
+    (SPEC S2), since a person who wrote one meant it to be."""
     accepted, ignored = [], []
     for secret in secrets:
         value = ((secret.get("metadata") or {}).get("labels") or {}).get(label)

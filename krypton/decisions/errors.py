@@ -149,7 +149,7 @@ class VersionNotFound(PermanentError):
 class ReleaseRecordUntrusted(PermanentError):
     """A record of the release that helm would act on was not written by krypton (its seal
     does not match), or is over a size bound: helm is not run on the release until its
-    records change (issue 46)."""
+    records change (SPEC S3)."""
 
     reason = "ReleaseRecordUntrusted"
 

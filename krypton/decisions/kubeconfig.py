@@ -245,7 +245,7 @@ def parse(
     server = server_url(cluster, str(cluster_name))
     if cluster.get("proxy-url") is not None:
         # helm would go through the proxy and krypton's own client would not: two paths
-        # to one cluster, and checks made on one of them (issue 25). Refused, trust or not.
+        # to one cluster, and checks made on one of them (SPEC S2). Refused, trust or not.
         raise _reject(f"cluster {cluster_name!r} sets proxy-url, which krypton does not "
                       "support: its own client and helm would reach the server by different "
                       "paths; remove proxy-url (a server reached directly)")

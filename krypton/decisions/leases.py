@@ -1,4 +1,4 @@
-"""How much of a coordination.k8s.io Lease krypton believes (issue 25.4). Pure.
+"""How much of a coordination.k8s.io Lease krypton believes (SPEC S2). Pure.
 
 A Lease is written by whoever may update Leases in its namespace, not only by krypton's
 replicas. Its ``leaseDurationSeconds`` decides how long the others wait before they take

@@ -26,8 +26,8 @@ OWNER_ANNOTATION = f"{GROUP}/owner"
 OWNER_LABEL = f"{GROUP}/tenant"
 REPORTING_CONTROLLER = f"{GROUP}/krypton"
 # Labels krypton's helm runs put on the release records (``helm --labels``): the UID of the
-# one Tenant the release belongs to (issue 25.2), and the cluster name it was made for
-# (a release of a cluster name no longer discovered is reported as orphaned, issue 25.3).
+# one Tenant the release belongs to (SPEC S2), and the cluster name it was made for
+# (a release of a cluster name no longer discovered is reported as orphaned, SPEC S2).
 RELEASE_OWNER_LABEL = f"{GROUP}/tenant-uid"
 RELEASE_CLUSTER_LABEL = f"{GROUP}/cluster"
 HELM_RELEASE_NAME_MAX = 53
@@ -240,7 +240,7 @@ class Observation:
     namespace_owner: str | None = None
     # the release is labelled as another Tenant's: that Tenant ("<namespace>/<name>") when
     # it still exists on the cluster, "" when no Tenant with that UID is left; None when the
-    # release is this Tenant's, unlabelled or absent (issue 25.2)
+    # release is this Tenant's, unlabelled or absent (SPEC S2)
     release_owner: str | None = None
     known_clusters: frozenset[str] | None = None  # every discovered cluster (None: not known)
     reserved_namespaces: frozenset[str] = frozenset()  # the operator's own namespaces

@@ -374,7 +374,7 @@ def _plan(obs: Observation) -> Plan:
 def _deleting(obs: Observation) -> Plan:
     """A Tenant being deleted: uninstall its release, unless the release is not its own
     (labelled with another live Tenant's UID, or unlabelled in a namespace another Tenant
-    owns), which is left alone while the finalizer goes (issue 25.2)."""
+    owns), which is left alone while the finalizer goes (SPEC S2)."""
     t, rel = obs.tenant, obs.release
     if not t.has_finalizer:
         return Plan(Action.NOTHING, "Deleting", "Tenant is being deleted")
@@ -442,7 +442,7 @@ def _in_sync(obs: Observation, version: str) -> Plan:
     if ready_before or was == "Degraded":
         return Plan(Action.UNHEALTHY, "Degraded",
                     f"chart {version} was ready and is not any more: {health.summary()}")
-    # a missing time never counts as elapsed (issue 32.5; the observation counts from when
+    # a missing time never counts as elapsed (SPEC F5b; the observation counts from when
     # it first saw the release without one)
     if was != "ReadinessTimeout" and (obs.since_applied is None
                                       or obs.since_applied < obs.readiness_timeout):

@@ -1,4 +1,4 @@
-"""Which Helm release records krypton lets helm act on (issue 46, SPEC S3). Pure.
+"""Which Helm release records krypton lets helm act on (SPEC S3). Pure.
 
 Helm keeps a release's history as records (Secrets) in the release's namespace, and acts on
 them with krypton's rights: an upgrade deletes what the deployed record's manifest lists and

@@ -36,7 +36,7 @@ assert len(STATUSES) <= 1 << _BITS
 def _modified(meta: dict[str, Any], now: float) -> float:
     """When the record was last written: helm's modifiedAt label, else its creation time,
     never later than `now`, when the reader saw it (a record's writer may date it in the
-    future, and its lock would never end: issue 46)."""
+    future, and its lock would never end: SPEC S3)."""
     label = (meta.get("labels") or {}).get("modifiedAt")
     if label and str(label).isdigit() and len(str(label)) < 20:
         return min(float(label), now)
@@ -108,7 +108,7 @@ class ReleaseIndex:
         entry = _record(type_, meta, self._entries.get(key), now)
         if entry is None:
             self._entries.pop(key, None)
-            self._noted.pop(key, None)  # the watch caught up with a deletion (issue 46)
+            self._noted.pop(key, None)  # the watch caught up with a deletion (SPEC S3)
         else:
             self._entries[key] = entry
         return key
@@ -203,7 +203,7 @@ class ReleaseIndex:
 def orphaned(releases: Mapping[Key, str | None], this: str, known: set[str] | frozenset[str],
              *, own_namespace: bool) -> list[tuple[str, str, str]]:
     """The releases on cluster `this` that were made for a cluster name no longer discovered
-    (issue 25.3: a cluster Secret renamed or removed leaves them behind), as (namespace,
+    (SPEC S2: a cluster Secret renamed or removed leaves them behind), as (namespace,
     release, cluster), sorted. The cluster is the release's label, or for a release made
     before krypton labelled them, read from its name ``tenant-<namespace>-<cluster>`` where
     the namespace is the Tenant's own."""

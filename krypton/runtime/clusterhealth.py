@@ -57,10 +57,10 @@ class ClusterHealth:
         elif isinstance(exc, NotFound) and "tenants" in str(exc):
             reason = "TenantCRDMissing"
         elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
-            reason = exc.reason  # an answer over a bound, or not one (issue 46)
+            reason = exc.reason  # an answer over a bound, or not one (SPEC S3)
         elif isinstance(exc, ClusterUnreachable):
             # away for a moment is the network's weather; away for longer than two API
-            # timeouts is worth saying (issue 46)
+            # timeouts is worth saying (SPEC S3)
             now = time.monotonic()
             self._away_since = self._away_since or now
             if now - self._away_since < 2 * self.api_timeout:
@@ -93,7 +93,7 @@ class ClusterHealth:
     async def judge_crd(self, served: dict[str, Any]) -> None:
         """An older Tenant CRD (the original operator's, or an earlier krypton revision kept
         by --crd-policy=create) makes the API server drop fields krypton writes: reported
-        once per engagement, with the command that fixes it (issue 16)."""
+        once per engagement, with the command that fixes it (SPEC R2)."""
         reason = crd.outdated(served)
         self.crd_outdated = reason or ""
         metrics.CRD_OUTDATED.labels(self.name).set(1 if reason else 0)

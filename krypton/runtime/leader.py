@@ -56,7 +56,7 @@ async def keep_renewed(stopping: asyncio.Event, *, every: float, deadline: Calla
 
 async def not_believed(kube: Kube, lease: dict[str, Any], what: str, holder: str,
                        doubts: list[str]) -> None:
-    """Say that a Lease is not believed as written (issue 25.4): a Warning log line naming
+    """Say that a Lease is not believed as written (SPEC S2): a Warning log line naming
     its holder, krypton_lease_not_believed, and a Warning Event LeaseNotBelieved on it."""
     meta = lease.get("metadata") or {}
     name = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -93,7 +93,7 @@ class LeaderElector:
 
     async def _report(self, lease: dict[str, Any], holder: str, doubts: list[str]) -> None:
         """Log who holds the Lease when that changes; a Lease not believed as written is
-        also a Warning Event on it and a metric (issue 25.4)."""
+        also a Warning Event on it and a metric (SPEC S2)."""
         said = (holder, leases.kinds(doubts))
         if said == self._reported:
             return

@@ -139,7 +139,7 @@ class Shards:
         await self.tidy()
 
     async def _report_doubts(self) -> None:
-        """A membership Lease that says what is not believed (issue 25.4): a Warning log
+        """A membership Lease that says what is not believed (SPEC S2): a Warning log
         line, an Event on it and the metric, once per change of what it says."""
         for name in set(self._reported) - set(self._doubted):
             del self._reported[name]

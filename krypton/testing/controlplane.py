@@ -463,7 +463,7 @@ class ControlPlane:
             # the node Leases in kube-node-lease, renewed as a kubelet renews them: the
             # heartbeat stage updates a node's status only every 10-20 minutes and counts on
             # them, and without them the node lifecycle controller marks every node NotReady
-            # (and every pod Ready=False) after its 50 s grace period (issue 32.6)
+            # (and every pod Ready=False) after its 50 s grace period (SPEC F5b)
             "--node-lease-duration-seconds", str(NODE_LEASE_SECONDS),
             "--server-address", f"127.0.0.1:{port}"],
             w / "kwok.log")

@@ -1,4 +1,4 @@
-"""The docs' reference pages are generated from the code (issue 29): each names everything
+"""The docs' reference pages are generated from the code (SPEC O15): each names everything
 its source table holds. The metric page is compared with what the registry exports (the
 names a scrape shows), the flag page with `krypton run --help`'s options."""
 
@@ -45,3 +45,15 @@ def test_the_crd_page_has_the_status_fields() -> None:
     page = _hooks().crd_page()
     for field in ("spec.clusterRef", "status.clusters.<key>.chartDigest", "status.phase"):
         assert f"`{field}`" in page
+
+
+def test_nothing_in_the_code_or_the_docs_names_an_issue_number() -> None:
+    """A reader cannot resolve "issue 46": the code and the docs name the feature or its
+    spec ID instead (SPEC O15)."""
+    root = Path(__file__).resolve().parents[2]
+    found = [f"{path.relative_to(root)}:{n}: {line.strip()[:80]}"
+             for path in [*(root / "krypton").rglob("*.py"), *(root / "docs").rglob("*.md"),
+                          root / "README.md"]
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\b[Ii]ssues? #?\d+", line)]
+    assert not found, "\n".join(found)

@@ -150,7 +150,7 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
     write, the workload followed (F6) or the release Ready."""
     chart, key, c, namespace = p.chart, p.key, rt.name, p.namespace
     events = [*p.events, *([] if taken is None else [("Normal", "FieldsTakenOver", taken)])]
-    if p.obs.adopt:  # issue 32.3: said once, by the run that took them
+    if p.obs.adopt:  # SPEC F5b: said once, by the run that took them
         events.append(("Normal", "SharedObjectsAdopted",
                        f"release {p.release} took over {'; '.join(p.obs.adopt)}"))
     revision = int(result.get("version") or 0)
@@ -278,7 +278,7 @@ async def ensure_namespace(rt: ClusterRuntime, key: TenantKey, state: NamespaceS
             found = await rt.kube.get_namespace(key.name)
             state, owner = namespace_state(found, key)
             if found is not None and (found.get("metadata") or {}).get("deletionTimestamp"):
-                # deleted by hand (issue 46): helm would fail in it; the pass comes back on
+                # deleted by hand (SPEC S3): helm would fail in it; the pass comes back on
                 # the queue's backoff and installs once it is gone
                 raise TemporaryError(f"namespace {key.name!r} is being deleted; the release "
                                      "is installed again once it is gone",

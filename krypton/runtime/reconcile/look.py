@@ -216,7 +216,7 @@ async def _rendered_elsewhere(rt: ClusterRuntime, refs: list[ObjectRef], release
                               namespace: str) -> list[str]:
     """Of this release's cluster-scoped objects `refs`, those the deployed manifest of
     another live release on the cluster also lists (two releases that raced for it before
-    the claim of the first Tenant): helm would delete it under that release (issue 32.2).
+    the claim of the first Tenant): helm would delete it under that release (SPEC F5b).
     A release left behind by a Tenant that no longer exists does not count."""
     shared = [ref for ref in refs
               if ref.namespace is None and await rt.kube.cluster_scoped(ref.api_version, ref.kind)]

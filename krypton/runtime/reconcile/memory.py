@@ -1,4 +1,4 @@
-"""What a cluster's runtime remembers of each Tenant (issue 48): one record per Tenant,
+"""What a cluster's runtime remembers of each Tenant (SPEC A1): one record per Tenant,
 made when the Tenant is first seen and dropped in one place, :meth:`Memory.drop`, when it
 goes. Everything else the runtime keeps is per cluster or per release.
 """

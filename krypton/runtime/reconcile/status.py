@@ -133,7 +133,7 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
 def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
                      new: dict[str, Any]) -> bool:
     """The same status was written before and the server stored what it holds now: the
-    difference is what the served CRD prunes (issue 16), and writing again would change
+    difference is what the served CRD prunes (SPEC R2), and writing again would change
     nothing but the resourceVersion, on every pass."""
     record = rt.memory.peek(key)
     return record is not None and record.written == (_comparable(new), _comparable(live))

@@ -30,7 +30,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
     namespace = rt.settings.release_namespace_for(key.name)
     present = p.obs.release.status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED)
     try:
-        if present:  # nothing to uninstall is not a helm run (a second pass, issue 32.5)
+        if present:  # nothing to uninstall is not a helm run (a second pass, SPEC F5b)
             async with rt.slots.slot(rt.name):
                 fenced(rt)
                 verdict = await history.judge(rt, p, Use.UNINSTALL)
@@ -51,7 +51,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
         raise
     except KryptonError as exc:
         log.error("helm uninstall failed", error=str(exc))
-        # what blocks the deletion, in the status (issue 32.4): not the progress the Tenant
+        # what blocks the deletion, in the status (SPEC F5b): not the progress the Tenant
         # last reported; retried with backoff whatever it was (a Tenant must stay deletable)
         reason = exc.reason if isinstance(exc, (OwnershipConflict, ReleaseRecordUntrusted)) \
             else "UninstallFailed"
@@ -69,7 +69,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
 
 
 async def drop_finalizer(rt: ClusterRuntime, p: Pass) -> Report:
-    """A Tenant being deleted whose release is another Tenant's (issue 25.2): the
+    """A Tenant being deleted whose release is another Tenant's (SPEC S2): the
     release stays as it is, the finalizer goes, and an Event says why."""
     p.log.warning("release not uninstalled: not this Tenant's", detail=p.plan.message)
     rt.unpublish(p.key)

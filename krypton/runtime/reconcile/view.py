@@ -84,17 +84,17 @@ class ClusterView:
 
     async def shared_conflicts(self, chart: ChartTarget, release: str, namespace: str,
                                key: TenantKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The objects `chart` renders alike for every release (issue 12) that Tenant `key`'s
+        """The objects `chart` renders alike for every release (SPEC F5) that Tenant `key`'s
         `release` may not take, each as "<object> (<why>)", and those it may adopt.
 
         - An object owned by another release that exists: not this release's (helm would
           refuse it, every retry again).
         - An object owned by a release that no longer exists (kept by
           ``helm.sh/resource-policy: keep``): adopted by the first Tenant of the cluster
-          under --adopt-orphaned-objects, else refused with the way out (issue 32.3).
+          under --adopt-orphaned-objects, else refused with the way out (SPEC F5b).
         - An object nobody has created yet: claimed for the first Tenant of the cluster
           only (:meth:`first_tenant`), so that the first installs of a new cluster or chart,
-          which run in parallel and each find nothing, cannot all create it (issue 32.1).
+          which run in parallel and each find nothing, cannot all create it (SPEC F5b).
         A kind the cluster does not serve, or a namespaced kind (looked for in the release's
         own namespace), finds nothing to conflict with."""
         found, orphaned, absent = [], [], []
@@ -219,7 +219,7 @@ class ClusterView:
         """Seconds since the helm run that applied the release, from the status; where the
         status has no time (a cached Tenant the run's own status write has not reached, a
         release krypton took over), from when this view first saw it so: a missing time
-        never counts as elapsed (issue 32.5)."""
+        never counts as elapsed (SPEC F5b)."""
         since = _since(text)
         record = self.memory.of(key)
         if since is not None:
@@ -352,12 +352,12 @@ class ClusterRuntime(ClusterView):
     readiness: Readiness | None = None  # follows workloads helm did not wait for
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
     crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
-    # per release: a revision's objects without a namespace, read once (issue 32.2)
+    # per release: a revision's objects without a namespace, read once (SPEC F5b)
     manifest_objects: dict[tuple[str, str], tuple[int, frozenset[ObjectRef]]] = \
         field(default_factory=dict)
     crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
-    # Echoes of krypton's own writes start no pass (issue 31): per Tenant, the
+    # Echoes of krypton's own writes start no pass (SPEC P2): per Tenant, the
     # resourceVersions its writes were given, until their watch events come back (in the
     # Tenants' records); and the releases a helm run of this cluster is working on now
     own_writes: OwnWrites = field(default_factory=OwnWrites)
@@ -413,7 +413,7 @@ class ClusterRuntime(ClusterView):
 def fenced(rt: ClusterRuntime) -> None:
     """Raise Fenced unless this worker may still act: checked right before every helm
     start (and before the status that announces one), so that a leader that lost its Lease,
-    or was paused past it, and a worker being drained start nothing (issue 11, items 2, 4)."""
+    or was paused past it, and a worker being drained start nothing (SPEC R3, items 2, 4)."""
     if not rt.fence():
         raise Fenced("no helm operation may start: the cluster's worker is draining or this "
                      "replica is not the leader")
