@@ -35,9 +35,16 @@ def test_helm_lint(helm_bin: str) -> None:
 def test_cluster_wide_mode(helm_bin: str) -> None:
     docs = render(helm_bin, "--include-crds")
     assert kinds(docs) == sorted(["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding",
+                                  "ClusterRole", "ClusterRoleBinding",
                                   "Role", "RoleBinding", "Role", "RoleBinding", "Service",
                                   "Deployment", "CustomResourceDefinition"])
-    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole"
+                        and not d["metadata"]["name"].endswith("-record-guard"))
+    # the guard of the release records (S4): created, then read and written by name only
+    guard = next(d for d in docs if d["metadata"]["name"].endswith("-record-guard")
+                 and d["kind"] == "ClusterRole")
+    assert [(r.get("resourceNames"), r["verbs"]) for r in guard["rules"]] == [
+        (None, ["create"]), (["krypton-release-records"], ["get", "update", "patch"])]
     assert not [r for r in cluster_role["rules"] if "secrets" in r["resources"]]
     discovery = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith(
         "-discovery"))

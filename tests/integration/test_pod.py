@@ -90,6 +90,9 @@ def refusals(cp: ControlPlane, user: str) -> list[str]:
     for e in cp.audit_events():
         code = (e.get("responseStatus") or {}).get("code")
         who = (e.get("user") or {}).get("username")
+        uri = str(e.get("requestURI"))
+        if "/configmaps?dryRun=All" in uri and e.get("verb") == "create":
+            continue  # the guard's probe (SPEC S4): its refusal is the answer krypton wants
         if code == 401 or (code == 403 and who == user):
             out.append(f"{code} {e.get('verb')} {e.get('requestURI')} by {who} "
                        f"({e.get('userAgent')})")
