@@ -51,7 +51,8 @@ async def _ensure(kube: Kube, what: str, collection: str, want: dict[str, Any],
         return ""
     if not install:
         return f"{what} {name} is {where if found is None else f'not as krypton would make it ({where})'}"
-    version = None if found is None else found["metadata"].get("resourceVersion")
+    version = None if found is None else str((found.get("metadata") or {}).get(
+        "resourceVersion") or "")
     await kube.write_cluster_object(what, collection, want, version)
     return None
 

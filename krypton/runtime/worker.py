@@ -1,10 +1,10 @@
 """One worker per engaged cluster (SPEC R2, R3): engage, watch Tenants and release records,
 feed a de-duplicating queue, reconcile with bounded concurrency, resync periodically.
 
-Engaging means: probe ``/version``, ensure the Tenant CRD and the guard of the release records
-(SPEC S4: a cluster without it is engaged and reported), start the watches. A failure is
-reported (Warning Event on the cluster's Secret, log line) and retried with capped
-exponential backoff; the worker never takes the process down. Cancelling the worker's task
+Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches; beside them the
+guard of the release records is installed or found (SPEC S4: a cluster without it is engaged
+and reported). A failure is reported (Warning Event on the cluster's Secret, log line) and
+retried with capped exponential backoff; the worker never takes the process down. Cancelling the worker's task
 disengages it; its private directory (kubeconfig and certificates) is removed.
 """
 
@@ -155,7 +155,6 @@ class Worker:
                                                         upgrade=settings.crd_policy == "upgrade")
             phases = crd.served_phases(served)
             await self.health.judge_crd(served)
-        await self.health.judge_guard(await recordguard.ensure(self.kube, settings))
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
@@ -224,20 +223,19 @@ class Worker:
             reconciler = Reconciler(rt)
             group.create_task(self.consumer.run(reconciler, group),
                               name=f"{self.name}-consumer")
+            group.create_task(self._guard(), name=f"{self.name}-record-guard")
             await self._housekeeping(tenants.store)
 
     async def _housekeeping(self, store: dict[tuple[str, str], dict[str, Any]]) -> None:
         """The engaged cluster's periodic work, in one task: the phase gauges every few
         seconds, every Tenant queued again each --resync-period, a look for orphaned
-        releases at most every ORPHAN_CHECK seconds, the client certificate's expiry
-        every CREDENTIALS_CHECK seconds and the release-record guard every
-        recordguard.CHECK_EVERY seconds."""
+        releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
+        every CREDENTIALS_CHECK seconds."""
         assert self.runtime is not None
         settings = self.shared.settings
         now = time.monotonic()
         next_resync, next_orphans = now + settings.resync_period, now
         next_credentials = now + CREDENTIALS_CHECK
-        next_guard = now + recordguard.CHECK_EVERY
         warned = now if self.kc.warnings else -REPEAT_WARNING  # said at engagement
         while True:
             now = time.monotonic()
@@ -249,16 +247,23 @@ class Worker:
             if now >= next_credentials:
                 next_credentials = now + CREDENTIALS_CHECK
                 warned = await self.health.judge_credentials(self.kc, warned)
-            if now >= next_guard:  # deleted or changed since: installed again, or said
-                next_guard = now + recordguard.CHECK_EVERY
-                assert self.kube is not None
-                await self.health.judge_guard(await recordguard.ensure(
-                    self.kube, settings, self.health.guard.user))
             await asyncio.sleep(min(5.0, settings.resync_period))
             self.health.count_phases(self.runtime, len(self.queue))
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))
+
+    async def _guard(self) -> None:
+        """The guard of the cluster's release records (SPEC S4), installed or found and
+        judged now, then every recordguard.CHECK_EVERY seconds (deleted or changed since:
+        installed again, or said). Beside the passes, never before them: a cluster that
+        answers slowly is engaged all the same, its records judged by their seals until
+        the guard is known."""
+        assert self.kube is not None
+        while True:
+            await self.health.judge_guard(await recordguard.ensure(
+                self.kube, self.shared.settings, self.health.guard.user))
+            await asyncio.sleep(recordguard.CHECK_EVERY)
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
                           ) -> None:

@@ -344,7 +344,8 @@ def test_a_guarded_cluster_refuses_the_forgers_writes(fleet: Fleet) -> None:
     name = fleet.tenant(fleet.remote, unique("guarded"))
     release = f"tenant-{name}-remote"
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
-    assert op.metric("krypton_cluster_records_guarded", cluster="remote") == 1
+    wait_for(lambda: op.metric("krypton_cluster_records_guarded", cluster="remote") == 1, 30,
+             what="the guard in force")
     assert "RecordsUnguarded" not in op.readyz()
     record = _record(fleet.remote, name, release, 1)
     ours = _decoded(record)
