@@ -101,32 +101,32 @@ def build_parser() -> Parser:
                      help="replace an existing Secret of that name (refused without it; the "
                           "output says which server it pointed at before and after)")
     settings_mod.add_arguments(reg)
-    again = sub.add_parser(
-        "retry", help="ask for a new attempt of a Tenant's failed or stalled release",
-        allow_abbrev=False,
-        description="Set the annotation mesh.openkcm.io/retry to a new value on the Tenant, "
-                    "on every discovered cluster that has it (or on --cluster): a release "
-                    "stalled after --max-retries failures (RetriesExhausted), or waiting for "
-                    "its next attempt, is tried again at once with a fresh budget. Takes the "
-                    "flags of `run`. Exit status 0: asked on at least one cluster; 1: the "
-                    "Tenant was found nowhere.")
-    again.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
-    again.add_argument("--cluster", help="only on this cluster")
-    settings_mod.add_arguments(again)
-    adopt = sub.add_parser(
-        "adopt-records", help="adopt a Tenant's release records as krypton's, as they are",
-        allow_abbrev=False,
-        description="Seal the deployed and superseded release records of the Tenant's release "
-                    "as they are, on every discovered cluster that has it (or on --cluster), "
-                    "and add the seals to the Tenant's status: an administrator's explicit act "
-                    "for records krypton keeps no seal of (a release of an older krypton or of "
-                    "the prototype, a lost key or status write; SPEC S4). Look at the records "
-                    "first (helm history, helm get manifest): whatever they list, krypton's "
-                    "helm will act on. Takes the flags of `run`. Exit status 0: adopted or "
-                    "said why not on every cluster that has the Tenant; 1: found nowhere.")
-    adopt.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
-    adopt.add_argument("--cluster", help="only on this cluster")
-    settings_mod.add_arguments(adopt)
+    def tenant_command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        """A command on one Tenant, on every discovered cluster that has it or one."""
+        command = sub.add_parser(name, help=summary, allow_abbrev=False,
+                                 description=description)
+        command.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
+        command.add_argument("--cluster", help="only on this cluster")
+        settings_mod.add_arguments(command)
+        return command
+
+    again = tenant_command(
+        "retry", "ask for a new attempt of a Tenant's failed or stalled release",
+        "Set the annotation mesh.openkcm.io/retry to a new value on the Tenant, on every "
+        "discovered cluster that has it (or on --cluster): a release stalled after "
+        "--max-retries failures (RetriesExhausted), or waiting for its next attempt, is tried "
+        "again at once with a fresh budget. Takes the flags of `run`. Exit status 0: asked on "
+        "at least one cluster; 1: the Tenant was found nowhere.")
+    adopt = tenant_command(
+        "adopt-records", "adopt a Tenant's release records as krypton's, as they are",
+        "Seal the deployed and superseded release records of the Tenant's release as they "
+        "are, on every discovered cluster that has it (or on --cluster), and add the seals to "
+        "the Tenant's status: an administrator's explicit act for records krypton keeps no "
+        "seal of (a release of an older krypton or of the prototype, a lost key or status "
+        "write; SPEC S4). Look at the records first (helm history, helm get manifest): "
+        "whatever they list, krypton's helm will act on. Takes the flags of `run`. Exit "
+        "status 0: adopted or said why not on every cluster that has the Tenant; 1: found "
+        "nowhere.")
     sub.add_parser("crds", help="print the Tenant CRD")
     guard = sub.add_parser(
         "guard", help="print the guard of krypton's release records, for an admin to apply",
