@@ -52,8 +52,8 @@ def test_nothing_in_the_code_or_the_docs_names_an_issue_number() -> None:
     spec ID instead (SPEC O15)."""
     root = Path(__file__).resolve().parents[2]
     found = [f"{path.relative_to(root)}:{n}: {line.strip()[:80]}"
-             for path in [*(root / "krypton").rglob("*.py"), *(root / "docs").rglob("*.md"),
-                          root / "README.md"]
+             for path in [*(root / "krypton").rglob("*.py"), *(root / "krypton").rglob("*.yaml"),
+                          *(root / "docs").rglob("*.md"), root / "README.md"]
              for n, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"\b[Ii]ssues? #?\d+", line)]
     assert not found, "\n".join(found)
