@@ -18,7 +18,7 @@ from krypton.adapters.clientconfig import (
     configuration_in_cluster,
 )
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import HOME
+from krypton.adapters.kubeapi import HOME, Obj
 from krypton.app.config import file_reader
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions import records, redact
@@ -130,29 +130,30 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
                 name="home", timeout=timeout, limits=HOME)
 
 
-async def record_key(home: Kube, namespace: str) -> bytes | None:
-    """The key that seals krypton's release records, None when its Secret is absent."""
+async def record_keys(home: Kube, namespace: str) -> tuple[records.Keys, Obj] | None:
+    """The keys that seal and check krypton's release records, and their Secret; None when
+    the Secret is absent."""
     existing = await home.get_secret(namespace, RECORD_KEY_SECRET)
     if existing is None:
         return None
-    key = decode_data((existing.get("data") or {}).get("key")) or b""
-    if len(key) < records.KEY_BYTES:
-        raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} holds no key of "
-                            f"{records.KEY_BYTES} bytes or more under data.key; delete it and "
+    try:
+        return records.keys_of(existing.get("data") or {}), existing
+    except ValueError as exc:
+        raise SettingsError(f"Secret {namespace}/{RECORD_KEY_SECRET} {exc}; delete it and "
                             "krypton makes a new one: the seals of the old key then hold no "
-                            "more (see the docs' security model, Release records)")
-    return key
+                            "more (see the docs' security model, Release records)") from None
 
 
-async def ensure_record_key(home: Kube, namespace: str) -> bytes:
-    """The key that seals krypton's release records (SPEC S3), from the Secret
-    ``krypton-record-key`` in the discovery namespace, created with a random key when absent
-    (several replicas may race: the Secret that was created first is every one's). Only who
-    may read Secrets there, who already holds every cluster's credentials, can read it."""
+async def ensure_record_key(home: Kube, namespace: str) -> records.Keys:
+    """The keys that seal and check krypton's release records (SPEC S3, S4), from the Secret
+    ``krypton-record-key`` in the discovery namespace (``key``, and the keys retired by
+    ``krypton rotate-record-key``), created with a random key when absent (several replicas
+    may race: the Secret that was created first is every one's). Only who may read Secrets
+    there, who already holds every cluster's credentials, can read it."""
     for _ in range(2):
-        key = await record_key(home, namespace)
-        if key is not None:
-            return key
+        found = await record_keys(home, namespace)
+        if found is not None:
+            return found[0]
         body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": namespace,
                              "labels": {"app.kubernetes.io/managed-by": "krypton"}},
                 "type": "Opaque",

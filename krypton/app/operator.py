@@ -164,7 +164,7 @@ class Operator:
             log.info("watch cluster CRD ensured", result=result)
         if not s.no_self_cluster:
             await ensure_self_cluster(self.home, s)
-        record_key = await ensure_record_key(self.home, s.namespace)
+        record_keys = await ensure_record_key(self.home, s.namespace)
         chart = ChartSource(s.chart_repo, s.chart_name, s.chart_version,
                             helm=Helm(s.helm_path or s.helm_executable, timeout=s.helm_timeout),
                             cache_dir=self.workdir / "charts", index_deadline=s.chart_fetch_timeout,
@@ -174,7 +174,7 @@ class Operator:
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
-                        record_key=record_key)
+                        record_keys=record_keys)
         shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds

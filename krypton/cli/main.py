@@ -23,7 +23,8 @@ from krypton.decisions import settings as settings_mod
 from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
 
-TOOLS = ("status", "plan", "diff", "register-cluster", "retry", "adopt-records")
+TOOLS = ("status", "plan", "diff", "register-cluster", "retry", "adopt-records",
+         "rotate-record-key")
 CHART_OPTIONS = ("chart_repo", "chart_name", "chart_version")
 
 
@@ -127,6 +128,17 @@ def build_parser() -> Parser:
         "whatever they list, krypton's helm will act on. Takes the flags of `run`. Exit "
         "status 0: adopted or said why not on every cluster that has the Tenant; 1: found "
         "nowhere.")
+    rotate = sub.add_parser(
+        "rotate-record-key", help="rotate the key that seals release records",
+        allow_abbrev=False,
+        description="Make a new key for sealing release records (Secret krypton-record-key in "
+                    "--namespace) and retire the current one: it still checks the seals it "
+                    "made. Restart the operator to seal with the new key. With --prune, drop "
+                    "instead the retired keys that no Tenant's seals use any more, on every "
+                    "discovered cluster (SPEC S4). Takes the flags of `run`.")
+    rotate.add_argument("--prune", action="store_true",
+                        help="drop the retired keys no seal uses any more")
+    settings_mod.add_arguments(rotate)
     sub.add_parser("crds", help="print the Tenant CRD")
     guard = sub.add_parser(
         "guard", help="print the guard of krypton's release records, for an admin to apply",
@@ -146,7 +158,7 @@ def build_parser() -> Parser:
                        help="the WATCH_NAMESPACE of a namespaced krypton instance")
     guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
                        help="where the instance's releases go (as its --release-namespace)")
-    for tool in (plan, diff, status, reg, again, adopt):
+    for tool in (plan, diff, status, reg, again, adopt, rotate):
         tool.add_argument(
             "--from-deployment", metavar="NAMESPACE/NAME",
             help="take the settings this command leaves unset (no flag, no environment "
@@ -318,6 +330,10 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
                 changed = changed or bool(text)
                 sys.stdout.write(view.diff_section(heading, text))
             return 2 if changed else 0
+        if args.command == "rotate-record-key":
+            lines = asyncio.run(tools.rotate_record_key(settings, prune=args.prune))
+            print("\n".join(escape(line) for line in lines))
+            return 0
         if args.command in ("retry", "adopt-records"):
             act = tools.retry if args.command == "retry" else tools.adopt_records
             lines = asyncio.run(act(settings, args.tenant, args.cluster))

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,7 @@ from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.adapters.kubeapi import core_path, profiles_path, tenants_path
 from krypton.app.config import file_reader
-from krypton.app.home import RECORD_KEY_SECRET, record_key, watch_cluster
+from krypton.app.home import RECORD_KEY_SECRET, record_keys, watch_cluster
 from krypton.cli.view import (
     Row,
     assign_replicas,
@@ -483,10 +484,11 @@ async def adopt_records(settings: Settings, ref: str, only: str | None) -> list[
         raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
     tenant_key, lines = TenantKey(namespace, name), []
     async with fleet_view(settings, "krypton-adopt-") as (_, home, clusters):
-        key = await record_key(home, settings.namespace)
-        if key is None:
+        found_keys = await record_keys(home, settings.namespace)
+        if found_keys is None:
             raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
                            "operator makes it at its first start")
+        keys = found_keys[0]
         for c in clusters:
             if c.kube is None or (only and c.name != only):
                 continue
@@ -497,7 +499,7 @@ async def adopt_records(settings: Settings, ref: str, only: str | None) -> list[
             where = settings.release_namespace_for(name)
             try:
                 found = records.adoptable(await history.read(
-                    c.kube, settings.helm_driver, where, release, key))
+                    c.kube, settings.helm_driver, where, release, keys))
             except records.RecordRefused as exc:
                 lines.append(f"{c.name}: nothing adopted of release {release}: {exc}")
                 continue
@@ -517,3 +519,45 @@ async def adopt_records(settings: Settings, ref: str, only: str | None) -> list[
         where = f"cluster {only}" if only else "any discovered cluster"
         raise NotFound(f"Tenant {tenant_key} not found on {where}")
     return lines
+
+
+async def rotate_record_key(settings: Settings, *, prune: bool) -> list[str]:
+    """Rotate the key that seals release records (SPEC S4): a new current key, the old one
+    retired, still checking the seals it made. With `prune`, instead drop the retired keys no
+    Tenant's seals use any more, on every discovered cluster (refused when one cannot be
+    read: a seal there may still need its key). The Secret is replaced at the version read."""
+    async with fleet_view(settings, "krypton-keys-") as (_, home, clusters):
+        found = await record_keys(home, settings.namespace)
+        if found is None:
+            raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
+                           "operator makes it at its first start")
+        keys, secret = found
+        data = secret.get("data") or {}
+        if not prune:
+            new = os.urandom(records.KEY_BYTES)
+            data = records.rotated(data, new)
+            lines = [f"new key {records.key_id(new)}; key {records.key_id(keys.current)} "
+                     "retired, still checking the seals it made",
+                     "restart the operator to seal with the new key (kubectl rollout restart); "
+                     "drop retired keys with --prune once no seal uses them"]
+        else:
+            kept: list[str] = []
+            for c in clusters:
+                if c.kube is None:
+                    raise TemporaryError(f"cluster {c.name} cannot be reached ({c.error}): no "
+                                         "key removed, a seal there may still need one")
+                for t in await tenants_of(c.kube, settings):
+                    for entry in ((t.get("status") or {}).get("clusters") or {}).values():
+                        found_seals = entry.get("records") if isinstance(entry, dict) else None
+                        kept += [x for x in found_seals or [] if isinstance(x, str)]
+            data, removed = records.pruned(data, kept)
+            if not removed:
+                return [f"no retired key to remove ({len(keys.retired)} still checking seals "
+                        "in use)"]
+            lines = [f"retired key {kid} removed: no seal uses it" for kid in removed]
+        body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": settings.namespace,
+                             "labels": (secret.get("metadata") or {}).get("labels") or {},
+                             "resourceVersion": secret["metadata"]["resourceVersion"]},
+                "type": "Opaque", "data": data}
+        await home.replace_secret(settings.namespace, RECORD_KEY_SECRET, body)
+        return lines

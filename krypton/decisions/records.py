@@ -42,6 +42,7 @@ from krypton.decisions.model import ReleaseStatus
 
 SEALS_KEPT = 4  # contents krypton made, newest first, kept per Tenant x cluster
 SEAL_CHARS = 32  # hex characters of the HMAC kept (128 bits)
+KEY_ID_CHARS = 8  # hex characters of a key's id, before the seal's ':'
 KEY_BYTES = 32
 STORED_MAX = 1 << 20  # bytes of a record's data.release as stored (helm's own limit is ~1 MiB)
 INFLATED_MAX = 16 << 20  # bytes of a record's JSON once decompressed
@@ -144,9 +145,86 @@ def content(release: Mapping[str, Any]) -> bytes:
                       sort_keys=True, separators=(",", ":")).encode()  # ASCII: any string
 
 
-def seal(key: bytes, release: Mapping[str, Any]) -> str:
-    """The seal of a release's content under the operator's `key`."""
+@dataclass(frozen=True)
+class Keys:
+    """The operator's record keys: the `current` one seals, the `retired` ones (kept after a
+    rotation until no seal uses them) still check."""
+
+    current: bytes
+    retired: tuple[bytes, ...] = ()
+
+
+def key_id(key: bytes) -> str:
+    """A key's id, which the seals it makes carry: the first hex digits of its sha256."""
+    return hashlib.sha256(key).hexdigest()[:KEY_ID_CHARS]
+
+
+def _digest(key: bytes, release: Mapping[str, Any]) -> str:
     return hmac.new(key, content(release), hashlib.sha256).hexdigest()[:SEAL_CHARS]
+
+
+def seal(key: bytes, release: Mapping[str, Any]) -> str:
+    """The seal of a release's content under `key`, named by the key's id."""
+    return f"{key_id(key)}:{_digest(key, release)}"
+
+
+def seals(keys: Keys, release: Mapping[str, Any]) -> frozenset[str]:
+    """Every seal of a release's content that checks under `keys`: each key's, with its id
+    and without one (the form of the seals made before keys had ids)."""
+    out: set[str] = set()
+    for key in (keys.current, *keys.retired):
+        digest = _digest(key, release)
+        out |= {f"{key_id(key)}:{digest}", digest}
+    return frozenset(out)
+
+
+RETIRED = "retired-"  # a record-key Secret's data key of a retired key: retired-<id>
+
+
+def keys_of(data: Mapping[str, Any]) -> Keys:
+    """The keys a record-key Secret's data holds (base64): ``key``, the current one, and
+    each ``retired-<id>``. ValueError saying what is wrong when ``key`` is not one."""
+    def decoded(value: Any) -> bytes:
+        try:
+            return base64.b64decode(str(value), validate=True)
+        except ValueError:
+            return b""
+
+    current = decoded(data.get("key"))
+    if len(current) < KEY_BYTES:
+        raise ValueError(f"holds no key of {KEY_BYTES} bytes or more under data.key")
+    retired = tuple(k for name, value in sorted(data.items())
+                    if name.startswith(RETIRED) and len(k := decoded(value)) >= KEY_BYTES)
+    return Keys(current, retired)
+
+
+def rotated(data: Mapping[str, Any], new: bytes) -> dict[str, str]:
+    """A record-key Secret's data after a rotation to `new`: the current key retired (it
+    still checks the seals it made), `new` current."""
+    keys = keys_of(data)
+    out = {k: str(v) for k, v in data.items() if k.startswith(RETIRED)}
+    out[f"{RETIRED}{key_id(keys.current)}"] = str(data["key"])
+    out["key"] = base64.b64encode(new).decode()
+    return out
+
+
+def pruned(data: Mapping[str, Any], kept: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """A record-key Secret's data without the retired keys no `kept` seal uses any more
+    (:func:`key_in_use`), and the ids of those removed."""
+    kept = list(kept)
+    out, removed = {}, []
+    for name, value in data.items():
+        if name.startswith(RETIRED) and not key_in_use(name[len(RETIRED):], kept):
+            removed.append(name[len(RETIRED):])
+        else:
+            out[name] = str(value)
+    return out, removed
+
+
+def key_in_use(kid: str, kept: Iterable[str]) -> bool:
+    """Whether a retired key of id `kid` may still check one of the `kept` seals: one it
+    made, or one made before keys had ids (whose key cannot be told)."""
+    return any(s.startswith(f"{kid}:") or ":" not in s for s in kept)
 
 
 def kept_seals(new: str, old: Iterable[str]) -> list[str]:
@@ -161,9 +239,10 @@ class Record:
 
     revision: int
     status: ReleaseStatus
-    seal: str | None
+    seal: str | None  # under the current key: what krypton keeps once it acts on it
     problem: str = ""
     created: float = 0.0  # its creationTimestamp (the API server's clock), 0: unknown
+    checks: frozenset[str] = frozenset()  # its seals under every key (:func:`seals`)
 
 
 class Use(enum.Enum):
@@ -206,12 +285,15 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
     by_revision = {r.revision: r for r in records}
     newest = by_revision[max(by_revision)]
 
+    kept = set(seals)
+
     def sealed(r: Record) -> bool:
-        return r.seal is not None and (r.seal in seals or 0 < guarded_since < r.created)
+        return r.seal is not None and (r.seal in kept or not kept.isdisjoint(r.checks) or
+                                       0 < guarded_since < r.created)
 
     def untrusted(r: Record, what: str) -> Verdict:
         way_out = NO_SEALS if not seals else KEY_LOST if not any(
-            x.seal in seals for x in records) else (
+            x.seal in kept or not kept.isdisjoint(x.checks) for x in records) else (
             "Remove the records krypton did not write, or roll the release back to a "
             "revision krypton made: a change of the records brings a pass")
         return Verdict(Trust.UNTRUSTED, f"release record {release}.v{r.revision} "

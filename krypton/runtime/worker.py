@@ -39,6 +39,7 @@ from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.planner import admission
+from krypton.decisions.records import Keys
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
@@ -71,7 +72,8 @@ class Shared:
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
     # turns for a cluster's first lists (see Worker._first_list)
     first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
-    record_key: bytes = b""  # seals the release records krypton's helm runs make (SPEC S3)
+    # seal and check the release records krypton's helm runs make (SPEC S3)
+    record_keys: Keys = field(default_factory=lambda: Keys(b""))
 
 
 class Worker:
@@ -173,7 +175,7 @@ class Worker:
             self.shared.owns(self.name), phases=phases,
             readiness=None if settings.helm_wait else Readiness(
                 self.kube, self.consumer.workload_turned, settings.health_rules),
-            record_key=self.shared.record_key,
+            record_keys=self.shared.record_keys,
             guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0)
         readiness = self.runtime.readiness
         self.consumer.memory.forget_elsewhere = \

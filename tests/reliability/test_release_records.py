@@ -15,6 +15,7 @@ import base64
 import copy
 import datetime
 import gzip
+import hashlib
 import json
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Cluster, Fleet, unique
+from tests.integration.test_cli import krypton, run_flags
 
 pytestmark = pytest.mark.reliability
 
@@ -264,6 +266,33 @@ def test_a_cluster_that_leaves_and_returns_adopts_nothing(fleet: Fleet, installe
     cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
     assert "nothing is adopted by itself" in cond["message"], cond["message"]
     assert _helm_runs(op) == runs
+
+
+def test_a_rotated_key_still_checks_the_seals_it_made(fleet: Fleet, installed: Any) -> None:
+    """`krypton rotate-record-key`: a new key seals, the retired one still checks what it
+    made. After the operator restarts, the chart bump upgrades from the record the old key
+    sealed, and the new seal names the new key; a prune keeps the retired key while a
+    Tenant's seals use it."""
+    op, name, release, _ours, _record = installed
+    rotate = krypton(fleet, "rotate-record-key", *run_flags(fleet))
+    assert rotate.returncode == 0, rotate.stderr
+    assert "retired, still checking the seals it made" in rotate.stdout, rotate.stdout
+    data = fleet.home.core.read_namespaced_secret("krypton-record-key", fleet.discovery_ns).data
+    new_id = hashlib.sha256(base64.b64decode(data["key"])).hexdigest()[:8]
+    old = [k for k in data if k.startswith("retired-")]
+    assert len(old) == 1
+    op.stop()
+    op = fleet.start("--record-guard=off", version="0.3.0")
+    wait_for(lambda: fleet.remote.release_records(name, release) ==
+             [(1, "superseded"), (2, "deployed")] or _refused(fleet, name), 120,
+             what="the release upgraded (or refused)")
+    assert not _refused(fleet, name)
+    kept = wait_for(lambda: ((fleet.remote.tenant(fleet.tenant_ns, name)["status"].get(
+        "clusters") or {}).get("remote") or {}).get("records"), 30, what="the seals kept")
+    assert kept[0].startswith(f"{new_id}:") and old[0].removeprefix("retired-") in kept[1], kept
+    prune = krypton(fleet, "rotate-record-key", "--prune", *run_flags(fleet))
+    assert prune.returncode == 0 and "no retired key to remove" in prune.stdout, \
+        prune.stdout + prune.stderr
 
 
 def test_a_recovery_rolls_back_only_to_a_revision_krypton_made(fleet: Fleet,

@@ -116,7 +116,7 @@ def test_any_string_a_record_holds_can_be_sealed() -> None:
     """A forged manifest with a lone surrogate (valid JSON, not valid UTF-8) is sealed like
     any other, not an exception in the pass."""
     forged = json.loads('{"name": "r", "namespace": "a", "manifest": "\\ud800"}')
-    assert len(records.seal(KEY, forged)) == records.SEAL_CHARS
+    assert len(records.seal(KEY, forged)) == records.KEY_ID_CHARS + 1 + records.SEAL_CHARS
 
 
 def test_the_status_keeps_the_newest_seals_once_each() -> None:
@@ -403,3 +403,36 @@ def test_an_adoption_seals_the_good_revisions_as_they_are_newest_first() -> None
         records.adoptable([_r(1, D, "d1"), _r(2, S, "", "inflates past 16 MiB")])
     with pytest.raises(RecordRefused, match="no deployed or superseded record"):
         records.adoptable([_r(1, F, "f1")])
+
+
+OLD_KEY, NEW_KEY = b"o" * 32, b"n" * 32
+
+
+def test_a_seal_names_its_key_and_a_retired_key_still_checks_it() -> None:
+    made = records.seal(OLD_KEY, RELEASE)
+    assert made.startswith(records.key_id(OLD_KEY) + ":")
+    rotated = records.Keys(NEW_KEY, (OLD_KEY,))
+    record = Record(1, D, records.seal(NEW_KEY, RELEASE),
+                    checks=records.seals(rotated, RELEASE))
+    assert judge([record], [made], Use.UPGRADE, release="r").trust is Trust.TRUSTED
+    # a seal made before keys had ids (the digest alone) checks too
+    legacy = made.split(":", 1)[1]
+    assert judge([record], [legacy], Use.UPGRADE, release="r").trust is Trust.TRUSTED
+    # without the retired key, nothing the old key made checks
+    alone = Record(1, D, records.seal(NEW_KEY, RELEASE),
+                   checks=records.seals(records.Keys(NEW_KEY), RELEASE))
+    assert judge([alone], [made], Use.UPGRADE, release="r").trust is Trust.UNTRUSTED
+
+
+def test_a_rotation_retires_the_key_and_a_prune_drops_it_once_no_seal_uses_it() -> None:
+    data = {"key": base64.b64encode(OLD_KEY).decode()}
+    rotated = records.rotated(data, NEW_KEY)
+    keys = records.keys_of(rotated)
+    assert keys == records.Keys(NEW_KEY, (OLD_KEY,))
+    old = records.key_id(OLD_KEY)
+    assert records.pruned(rotated, [f"{old}:ab", f"{records.key_id(NEW_KEY)}:cd"])[1] == []
+    assert records.pruned(rotated, ["digest-without-an-id"])[1] == []  # whose key is unknown
+    kept, removed = records.pruned(rotated, [f"{records.key_id(NEW_KEY)}:cd"])
+    assert removed == [old] and records.keys_of(kept) == records.Keys(NEW_KEY)
+    with pytest.raises(ValueError, match="no key of 32 bytes"):
+        records.keys_of({"key": "c2hvcnQ="})

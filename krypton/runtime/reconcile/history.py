@@ -20,11 +20,11 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 PAGE = 4  # records per list page: a page of records stored at their bound stays a few MiB
 
 
-async def read(kube: Kube, driver: str, namespace: str, release: str, key: bytes
+async def read(kube: Kube, driver: str, namespace: str, release: str, keys: records.Keys
                ) -> list[Record]:
     """Every record of `release` as helm selects them (by their labels), each decoded
     within its bounds, its revision and status read from its body as helm reads them
-    (:func:`records.identity`) and sealed with `key`. A record that is refused has no seal
+    (:func:`records.identity`) and sealed under `keys`. A record that is refused has no seal
     and says why. The operator's passes and ``krypton adopt-records`` read alike."""
     found = await kube.list_release_records(
         driver, namespace, f"owner=helm,name={release}", page_size=PAGE)
@@ -34,8 +34,8 @@ async def read(kube: Kube, driver: str, namespace: str, release: str, key: bytes
             body = records.decode(obj, driver)
             revision, status = records.identity(obj, body, release)
             created = epoch_seconds((obj.get("metadata") or {}).get("creationTimestamp"))
-            out.append(Record(revision, status, records.seal(key, body),
-                              created=created or 0.0))
+            out.append(Record(revision, status, records.seal(keys.current, body),
+                              created=created or 0.0, checks=records.seals(keys, body)))
         except records.RecordRefused as exc:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             version = str(labels.get("version") or "")
@@ -47,7 +47,8 @@ async def read(kube: Kube, driver: str, namespace: str, release: str, key: bytes
 async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) -> Verdict:
     """The verdict on the pass's release for `use`; ReleaseRecordUntrusted when helm must not
     act on it."""
-    found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release, rt.record_key)
+    found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release,
+                       rt.record_keys)
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                             rollback_to=rollback_to)
     since = rt.guarded_since()
@@ -88,5 +89,5 @@ async def rollback(rt: ClusterRuntime, p: Pass, *, to: int = 0
 def sealed(rt: ClusterRuntime, p: Pass, result: dict[str, Any], *also: str) -> list[str]:
     """The seals the Tenant's status keeps after a helm run that left `result` (helm's
     answer: the release it made), `also` the seals of the revisions this pass went back to."""
-    new = records.seal(rt.record_key, result)
+    new = records.seal(rt.record_keys.current, result)
     return records.kept_seals(new, [*also, *p.obs.tenant.record_seals])

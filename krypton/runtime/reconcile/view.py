@@ -39,6 +39,7 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Action, Need, Plan, admission, plan
+from krypton.decisions.records import Keys
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.settings import Settings
 from krypton.decisions.windows import Window
@@ -362,7 +363,8 @@ class ClusterRuntime(ClusterView):
     # Tenants' records); and the releases a helm run of this cluster is working on now
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     running: set[tuple[str, str]] = field(default_factory=set)
-    record_key: bytes = b""  # the operator's key for sealing release records (SPEC S3)
+    # the operator's keys that seal and check release records (SPEC S3)
+    record_keys: Keys = field(default_factory=lambda: Keys(b""))
     # since when the cluster's records are guarded at admission (SPEC S4), 0: they are not
     guarded_since: Callable[[], float] = lambda: 0.0
 
