@@ -19,6 +19,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -400,9 +401,30 @@ def test_a_guarded_cluster_refuses_the_forgers_writes(fleet: Fleet) -> None:
     assert fleet.remote.release_records(name, release) == [(1, "deployed")]
     assert _decoded(_record(fleet.remote, name, release, 1)) == ours
     op.stop()
-    op = fleet.start(version="0.3.0")  # krypton's own writes pass: the bump upgrades
-    wait_for(lambda: fleet.remote.release_records(name, release) ==
-             [(1, "superseded"), (2, "deployed")], 120, what="the release upgraded")
+    # krypton's own writes pass: the bump upgrades, while the forger flips the record's
+    # content back and forth without end, every write refused
+    done, tries, passed = threading.Event(), [0], []
+
+    def flip() -> None:
+        while not done.is_set() and tries[0] < 2000:
+            tries[0] += 1
+            try:
+                writer.patch_namespaced_secret(key, name, {"data": {"release": flipped.decode()}})
+                passed.append(tries[0])
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    try:
+        op = fleet.start(version="0.3.0")
+        wait_for(lambda: fleet.remote.release_records(name, release) ==
+                 [(1, "superseded"), (2, "deployed")], 120, what="the release upgraded")
+    finally:
+        done.set()
+        flipper.join(30)
+    assert tries[0] > 10 and passed == [], (tries, passed)
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
     assert _exists_configmap(fleet.remote, ns, victim)
@@ -443,6 +465,78 @@ def test_a_cluster_without_the_guard_is_reported_until_an_admin_applies_it(
     writer = _secret_writer(fleet.remote, name)
     _forbidden_by_guard(fleet, lambda: writer.delete_namespaced_secret(
         f"sh.helm.release.v1.tenant-{name}-remote.v1", name))
+
+
+def _status_writes_refused(fleet: Fleet) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A policy refusing every change of a Tenant's status in this test's namespace, as an
+    admission policy of the cluster's own (or an API outage) would."""
+    name = f"refuse-status-{fleet.tenant_ns}"
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1",
+              "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+              "spec": {"failurePolicy": "Fail", "matchConstraints": {
+                  "namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": fleet.tenant_ns}},
+                  "resourceRules": [{"apiGroups": ["mesh.openkcm.io"], "apiVersions": ["*"],
+                                     "resources": ["tenants/status"],
+                                     "operations": ["UPDATE"]}]},
+                  "validations": [{"expression": "false", "message": "status writes refused"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    return policy, binding
+
+
+def test_a_status_write_lost_after_a_helm_run_leaves_nothing_untrusted(fleet: Fleet) -> None:
+    """The Tenant's status writes refused during a chart bump: the upgrade runs, its seal
+    never reaches the status. Once writes pass again, the next chart change upgrades from
+    that revision: on a guarded cluster it was made by krypton, seal or not."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start()
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    since = wait_for(lambda: (adm.read_validating_admission_policy_binding(
+        f"{GUARD}.{fleet.tenant_ns}").metadata.annotations or {}).get(
+        "mesh.openkcm.io/guarded-since"), 30, what="the time the guard holds since")
+    held = datetime.datetime.fromisoformat(since.split()[0].replace("Z", "+00:00"))
+    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= held.timestamp() + 1, 5,
+             interval=0.1, what="the API server's clock past the guard's second")
+    name = fleet.tenant(fleet.remote, unique("unwritten"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    policy, binding = _status_writes_refused(fleet)
+    adm.create_validating_admission_policy(policy)
+    adm.create_validating_admission_policy_binding(binding)
+    try:
+        wait_for(lambda: _refuses_status(fleet, name), 30, what="status writes refused")
+        op.stop()
+        op = fleet.start(version="0.3.0")
+        wait_for(lambda: fleet.remote.release_records(name, release) ==
+                 [(1, "superseded"), (2, "deployed")], 120, what="upgraded to revision 2")
+        wait_for(lambda: [e for e in op.log_events("reconcile failed", tenant=f"{fleet.tenant_ns}/{name}")
+                          if "status writes refused" in str(e.get("error"))], 60,
+                 what="the status write after the upgrade refused")
+        kept = fleet.remote.tenant(fleet.tenant_ns, name)["status"]["clusters"]["remote"]
+        assert kept["revision"] == 1 and len(kept["records"]) == 1, kept  # v2 never sealed
+    finally:
+        adm.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+        adm.delete_validating_admission_policy(policy["metadata"]["name"])
+    op.stop()
+    op = fleet.start(version="0.1.0")  # another chart change: an upgrade from revision 2
+    wait_for(lambda: fleet.remote.release_records(name, release)[-1] == (3, "deployed") or
+             _refused(fleet, name), 120, what="upgraded from revision 2 (or refused)")
+    assert not _refused(fleet, name)
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+
+
+def _refuses_status(fleet: Fleet, name: str) -> bool:
+    """Whether a status write to the Tenant is refused now (the policy came into force)."""
+    try:
+        fleet.remote.custom.patch_namespaced_custom_object_status(
+            "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name,
+            {"status": {}})
+        return False
+    except ApiException as exc:
+        return exc.status in (403, 422) and "status writes refused" in str(exc.body)
 
 
 def _server_time(cluster: Cluster, namespace: str) -> float:
