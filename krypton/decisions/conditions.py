@@ -1,7 +1,9 @@
 """Per-cluster status conditions, the phase and the aggregate Ready condition. Pure.
 
 Conditions have the metav1.Condition shape. Per cluster ``c`` krypton owns
-``ClusterReady/c``, ``ClusterError/c`` and ``ClusterProgress/c``; the Tenant-wide ones are
+``ClusterReady/c``, ``ClusterError/c`` and ``ClusterProgress/c``, and ``RecordsGuarded/c``
+(whether the release's records were guarded at admission when helm last ran on them, SPEC
+S4: set by the helm runs' own commits, never a write of its own); the Tenant-wide ones are
 ``Paused`` and ``Ready`` (the summary, so that ``kubectl wait --for=condition=Ready`` works).
 ``lastTransitionTime`` changes only when a condition's status flips (SPEC R10).
 """
@@ -20,6 +22,7 @@ Condition = dict[str, Any]
 READY = "ClusterReady/"
 ERROR = "ClusterError/"
 PROGRESS = "ClusterProgress/"
+GUARD = "RecordsGuarded/"
 PAUSED = "Paused"
 SUMMARY = "Ready"
 

@@ -216,13 +216,14 @@ REASONS: dict[str, Reason] = {
                           "kubectl apply -f crds/ there, or grant create on CRDs"),
     "CredentialsExpiringSoon": _r(E, "a cluster's client certificate expires soon",
                                   "renew the kubeconfig Secret"),
-    "RecordsUnguarded": _r(E, "the cluster's release records are not guarded at admission "
+    "RecordsUnguarded": _r(CE, "the cluster's release records are not guarded at admission "
                            "(S4): a tenant admin who may write Secrets or ConfigMaps in a "
                            "Tenant's namespace can forge a release's history there",
                            "let krypton install the guard (--record-guard=install and the "
                            "RBAC for it), or apply `krypton guard --print` as an admin"),
-    "RecordsGuarded": _r(E, "the cluster's release records are guarded again: only krypton's "
-                         "user may write them"),
+    "RecordsGuarded": _r(CE, "the cluster's release records are guarded at admission: only "
+                         "krypton's user may write them (the condition RecordsGuarded/<c>, "
+                         "set by each helm run; the Event when they are guarded again)"),
     "OrphanedReleases": _r(E, "releases of a cluster name no longer discovered",
                            "remove them with the helm uninstall commands the Event gives"),
     "OrphanedReleasesGone": _r(E, "the orphaned releases reported before are gone"),

@@ -39,7 +39,7 @@ class ClusterHealth:
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
         self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
         self.guard = GuardState(False, "not looked at yet")  # its release records' guard (S4)
-        self._guard_judged = False
+        self.guard_known = False  # judged once at least
         self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
         self._away_since = 0.0  # monotonic time its watches first failed to reach it
         self._looked: tuple[frozenset[str], int] | None = None  # (names, changes) looked at
@@ -108,7 +108,7 @@ class ClusterHealth:
         without it is a Warning Event when that starts or its reason changes, and a Normal
         Event when it is guarded again; the gauge and /readyz always say it."""
         was, self.guard = self.guard, state
-        first, self._guard_judged = not self._guard_judged, True
+        first, self.guard_known = not self.guard_known, True
         metrics.RECORDS_GUARDED.labels(self.name).set(1 if state.guarded else 0)
         if state.guarded:
             if first or not was.guarded:

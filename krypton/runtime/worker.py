@@ -176,7 +176,9 @@ class Worker:
             readiness=None if settings.helm_wait else Readiness(
                 self.kube, self.consumer.workload_turned, settings.health_rules),
             record_keys=self.shared.record_keys,
-            guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0)
+            guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0,
+            record_guard=lambda: (self.health.guard.guarded, self.health.guard.message)
+            if self.health.guard_known else None)
         readiness = self.runtime.readiness
         self.consumer.memory.forget_elsewhere = \
             readiness.forget if readiness is not None else lambda _key: None

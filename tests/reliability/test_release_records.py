@@ -426,6 +426,8 @@ def test_a_guarded_cluster_refuses_the_forgers_writes(fleet: Fleet) -> None:
         flipper.join(30)
     assert tries[0] > 10 and passed == [], (tries, passed)
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    said = fleet.remote.wait_condition(fleet.tenant_ns, name, "RecordsGuarded/remote", "True")
+    assert said["reason"] == "RecordsGuarded" and GUARD in said["message"], said
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
     assert _exists_configmap(fleet.remote, ns, victim)
 

@@ -28,6 +28,10 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL, Action.DROP_FINALIZER,
          Action.ADD_FINALIZER, Action.OUTSIDE_WINDOW}
 
+# the helm runs that write or act on the release's history (SPEC S4)
+HELM_ON_HISTORY = {Action.INSTALL, Action.UPGRADE, Action.UNINSTALL_THEN_INSTALL,
+                   Action.ROLLBACK_THEN_UPGRADE, Action.REVERT}
+
 Act = Callable[[ClusterRuntime, Pass], Awaitable[Report]]
 ACTIONS: dict[Action, Act] = {
     Action.NOTHING: reports.nothing, Action.WAIT: reports.wait, Action.PAUSE: reports.pause,
@@ -77,6 +81,11 @@ class Reconciler:
             raise  # nothing may be written (fenced), or the Tenant moved on: a new pass
         except KryptonError as exc:
             report = reports.raised(rt, p, exc)
+        guard = rt.record_guard()
+        if action in HELM_ON_HISTORY and guard is not None:  # said by the run's own commit
+            guarded, how = guard
+            p.changes.append(Change(cond.cluster_type(cond.GUARD, rt.name), guarded,
+                                    "RecordsGuarded" if guarded else "RecordsUnguarded", how))
         return await status.commit(rt, p, report)
 
     async def decide(self, obj: dict[str, Any]) -> Pass:

@@ -198,7 +198,8 @@ async def forget(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
     meta = obj["metadata"]
     key = TenantKey(meta["namespace"], meta["name"])
     status = dict(obj.get("status") or {})
-    mine = [cond.cluster_type(t, c) for t in (cond.READY, cond.ERROR, cond.PROGRESS)]
+    mine = [cond.cluster_type(t, c) for t in (cond.READY, cond.ERROR, cond.PROGRESS,
+                                                cond.GUARD)]
     remaining = cond.remove(status.get("conditions") or [], mine)
     generation = int(meta.get("generation") or 1)
     phase, conditions = cond.summarize(remaining, allow_chart_skip=rt.settings.allow_chart_skip,

@@ -367,6 +367,8 @@ class ClusterRuntime(ClusterView):
     record_keys: Keys = field(default_factory=lambda: Keys(b""))
     # since when the cluster's records are guarded at admission (SPEC S4), 0: they are not
     guarded_since: Callable[[], float] = lambda: 0.0
+    # whether the records are guarded, and how or why not; None: not known yet
+    record_guard: Callable[[], tuple[bool, str] | None] = lambda: None
 
     def __post_init__(self) -> None:
         if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
