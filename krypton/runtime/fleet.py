@@ -92,7 +92,8 @@ class Fleet:
                 out[name] = f"failing: {e.worker.health.problem}"
             elif e.worker is not None and e.worker.engaged and e.worker.health.crd_outdated:
                 out[name] = f"engaged, CRDOutdated: {e.worker.health.crd_outdated}"
-            elif e.worker is not None and e.worker.engaged and not e.worker.health.guard.guarded:
+            elif e.worker is not None and e.worker.engaged and e.worker.health.guard_known \
+                    and not e.worker.health.guard.guarded:
                 out[name] = f"engaged, RecordsUnguarded: {e.worker.health.guard.message}"
             elif e.worker is not None and e.worker.engaged:
                 out[name] = "engaged"
