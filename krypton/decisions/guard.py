@@ -162,8 +162,10 @@ def probe(namespace: str) -> dict[str, Any]:
 
 
 def probe_refused(message: str, watch_namespace: str) -> bool:
-    """Whether the API server's refusal of the probe is the guard's own."""
-    return PROBED in message and f"'{policy_name(watch_namespace)}'" in message
+    """Whether the API server's refusal of the probe is the guard's own: the policy named
+    (the probe, krypton's own request and no record, can be refused by it for being the
+    probe only; the message's end, which says so, may be cut short)."""
+    return f"ValidatingAdmissionPolicy '{policy_name(watch_namespace)}'" in message
 
 
 def held(policy: Mapping[str, Any], binding: Mapping[str, Any]) -> str:
