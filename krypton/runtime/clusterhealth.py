@@ -23,7 +23,7 @@ from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.runtime.reconcile import ClusterRuntime
-from krypton.runtime.recordguard import GuardState
+from krypton.runtime.recordguard import GuardState, carried
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
 HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
@@ -107,7 +107,8 @@ class ClusterHealth:
         """The guard of the cluster's release records (SPEC S4), as last found: a cluster
         without it is a Warning Event when that starts or its reason changes, and a Normal
         Event when it is guarded again; the gauge and /readyz always say it."""
-        was, self.guard = self.guard, state
+        was = self.guard
+        self.guard = state = carried(was, state)
         first, self.guard_known = not self.guard_known, True
         metrics.RECORDS_GUARDED.labels(self.name).set(1 if state.guarded else 0)
         if state.guarded:

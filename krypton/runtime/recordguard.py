@@ -10,6 +10,7 @@ unguarded; what that leaves open is in the docs' security model.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ class GuardState:
     message: str
     user: str = ""
     since: float = 0.0  # when it came into force (API server's clock); 0: not known
+    held: str = ""  # the objects it holds by (guard.held), for whom `since` holds
 
 
 def _probe_namespace(settings: Settings) -> str:
@@ -109,29 +111,40 @@ async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
     if why:
         return GuardState(False, why, user)
     try:
-        since = await _since(kube, settings, policy["metadata"]["name"], install)
+        since, held = await _since(kube, settings, policy["metadata"]["name"], install)
     except KryptonError:
-        since = 0.0  # in force, since an unknown time: the seals alone judge the history
+        since, held = 0.0, ""  # in force since an unknown time: the seals judge alone
     return GuardState(True, f"ValidatingAdmissionPolicy {policy['metadata']['name']} lets only "
-                      f"{user} write the release records", user, since)
+                      f"{user} write the release records", user, since, held)
 
 
-async def _since(kube: Kube, settings: Settings, name: str, install: bool) -> float:
-    """When the guard, in force now, came into force: as recorded on its binding for these
-    very objects, else now by the API server's clock (recorded there when krypton may)."""
+def carried(was: GuardState, now: GuardState) -> GuardState:
+    """`now`, keeping the earlier time `was` knew for the same objects (where krypton may
+    not record the time on the binding, it knows it from its first look)."""
+    if now.guarded and was.guarded and was.since and now.held == was.held and \
+            0 < was.since < now.since:
+        return dataclasses.replace(now, since=was.since)
+    return now
+
+
+async def _since(kube: Kube, settings: Settings, name: str, install: bool
+                 ) -> tuple[float, str]:
+    """When the guard, in force now, came into force, and the objects that holds for: as
+    recorded on its binding for these very objects, else now by the API server's clock
+    (recorded there when krypton may)."""
     policy = await kube.cluster_object("validatingadmissionpolicy", guard.POLICIES, name)
     binding = await kube.cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
                                         name)
     if policy is None or binding is None:
-        return 0.0
+        return 0.0, ""
     key = guard.held(policy, binding)
     since = guard.since(binding, key)
     if since:
-        return since
+        return since, key
     namespace = _probe_namespace(settings)
     stamped = await kube.dry_run_create(namespace, guard.stamp(namespace))
     since = epoch_seconds((stamped.get("metadata") or {}).get("creationTimestamp")) or 0.0
     if since and install:
         await kube.patch_cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
                                         name, guard.since_annotation(since, key))
-    return since
+    return since, key

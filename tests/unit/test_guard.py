@@ -67,3 +67,15 @@ def test_only_the_guards_own_refusal_of_the_probe_counts() -> None:
     assert guard.probe_refused(ours, "")
     assert not guard.probe_refused(ours, "team-a")
     assert not guard.probe_refused("configmaps is forbidden: User \"u\" cannot create", "")
+
+
+def test_a_guard_found_again_keeps_the_time_first_known_for_the_same_objects() -> None:
+    from krypton.runtime.recordguard import GuardState, carried
+
+    first = GuardState(True, "in force", "u", 100.0, "p1/1/b1/2")
+    later = GuardState(True, "in force", "u", 700.0, "p1/1/b1/2")
+    assert carried(first, later).since == 100.0
+    remade = GuardState(True, "in force", "u", 700.0, "p2/1/b1/2")
+    assert carried(first, remade).since == 700.0  # other objects: a new time
+    gone = GuardState(False, "absent", "u")
+    assert carried(first, gone) == gone
