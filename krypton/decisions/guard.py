@@ -20,8 +20,9 @@ the uid and generation of policy and binding, so that it holds only for these ve
 A record created after it was written by krypton: nobody else could.
 
 The policy also refuses one object nobody stores: a dry-run create of a ConfigMap labelled
-`PROBE_LABEL`. krypton sends it after installing or finding the policy; its refusal, naming
-the policy, is how krypton knows the API server it speaks to enforces the guard.
+`PROBE_LABEL` with the policy's own name (each instance's guard refuses its own probe only).
+krypton sends it after installing or finding the policy; its refusal, naming the policy, is
+how krypton knows the API server it speaks to enforces the guard.
 """
 
 from __future__ import annotations
@@ -89,8 +90,12 @@ def _in_scope(watch_namespace: str, release_namespace: str | None) -> str:
     return scope
 
 
-PROBE = f"(object != null && has(object.metadata) && has(object.metadata.labels) && {_cel(PROBE_LABEL)} in " \
-        "object.metadata.labels)"
+def _probe(name: str) -> str:
+    """CEL: the object is the probe of the guard `name` (each instance's probe is refused by
+    its own guard only)."""
+    labels = "object.metadata.labels"
+    return (f"(object != null && has(object.metadata) && has({labels}) && "
+            f"{_cel(PROBE_LABEL)} in {labels} && {labels}[{_cel(PROBE_LABEL)}] == {_cel(name)})")
 
 
 def manifests(user: str, *, watch_namespace: str = "",
@@ -114,9 +119,9 @@ def manifests(user: str, *, watch_namespace: str = "",
             # namespaceObject is not known to match conditions: the namespace is judged
             # by the validation
             "matchConditions": [{"name": "krypton-release-record-or-probe",
-                                 "expression": f"{PROBE} || {record}"}],
+                                 "expression": f"{_probe(name)} || {record}"}],
             "validations": [
-                {"expression": f"!{PROBE}", "message": PROBED, "reason": "Forbidden"},
+                {"expression": f"!{_probe(name)}", "message": PROBED, "reason": "Forbidden"},
                 {"expression": f"!({_in_scope(watch_namespace, release_namespace)}) || "
                                f"request.userInfo.username == {_cel(user)} || "
                                f"(request.operation == 'DELETE' && "
@@ -154,11 +159,11 @@ def differs(want: Any, found: Any, at: str = "spec") -> str:
     return "" if want == found else at
 
 
-def probe(namespace: str) -> dict[str, Any]:
-    """The ConfigMap whose dry-run create the guard refuses when it is in force."""
+def probe(namespace: str, watch_namespace: str) -> dict[str, Any]:
+    """The ConfigMap whose dry-run create this instance's guard refuses when it is in force."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": PROBE_NAME, "namespace": namespace,
-                         "labels": {PROBE_LABEL: "true"}}}
+                         "labels": {PROBE_LABEL: policy_name(watch_namespace)}}}
 
 
 def probe_refused(message: str, watch_namespace: str) -> bool:

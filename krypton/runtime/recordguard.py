@@ -66,7 +66,7 @@ async def _in_force(kube: Kube, settings: Settings, *, settle: float) -> str:
     deadline = time.monotonic() + settle
     while True:
         try:
-            await kube.dry_run_create(namespace, guard.probe(namespace))
+            await kube.dry_run_create(namespace, guard.probe(namespace, settings.watch_namespace))
         except Forbidden as exc:
             if guard.probe_refused(str(exc), settings.watch_namespace):
                 return ""
@@ -118,6 +118,13 @@ async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
                       f"{user} write the release records", user, since, held)
 
 
+async def _server_time(kube: Kube, settings: Settings) -> float:
+    """The API server's clock, to the second: the creation time it gives a dry-run object."""
+    namespace = _probe_namespace(settings)
+    stamped = await kube.dry_run_create(namespace, guard.stamp(namespace))
+    return epoch_seconds((stamped.get("metadata") or {}).get("creationTimestamp")) or 0.0
+
+
 def carried(was: GuardState, now: GuardState) -> GuardState:
     """`now`, keeping the earlier time `was` knew for the same objects (where krypton may
     not record the time on the binding, it knows it from its first look)."""
@@ -141,9 +148,12 @@ async def _since(kube: Kube, settings: Settings, name: str, install: bool
     since = guard.since(binding, key)
     if since:
         return since, key
-    namespace = _probe_namespace(settings)
-    stamped = await kube.dry_run_create(namespace, guard.stamp(namespace))
-    since = epoch_seconds((stamped.get("metadata") or {}).get("creationTimestamp")) or 0.0
+    since = await _server_time(kube, settings)
+    # records are stamped to the second: the ones krypton makes from now on must be
+    # stamped after `since`, so its passes start once the server's clock has passed it
+    deadline = time.monotonic() + 3.0
+    while since and time.monotonic() < deadline and await _server_time(kube, settings) <= since:
+        await asyncio.sleep(0.2)
     if since and install:
         await kube.patch_cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
                                         name, guard.since_annotation(since, key))

@@ -1,10 +1,10 @@
 """One worker per engaged cluster (SPEC R2, R3): engage, watch Tenants and release records,
 feed a de-duplicating queue, reconcile with bounded concurrency, resync periodically.
 
-Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches; beside them the
-guard of the release records is installed or found (SPEC S4: a cluster without it is engaged
-and reported). A failure is reported (Warning Event on the cluster's Secret, log line) and
-retried with capped exponential backoff; the worker never takes the process down. Cancelling the worker's task
+Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches, install or find
+the guard of the release records (SPEC S4: a cluster without it is engaged and reported). A
+failure is reported (Warning Event on the cluster's Secret, log line) and retried with capped
+exponential backoff; the worker never takes the process down. Cancelling the worker's task
 disengages it; its private directory (kubeconfig and certificates) is removed.
 """
 
@@ -221,13 +221,19 @@ class Worker:
             # empty, and an empty cluster would count as a finished rollout wave (F1).
             await self._first_list(group, tenants, "Tenants")
             self.consumer.forget_unlisted(tenants.store)  # gone while it was not engaged
+            # the guard looked at before the first pass (SPEC S4): what krypton makes under
+            # it needs no seal; a cluster that does not answer in time is served without
+            looked = asyncio.Event()
+            group.create_task(self._guard(looked), name=f"{self.name}-record-guard")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2 * settings.api_timeout):
+                    await looked.wait()
             self.engaged = True
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
             group.create_task(self.consumer.run(reconciler, group),
                               name=f"{self.name}-consumer")
-            group.create_task(self._guard(), name=f"{self.name}-record-guard")
             await self._housekeeping(tenants.store)
 
     async def _housekeeping(self, store: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -257,16 +263,15 @@ class Worker:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))
 
-    async def _guard(self) -> None:
+    async def _guard(self, looked: asyncio.Event) -> None:
         """The guard of the cluster's release records (SPEC S4), installed or found and
-        judged now, then every recordguard.CHECK_EVERY seconds (deleted or changed since:
-        installed again, or said). Beside the passes, never before them: a cluster that
-        answers slowly is engaged all the same, its records judged by their seals until
-        the guard is known."""
+        judged now (`looked` set then), then every recordguard.CHECK_EVERY seconds (deleted
+        or changed since: installed again, or said)."""
         assert self.kube is not None
         while True:
             await self.health.judge_guard(await recordguard.ensure(
                 self.kube, self.shared.settings, self.health.guard.user))
+            looked.set()
             await asyncio.sleep(recordguard.CHECK_EVERY)
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
