@@ -149,10 +149,17 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     # fingerprinted (empty) values, and the adoption is said on the Tenant.
     _run(str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig), "apply",
          "-f", str(Path(__file__).parents[2] / "crds"))
-    adopt = krypton(fleet, "adopt-records", f"{fleet.tenant_ns}/{older}", "--cluster",
-                    "proto", *run_flags(fleet))
-    assert adopt.returncode == 0, adopt.stderr
-    assert f"revisions 1 in {older} adopted as krypton's" in adopt.stdout, adopt.stdout
+
+    def adopted_records() -> Any:
+        """Adopt, until the seals stay: the API server serves the new CRD's schema (and
+        stops dropping status.clusters) a moment after the apply."""
+        adopt = krypton(fleet, "adopt-records", f"{fleet.tenant_ns}/{older}", "--cluster",
+                        "proto", *run_flags(fleet))
+        assert adopt.returncode == 0, adopt.stderr
+        assert f"revisions 1 in {older} adopted as krypton's" in adopt.stdout, adopt.stdout
+        status = proto.tenant(fleet.tenant_ns, older).get("status") or {}
+        return ((status.get("clusters") or {}).get("proto") or {}).get("records")
+    wait_for(adopted_records, 60, interval=1, what="the adopted seals kept in the status")
     wait_for(lambda: taken_over(older), 90, what=f"{older} upgraded")
     proto.wait_phase(fleet.tenant_ns, older, "Ready")
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
