@@ -292,7 +292,8 @@ def test_idle_connections_do_not_pile_up_threads(fleet: Fleet) -> None:
         assert _threads(op.pid) < before + 5
         # still answering: the idle connections are capped and time out
         wait_for(lambda: op.readyz().startswith("ok"), 30, what="readyz under load")
-        assert op.metric("krypton_engaged_clusters") >= 1
+        wait_for(lambda: op.metric("krypton_engaged_clusters") >= 1, 30,
+                 what="the cluster engaged under load")
     finally:
         for s in sockets:
             s.close()
