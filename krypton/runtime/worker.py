@@ -221,9 +221,6 @@ class Worker:
             # empty, and an empty cluster would count as a finished rollout wave (F1).
             await self._first_list(group, tenants, "Tenants")
             self.consumer.forget_unlisted(tenants.store)  # gone while it was not engaged
-            self.engaged = True
-            metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
-            metrics.ENGAGED.inc()
             # the guard looked at before the first pass (SPEC S4): what krypton makes under
             # it needs no seal; a cluster that does not answer in time is served without
             looked = asyncio.Event()
@@ -231,6 +228,9 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2 * settings.api_timeout):
                     await looked.wait()
+            self.engaged = True
+            metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
+            metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
             group.create_task(self.consumer.run(reconciler, group),
                               name=f"{self.name}-consumer")
