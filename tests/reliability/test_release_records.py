@@ -496,12 +496,7 @@ def test_a_status_write_lost_after_a_helm_run_leaves_nothing_untrusted(fleet: Fl
     _unguard(fleet)
     op = fleet.start()
     adm = client.AdmissionregistrationV1Api(fleet.remote.api)
-    since = wait_for(lambda: (adm.read_validating_admission_policy_binding(
-        f"{GUARD}.{fleet.tenant_ns}").metadata.annotations or {}).get(
-        "mesh.openkcm.io/guarded-since"), 30, what="the time the guard holds since")
-    held = datetime.datetime.fromisoformat(since.split()[0].replace("Z", "+00:00"))
-    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= held.timestamp() + 1, 5,
-             interval=0.1, what="the API server's clock past the guard's second")
+    _past_the_guards_second(fleet)
     name = fleet.tenant(fleet.remote, unique("unwritten"))
     release = f"tenant-{name}-remote"
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
@@ -541,6 +536,19 @@ def _refuses_status(fleet: Fleet, name: str) -> bool:
         return exc.status in (403, 422) and "status writes refused" in str(exc.body)
 
 
+def _past_the_guards_second(fleet: Fleet) -> None:
+    """Wait until the guard of this test's krypton has its time on its binding and the API
+    server's clock is past that second: records are stamped to the second, and the ones
+    the test makes next must be stamped after it."""
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    since = wait_for(lambda: (adm.read_validating_admission_policy_binding(
+        f"{GUARD}.{fleet.tenant_ns}").metadata.annotations or {}).get(
+        "mesh.openkcm.io/guarded-since"), 30, what="the time the guard holds since")
+    held = datetime.datetime.fromisoformat(since.split()[0].replace("Z", "+00:00"))
+    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= held.timestamp() + 1, 5,
+             interval=0.1, what="the API server's clock past the guard's second")
+
+
 def _server_time(cluster: Cluster, namespace: str) -> float:
     """The API server's clock, as the creation time it gives a dry-run object."""
     made = cluster.core.create_namespaced_config_map(
@@ -556,15 +564,7 @@ def test_a_lost_key_freezes_nothing_the_guard_covers(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
     _unguard(fleet)
     op = fleet.start()
-    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
-    guard = f"{GUARD}.{fleet.tenant_ns}"
-    since = wait_for(lambda: (adm.read_validating_admission_policy_binding(
-        guard).metadata.annotations or {}).get("mesh.openkcm.io/guarded-since"), 30,
-        what="the time the guard holds since, on its binding")
-    held = datetime.datetime.fromisoformat(since.split()[0].replace("Z", "+00:00"))
-    # records are stamped to the second: this one must be made in a later second
-    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= held.timestamp() + 1, 5,
-             interval=0.1, what="the API server's clock past the guard's second")
+    _past_the_guards_second(fleet)
     name = fleet.tenant(fleet.remote, unique("keyless"))
     release = f"tenant-{name}-remote"
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
