@@ -15,6 +15,7 @@ import structlog
 from aiohttp.http_exceptions import LineTooLong
 
 from krypton.adapters import metrics
+from krypton.adapters.budget import Budget
 from krypton.adapters.kube import Kube, without_managed_fields
 from krypton.adapters.kubeapi import (
     METADATA_ONLY,
@@ -23,6 +24,7 @@ from krypton.adapters.kubeapi import (
     TRANSPORT_ERRORS,
     EventHandler,
     Obj,
+    cost,
     transport_error,
 )
 from krypton.decisions import retry
@@ -81,8 +83,10 @@ class Informer:
     """A cache of one collection, owned by the event loop (client-go's reflector, small).
 
     List in pages, then watch from the list's resourceVersion with bookmarks. A watch that
-    ends or fails resumes from the last resourceVersion it saw; only 410 Gone (that version
-    was compacted away) lists again. A watch that delivers nothing, not even a bookmark, for
+    ends or breaks resumes from the last resourceVersion it saw (nothing replayed); only 410
+    Gone (that version was compacted away), an answer krypton cannot read and a store over
+    its bound (TooManyObjects) list again, from scratch. Over the cluster's `budget`, lists
+    and watches wait for its turn (SPEC S5). A watch that delivers nothing, not even a bookmark, for
     `stall_timeout` seconds is dropped and resumed. The store holds plain dicts keyed by
     (namespace, name), each passed through `transform` (by default without managedFields);
     `handler(type, obj)` is called on the loop for every ADDED/MODIFIED/
@@ -109,10 +113,15 @@ class Informer:
                  on_healthy: Callable[[], None] | None = None,
                  transform: Callable[[Obj], Obj] = without_managed_fields,
                  from_now: bool = False,
-                 on_list: Callable[[list[Obj]], None] | None = None) -> None:
+                 on_list: Callable[[list[Obj]], None] | None = None,
+                 budget: Budget | None = None) -> None:
         self.kube, self.what, self.path, self.handler = kube, what, path, handler
         self.from_now = from_now
         self.on_list = on_list
+        # the cluster's budget (SPEC S5): over it, lists and watches wait for its turn
+        self.budget = budget or Budget()
+        self.rv = ""  # the last resourceVersion seen: where a watch resumes, "" = list
+        self.failing = False  # the last list or watch failed
         self._resumed = False  # from_now: a watch starts where changes may have been missed
         # what is kept of each object (the store of every engaged cluster lives in memory)
         self.transform = transform
@@ -143,16 +152,17 @@ class Informer:
             self._task = None
 
     async def run(self) -> None:
-        failures, rv, failing, gone = 0, "", False, 0
+        failures, gone = 0, 0
         while True:
             opened = time.monotonic()
             try:
-                if not rv:
-                    rv = await self._list()
-                    failing = False
+                await self.budget.turn()
+                if not self.rv:
+                    self.rv = await self._list()
+                    self.failing = False
                 opened = time.monotonic()
-                rv = await self._watch(rv, failing)
-                failing = False
+                await self._watch(self.failing)
+                self.failing = False
                 if time.monotonic() - opened >= SHORT_WATCH:
                     failures = gone = 0
                     continue
@@ -163,7 +173,7 @@ class Informer:
                 continue
             except Gone:
                 metrics.WATCH_RELISTS.labels(self.kube.name, self.what).inc()
-                rv = ""
+                self.rv = ""
                 # a 410 after a watch that lasted is the history moving on: list at once;
                 # one at every watch (a server that says it whatever is asked) backs off
                 gone = 0 if time.monotonic() - opened >= SHORT_WATCH else gone + 1
@@ -172,12 +182,14 @@ class Informer:
                 continue
             except TemporaryError as exc:
                 error = exc
+                if exc.reason == "TooManyObjects":
+                    self.rv = ""  # what is kept is over the bound: a real list starts over
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                 # an answer that is not a Kubernetes collection or watch event
                 error = TemporaryError(f"watch {self.what}: malformed answer "
                                        f"({type(exc).__name__})", reason="BadResponse")
-                rv = ""
-            failing = True
+                self.rv = ""
+            self.failing = True
             if self.on_error:
                 self.on_error(error)
             failures += 1
@@ -221,12 +233,13 @@ class Informer:
             self.on_healthy()
         return str(body["metadata"]["resourceVersion"])
 
-    async def _watch(self, rv: str, after_failure: bool) -> str:
-        """Follow one watch connection; return the last resourceVersion seen."""
+    async def _watch(self, after_failure: bool) -> None:
+        """Follow one watch connection from `self.rv`, which follows every event seen: a
+        watch that breaks resumes where it was, replaying nothing."""
         what = f"watch {self.what}"
         server_timeout = self.watch_timeout + random.randint(0, self.watch_timeout // 10)
         resp = await self.kube.watch(
-            what, self.path, resource_version=rv, label_selector=self.label_selector,
+            what, self.path, resource_version=self.rv, label_selector=self.label_selector,
             field_selector=self.field_selector,
             accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
             server_timeout=server_timeout)
@@ -249,12 +262,12 @@ class Informer:
                 except TRANSPORT_ERRORS as exc:
                     raise transport_error(exc, what) from exc
                 if not line:
-                    return rv  # the server ended the watch: resume from here
-                rv = self._apply(json.loads(line), rv, len(line))
+                    return  # the server ended the watch: resume from here
+                self._apply(json.loads(line), len(line))
         finally:
             resp.release()
 
-    def _apply(self, event: Obj, rv: str, size: int = 0) -> str:
+    def _apply(self, event: Obj, size: int = 0) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind not in ("ERROR", "BOOKMARK"):
             obj = self.transform(obj)
@@ -263,15 +276,17 @@ class Informer:
                 raise Gone(f"watch {self.what}: {obj.get('message')}")
             raise APIError(f"watch {self.what}: {obj.get('message')}")
         meta = obj.get("metadata") or {}
-        rv = str(meta.get("resourceVersion") or rv)
+        version = str(meta.get("resourceVersion") or self.rv)
         if kind == "BOOKMARK":
-            return rv
+            self.rv = version
+            return
         if not self.from_now and self.on_list is None:
             key = (meta.get("namespace", ""), meta["name"])
             self._stored -= self._sizes.pop(key, 0)
             if kind == "DELETED":
                 self.store.pop(key, None)
             else:
+                size = cost(size, 1)
                 if self._stored + size > self.kube.limits.store:
                     # a cluster that keeps sending new objects costs its own worker, not
                     # the process's memory (SPEC S3): the watch ends and a list starts over
@@ -282,4 +297,4 @@ class Informer:
                 self._stored += size
                 self.store[key] = obj
         self.handler(str(kind), obj)
-        return rv
+        self.rv = version

@@ -48,6 +48,9 @@ log = structlog.get_logger("krypton.kube")
 HELM_RELEASE_SELECTOR = "owner=helm"
 DISCOVERY_TTL = 300.0  # seconds a group version's resource list is reused for object look-ups
 PAGE_SIZE = 500  # list pages: a fleet of large clusters never loads one huge answer at once
+MAX_PAGES = 100  # a list of more pages never completes (the store limit is reached long before)
+LIST_RESTARTS = 2  # a list whose continued page expired (410) starts over this often
+OBJECT_COST = 2048  # bytes an object kept costs beyond its JSON (its dicts, keys, strings)
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
 
 
@@ -70,6 +73,18 @@ MERGE_PATCH = "application/merge-patch+json"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def cost(received: int, objects: int) -> int:
+    """What keeping `objects` that came in `received` bytes costs, as the store limit counts
+    it: many small objects cost more than their bytes (a Tenant of 185 bytes is 1 KiB decoded,
+    and krypton keeps a record and a queue entry of each Tenant besides)."""
+    return received + objects * OBJECT_COST
+
+
+def _named(answer: Obj) -> bool:
+    meta = answer.get("metadata")
+    return isinstance(meta, dict) and isinstance(meta.get("name"), str)
 
 
 def _status_error(status: int, body: bytes | bytearray, what: str) -> APIError:
@@ -135,6 +150,7 @@ def release_records_path(driver: str, namespace: str | None = None) -> str:
     return core_path("configmaps" if driver == "configmap" else "secrets", namespace)
 
 
+WRITES = ("POST", "PUT", "PATCH")
 THROTTLED_RETRIES = 5  # a 429 is retried this often, after the Retry-After the server asks
 
 
@@ -259,6 +275,10 @@ class Transport:
         if not isinstance(answer, dict):  # not an API server's answer
             raise TemporaryError(f"{what}: the server's answer is not a Kubernetes API "
                                  "response", reason="BadResponse")
+        if method in WRITES and not path.endswith("reviews") and not _named(answer):
+            # a write is answered with the object written (a review's answer has no name)
+            raise TemporaryError(f"{what}: the server's answer names no object",
+                                 reason="BadResponse")
         return answer, len(data)
 
     async def get(self, what: str, path: str) -> Obj | None:
@@ -271,31 +291,42 @@ class Transport:
                        field_selector: str | None = None, accept: str = "application/json",
                        page_size: int = PAGE_SIZE) -> Obj:
         """A whole collection, read in pages; a page token that expired (410) restarts the
-        list, so the answer is always one consistent snapshot. The answer's ``size`` is the
-        bytes received, at most the cluster's store limit (a server handing out pages without
-        end is refused: TooManyObjects)."""
-        while True:
+        list, so the answer is always one consistent snapshot. The answer's ``size`` is what
+        its objects cost (:func:`cost`), at most the cluster's store limit: a server handing
+        out pages without end is refused (TooManyObjects), and so is one that never lets a
+        list complete (ListNeverCompletes: the same page token again, more than MAX_PAGES
+        pages, or a 410 on every restart)."""
+        for _restart in range(LIST_RESTARTS + 1):
             items: list[Obj] = []
             token: str | None = None
+            tokens: set[str] = set()
             size = 0
             try:
-                while True:
+                for _page in range(MAX_PAGES):
                     page, received = await self._request(what, "GET", path, accept=accept, query={
                         "labelSelector": label_selector, "fieldSelector": field_selector,
                         "limit": page_size, "continue": token})
-                    size += received
+                    found = page.get("items") or []
+                    size += cost(received, len(found) if isinstance(found, list) else 0)
                     if size > self.limits.store:
                         raise TemporaryError(f"{what}: the list is over {self.limits.store} bytes",
                                              reason="TooManyObjects")
-                    items += page.get("items") or []
+                    items += found
                     meta = page.get("metadata") or {}
                     token = meta.get("continue") or None
                     if not token:
                         return {"metadata": meta, "items": items, "size": size}
+                    if token in tokens:
+                        raise TemporaryError(f"{what}: the server handed out the same page "
+                                             "token twice", reason="ListNeverCompletes")
+                    tokens.add(token)
+                raise TemporaryError(f"{what}: more than {MAX_PAGES} pages",
+                                     reason="ListNeverCompletes")
             except Gone:
                 if token is None:
                     raise
-                continue
+        raise TemporaryError(f"{what}: every continued page expired (410), {LIST_RESTARTS + 1} "
+                             "times in a row", reason="ListNeverCompletes")
 
     async def watch(self, what: str, path: str, *, resource_version: str,
                     label_selector: str | None, accept: str, server_timeout: int,

@@ -71,8 +71,10 @@ WORKER_FAILURES = Counter("krypton_worker_failures_total",
 CLUSTER_HEALTHY = Gauge("krypton_cluster_healthy",
                         "1 while an engaged cluster can be watched, 0 after `ClusterAccessDenied`"
                         " / `TenantCRDMissing`, an answer refused (`AnswerTooLarge`, "
-                        "`BadResponse`, `TooManyObjects`) or `ClusterUnreachable` for longer "
-                        "than two --api-timeout, until a list or watch is accepted again",
+                        "`BadResponse`, `TooManyObjects`, `ListNeverCompletes`) or "
+                        "`ClusterUnreachable` for longer than two --api-timeout, until a list "
+                        "or watch is accepted again (after a refused answer: until the cluster "
+                        "is within its budget again)",
                         ["cluster"])
 CRD_OUTDATED = Gauge("krypton_cluster_crd_outdated",
                      "1 while the cluster's Tenant CRD is older than krypton's (`CRDOutdated`)", ["cluster"])

@@ -33,6 +33,10 @@ message that never contains credential material.
 
 from __future__ import annotations
 
+# the reasons of answers past a bound, or not answers at all: strikes against the budget of
+# the cluster that gave them (SPEC S3, S5)
+HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects", "ListNeverCompletes")
+
 
 class KryptonError(Exception):
     reason = "Error"

@@ -241,6 +241,10 @@ REASONS: dict[str, Reason] = {
     "TooManyObjects": _r(ERROR, "a list of a cluster passed 32 MiB, or the objects krypton "
                          "keeps of one of its collections would: the watch ends and the list "
                          "starts over on the cluster's backoff; the cluster is reported failing"),
+    "ListNeverCompletes": _r(ERROR, "a list of a cluster never came to its end: the same page "
+                             "token twice, over 100 pages, or a 410 on every restart; the "
+                             "cluster is over its budget and backed off as a whole",
+                             "look at what serves that cluster's API"),
     "AnswerTooLarge": _r(ERROR, "an API server's answer passed 32 MiB, or one watch event 4 MiB, "
                          "as it arrived: refused there, and retried on the cluster's backoff"),
     "NotFound": _r(ERROR, "404 from the API server"),

@@ -50,6 +50,8 @@ WORKER_RESTART = Policy(first=1.0, cap=300.0)
 WATCH_CLUSTER = Policy(first=1.0, cap=60.0)
 # a watch or list that failed (the resume keeps its resourceVersion)
 WATCH = Policy(first=0.5, cap=30.0, jitter=0.2)
+# a cluster over its budget (S5): its lists, watches and passes wait, 2 s doubling to 10 min
+OVER_BUDGET = Policy(first=2.0, cap=600.0, jitter=0.2)
 # a Tenant whose pass failed, per key in its cluster's work queue (R3)
 RECONCILE = Policy(first=1.0, cap=300.0)
 # a helm run that failed, per Tenant x cluster and target, kept in the Tenant's status (R18):

@@ -17,16 +17,22 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
+from krypton.adapters.budget import Budget
 from krypton.decisions import conditions as cond
 from krypton.decisions import crd
-from krypton.decisions.errors import ClusterUnreachable, Forbidden, KryptonError, NotFound
+from krypton.decisions.errors import (
+    HOSTILE_ANSWERS,
+    ClusterUnreachable,
+    Forbidden,
+    KryptonError,
+    NotFound,
+)
 from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.runtime.reconcile import ClusterRuntime
 from krypton.runtime.recordguard import GuardState, carried
 
 Reporter = Callable[[str, str, str, str], Awaitable[None]]
-HOSTILE_ANSWERS = ("AnswerTooLarge", "BadResponse", "TooManyObjects")
 REPEAT_WARNING = 86400.0  # a still-expiring certificate is reported again after a day
 
 
@@ -37,6 +43,7 @@ class ClusterHealth:
         self.name, self.report, self.api_timeout = name, report, api_timeout
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.problem = ""  # why an engaged cluster is failing (lost access, CRD gone), "" = fine
+        self.budget = Budget()  # its strikes: over its budget, its lists, watches and passes wait
         self.crd_outdated = ""  # why its Tenant CRD is older than krypton's, "" = current
         self.guard = GuardState(False, "not looked at yet")  # its release records' guard (S4)
         self.guard_known = False  # judged once at least
@@ -50,14 +57,16 @@ class ClusterHealth:
         an expired certificate, removed RBAC), a deleted Tenant CRD and answers krypton
         refuses (over a bound, not JSON) are not passing faults: the cluster is reported
         failing (Warning Event once per episode, metric, /readyz, krypton status) until a
-        list or a watch is accepted again."""
+        list or a watch is accepted again, or for an answer refused, until it is within its
+        budget again (:meth:`settle`)."""
         self.log.warning("watch failed, retrying", error=str(exc))
         if isinstance(exc, Forbidden):
             reason = "ClusterAccessDenied"
         elif isinstance(exc, NotFound) and "tenants" in str(exc):
             reason = "TenantCRDMissing"
         elif isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
-            reason = exc.reason  # an answer over a bound, or not one (SPEC S3)
+            self.answer_refused(exc)
+            return
         elif isinstance(exc, ClusterUnreachable):
             # away for a moment is the network's weather; away for longer than two API
             # timeouts is worth saying (SPEC S3)
@@ -68,14 +77,40 @@ class ClusterHealth:
             reason = "ClusterUnreachable"
         else:
             return
+        self._failing(reason, exc, "krypton keeps retrying")
+
+    def answer_refused(self, exc: KryptonError) -> None:
+        """An answer of the cluster past a bound, or not one (SPEC S3), met by a watch, a
+        list or a pass: a strike against its budget (SPEC S5), and the cluster failing."""
+        wait = self.budget.strike()
+        self.log.info("cluster over its budget, backing off", reason=exc.reason,
+                      wait=round(wait, 1), strikes=self.budget.strikes)
+        self._failing(exc.reason, exc, "the cluster is over its budget: its lists, watches "
+                      "and passes wait, longer after each answer past a bound, until it "
+                      "answers within them")
+
+    def _failing(self, reason: str, exc: Exception, retrying: str) -> None:
         if self.problem:
             return
         self.problem = f"{reason}: {exc}"
         metrics.CLUSTER_HEALTHY.labels(self.name).set(0)
         self.log.error("cluster failing after engagement", reason=reason, error=str(exc))
-        self._spawn(self.report(self.name, "Warning", reason, f"{exc}; krypton keeps retrying"))
+        self._spawn(self.report(self.name, "Warning", reason, f"{exc}; {retrying}"))
 
     def watch_restored(self) -> None:
+        """A list or a watch was accepted again. A cluster over its budget is not restored
+        by that (its next answer may well be the same): only by :meth:`settle`."""
+        if self.budget.over:
+            return
+        self._restored()
+
+    def settle(self) -> None:
+        """Called every few seconds: a cluster over its budget that has gone its backoff
+        without a strike is within its budget again, and recovered."""
+        if self.budget.settled():
+            self._restored()
+
+    def _restored(self) -> None:
         self._away_since = 0.0
         metrics.CLUSTER_HEALTHY.labels(self.name).set(1)
         if not self.problem:

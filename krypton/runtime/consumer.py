@@ -12,14 +12,15 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
 from krypton.adapters import metrics
+from krypton.adapters.budget import Budget
 from krypton.decisions import conditions as cond
-from krypton.decisions.errors import KryptonError
+from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError
 from krypton.decisions.model import TenantKey
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
 from krypton.runtime.reconcile.memory import Memory
@@ -42,6 +43,7 @@ class Consumer:
         self._busy = 0
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
+        self._refused: Callable[[KryptonError], None] = lambda _exc: None
 
     async def close(self, grace: float = 0.0) -> None:
         """Hand out no key any more; give running passes up to `grace` seconds to end."""
@@ -114,9 +116,14 @@ class Consumer:
 
     # -- the passes ----------------------------------------------------------------------------
 
-    async def run(self, reconciler: Reconciler, group: asyncio.TaskGroup) -> None:
+    async def run(self, reconciler: Reconciler, group: asyncio.TaskGroup,
+                  budget: Budget | None = None,
+                  refused: Callable[[KryptonError], None] = lambda _exc: None) -> None:
         """Hand each queued key to a task of its own, at most --max-concurrent-reconciles at
-        once: an idle cluster keeps one waiting task, not one per allowed reconcile."""
+        once: an idle cluster keeps one waiting task, not one per allowed reconcile. Over the
+        cluster's `budget` no pass starts until its turn; an answer past a bound met by a pass
+        goes to `refused` (a strike, SPEC S5)."""
+        self._refused, budget = refused, budget or Budget()
         slots = asyncio.Semaphore(self.max_concurrent)
         while True:
             await slots.acquire()
@@ -124,6 +131,7 @@ class Consumer:
                 key = await self.queue.get()
             except QueueClosed:
                 return
+            await budget.turn()
             self._busy += 1
             self._idle.clear()
             task = group.create_task(self._reconcile(reconciler, key),
@@ -166,6 +174,8 @@ class Consumer:
                     self.queue.add_after(key, outcome.requeue_after)
         except KryptonError as exc:
             delay = self.queue.retry(key)
+            if exc.reason in HOSTILE_ANSWERS:
+                self._refused(exc)
             metrics.RECONCILE_ERRORS.labels(self.name, exc.reason).inc()
             self.log.warning("reconcile failed", tenant=str(key), reason=exc.reason,
                              error=str(exc), retry_in=delay)

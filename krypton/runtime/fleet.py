@@ -99,6 +99,8 @@ class Fleet:
                 out[name] = "engaged"
             elif e.problem:
                 out[name] = e.problem
+            elif e.worker is not None and e.worker.health.problem:
+                out[name] = f"engaging, failing: {e.worker.health.problem}"
             elif e.worker is not None and e.worker.last_error:
                 out[name] = f"engaging: {e.worker.last_error}"
             else:

@@ -204,7 +204,8 @@ class Worker:
 
         tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
                            self.consumer.tenant_changed, on_error=self.health.watch_failed,
-                           on_healthy=self.health.watch_restored, transform=shared_strings)
+                           on_healthy=self.health.watch_restored, transform=shared_strings,
+                           budget=self.health.budget)
         rt.tenants = tenants.store
         releases = Informer(self.kube, "helm-releases",
                             release_records_path(settings.helm_driver,
@@ -212,7 +213,7 @@ class Worker:
                             self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
                             metadata_only=True, transform=release_record_metadata,
                             on_list=self._releases_listed, on_error=self.health.watch_failed,
-                            on_healthy=self.health.watch_restored)
+                            on_healthy=self.health.watch_restored, budget=self.health.budget)
         async with asyncio.TaskGroup() as group:
             # Release records first, so the first Tenant passes see real release state:
             # before that list every release looks missing, and "missing" means install.
@@ -232,7 +233,8 @@ class Worker:
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
-            group.create_task(self.consumer.run(reconciler, group),
+            group.create_task(self.consumer.run(reconciler, group, self.health.budget,
+                                                self.health.answer_refused),
                               name=f"{self.name}-consumer")
             await self._housekeeping(tenants.store)
 
@@ -258,6 +260,7 @@ class Worker:
                 next_credentials = now + CREDENTIALS_CHECK
                 warned = await self.health.judge_credentials(self.kc, warned)
             await asyncio.sleep(min(5.0, settings.resync_period))
+            self.health.settle()
             self.health.count_phases(self.runtime, len(self.queue))
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period

@@ -1,7 +1,7 @@
-"""An API server of the tests' own that misbehaves on purpose (issue 46): TLS on loopback with
+"""An API server of the tests' own that misbehaves on purpose (SPEC S3): TLS on loopback with
 its own CA, forwarding every request to a real control plane except those its `rule` answers
 itself (an answer without end, a body too large, JSON nested past any parser, a watch line
-that never ends, a redirect to another origin)."""
+that never ends, a redirect to another origin), each answer's time kept."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import http.client
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,6 +47,8 @@ class HostileAPI:
         self.ca = pki.make_ca("hostile-api")
         crt, key = pki.write(self._dir, "serving", pki.issue(self.ca, "hostile", server=True))
         self.rule, self.answered = rule, 0
+        self.times: list[tuple[float, float]] = []  # (start, end) of each answer of the rule
+        self.forwarded: list[tuple[float, str]] = []  # (time, method) of the other requests
         self.port = free_port()
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self.server.daemon_threads = True
@@ -79,12 +82,15 @@ class HostileAPI:
                 answer = api.rule(self.command, self.path)
                 if answer is not None:
                     api.answered += 1
+                    start = time.monotonic()
                     try:
                         answer(self)
                     except OSError:
                         pass  # krypton hung up, as it should
+                    api.times.append((start, time.monotonic()))
                     self.close_connection = True
                     return
+                api.forwarded.append((time.monotonic(), self.command))
                 api.forward(self)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815

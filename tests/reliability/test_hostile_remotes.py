@@ -8,6 +8,8 @@ Secret (a refused watch is only tried again), a backoff, and neither the operato
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -46,9 +48,13 @@ def _endless_tenants(namespace: str) -> Answer:
     return send
 
 
+PAGE_TOKENS = itertools.count()
+
+
 def _pages(h: BaseHTTPRequestHandler) -> None:
-    """A page of no Tenant, 8 MiB of it blank, and a token for the next one, every time."""
-    body = b'{"kind": "TenantList", "metadata": {"continue": "more"}, "items": []' + \
+    """A page of no Tenant, 8 MiB of it blank, and a new token for the next one, every time."""
+    token = f"more-{next(PAGE_TOKENS)}".encode()
+    body = b'{"kind": "TenantList", "metadata": {"continue": "' + token + b'"}, "items": []' + \
         b" " * (8 * MiB) + b"}"
     answer(h, 200, body)
 
@@ -132,5 +138,120 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere
               f"alone, {beside:.2f} s beside it")
         assert grown <= 64 * MiB, f"{name}: the operator's peak RSS grew {grown / MiB:.0f} MiB"
         assert elsewhere.requests == 0  # no redirect followed, to any origin
+    finally:
+        hostile.close()
+
+
+# -- a cluster over its budget is backed off as a whole (SPEC S5) -------------------------------
+
+def _small_tenants(namespace: str) -> Answer:
+    """New Tenants of a few hundred bytes each, without end, until krypton hangs up."""
+    def send(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        i = 0
+        while True:
+            batch = []
+            for _ in range(200):
+                i += 1
+                batch.append(json.dumps({"type": "ADDED", "object": {
+                    "apiVersion": "mesh.openkcm.io/v1alpha1", "kind": "Tenant",
+                    "metadata": {"name": f"ghost-{i}", "namespace": namespace, "uid": f"u{i}",
+                                 "resourceVersion": str(10_000_000 + i)},
+                    "spec": {"paused": True}}}).encode())
+            h.wfile.write(b"\n".join(batch) + b"\n")
+    return send
+
+
+def _page(h: BaseHTTPRequestHandler, token: str) -> None:
+    answer(h, 200, json.dumps({"kind": "TenantList", "items": [], "metadata": {
+        "resourceVersion": "1", "continue": token}}).encode())
+
+
+def _gone_when_continued(h: BaseHTTPRequestHandler) -> None:
+    if "continue=" in h.path:
+        answer(h, 410, b'{"kind": "Status", "code": 410, "message": "too old"}')
+    else:
+        _page(h, "next")
+
+
+def _is_status_patch(method: str, path: str) -> bool:
+    return method == "PATCH" and "/tenants/" in path and path.split("?")[0].endswith("/status")
+
+
+# name -> (which requests it answers, how, the reason of its one Event)
+OVER_BUDGET: dict[str, tuple[Callable[[str, str], bool], Callable[[str], Answer], str]] = {
+    "small new objects without end": (lambda m, p: is_watch(m, p, "tenants"), _small_tenants,
+                                      "TooManyObjects"),
+    "the same page token forever": (lambda m, p: is_list(m, p, "tenants"),
+                                    lambda _ns: lambda h: _page(h, "again"),
+                                    "ListNeverCompletes"),
+    "410 on every continued page": (lambda m, p: is_list(m, p, "tenants"),
+                                    lambda _ns: _gone_when_continued, "ListNeverCompletes"),
+    "a write answered without its object": (_is_status_patch, lambda _ns: lambda h: answer(
+        h, 200, b'{"kind": "Tenant", "status": {}}'), "BadResponse"),
+}
+
+
+def _bursts(times: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The hostile answers grouped into attempts (answers less than 1 s apart: the pages of
+    one list), each as (start of its first answer, end of its last)."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(times):
+        if out and start - out[-1][1] < 1.0:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+@pytest.mark.parametrize("name", list(OVER_BUDGET))
+def test_a_cluster_over_its_budget_waits_longer_each_time_and_costs_only_itself(
+        fleet: Fleet, name: str) -> None:
+    hits, make, reason = OVER_BUDGET[name]
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    started = time.monotonic()
+    first = fleet.tenant(fleet.remote, unique("before"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    alone = time.monotonic() - started
+    baseline = _peak_rss(op.pid)
+
+    send = make(fleet.tenant_ns)
+    hostile = HostileAPI(fleet.home.cp.kubeconfig,
+                         lambda method, path: send if hits(method, path) else None)
+    try:
+        fleet.register("hostile", kubeconfig=hostile.kubeconfig())
+        if name == "a write answered without its object":
+            fleet.tenant(fleet.home, unique("written"))  # its passes write its status there
+        # four attempts: each waits longer than the one before (the informer's and the
+        # budget's backoff, 2 s doubling), however quickly the cluster answered meanwhile
+        bursts = wait_for(lambda: (b := _bursts(hostile.times)) and len(b) >= 4 and b, 180,
+                          interval=0.5, what=f"{name}: four attempts")
+        gaps = [nxt[0] - prev[1] for prev, nxt in zip(bursts, bursts[1:], strict=False)]
+        print(f"{name}: {len(hostile.times)} answers in {len(bursts)} attempts, "
+              f"gaps {[round(g, 1) for g in gaps]} s")
+        assert all(later >= 1.5 * earlier for earlier, later in zip(gaps, gaps[1:], strict=False)), gaps
+        assert len(hostile.times) <= 6 * len(bursts)  # each attempt a few requests at most
+        wait_for(lambda: "cluster hostile: " in op.readyz() and reason in op.readyz(), 30,
+                 what="/readyz names the cluster and the reason")
+        # the healthy cluster keeps its pace meanwhile
+        started = time.monotonic()
+        after = fleet.tenant(fleet.remote, unique("during"))
+        fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
+        beside = time.monotonic() - started
+        grown = _peak_rss(op.pid) - baseline
+        events = [e for e in fleet.home.events(fleet.discovery_ns, "hostile")
+                  if e.reason in (reason, "ClusterRecovered")]
+        print(f"{name}: peak RSS {baseline / MiB:.1f} MiB before, +{grown / MiB:.1f} MiB; "
+              f"a healthy Tenant Ready in {alone:.2f} s alone, {beside:.2f} s beside it; "
+              f"events {[(e.reason, e.count) for e in events]}; forwarded "
+              f"{collections.Counter(m for _t, m in hostile.forwarded)}")
+        assert [(e.type, e.reason, e.count) for e in events] == [("Warning", reason, 1)]
+        assert op.alive()
+        assert not op.log_events("reconcile crashed")
+        assert grown <= 64 * MiB, f"{name}: the operator's peak RSS grew {grown / MiB:.0f} MiB"
+        assert beside <= 2 * alone, f"{name}: {beside:.2f} s beside, {alone:.2f} s alone"
     finally:
         hostile.close()

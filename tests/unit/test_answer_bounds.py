@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +17,7 @@ import pytest
 from krypton.adapters import registry
 from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.kube import Kube
-from krypton.adapters.kubeapi import Limits
+from krypton.adapters.kubeapi import ENGAGED, Limits
 from krypton.adapters.prometheus import Prometheus
 from krypton.decisions import gates, oci
 from krypton.decisions.errors import ChartNotLoaded, KryptonError
@@ -167,3 +169,72 @@ def test_a_tag_list_is_bounded_in_all_its_pages() -> None:
         with pytest.raises(ChartNotLoaded, match="over the limit"):
             _tags(url)
         assert len(paths) == 4  # 4 MiB in all, not 4 MiB a page for 50 pages
+
+
+# -- lists that never complete, writes answered without an object (SPEC S5) ------------------
+
+def _json(h: BaseHTTPRequestHandler, status: int, doc: object) -> None:
+    body = json.dumps(doc).encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def _list_answer(handle: Handler, limits: Limits = ENGAGED) -> tuple[KryptonError, list[str]]:
+    async def ask(url: str) -> None:
+        kube = Kube(ClientConfig(host=url), name="c", limits=limits)
+        try:
+            await kube.list_all("list tenants", "/apis/mesh.openkcm.io/v1alpha1/tenants")
+        finally:
+            await kube.close()
+    with _serve(handle) as (url, paths), pytest.raises(KryptonError) as raised:
+        asyncio.run(ask(url))
+    return raised.value, paths
+
+
+def test_a_list_handing_out_the_same_page_token_again_ends_at_the_second_page() -> None:
+    error, paths = _list_answer(lambda h: _json(h, 200, {"metadata": {"continue": "again"},
+                                                         "items": []}))
+    assert error.reason == "ListNeverCompletes", error
+    assert len(paths) == 2
+
+
+def test_a_list_of_empty_pages_without_end_ends_at_its_page_bound() -> None:
+    pages = itertools.count()
+    error, paths = _list_answer(lambda h: _json(h, 200, {
+        "metadata": {"continue": f"page-{next(pages)}"}, "items": []}))
+    assert error.reason == "ListNeverCompletes", error
+    assert len(paths) == 100
+
+
+def test_a_list_whose_continued_pages_are_always_gone_restarts_three_times_in_all() -> None:
+    def send(h: BaseHTTPRequestHandler) -> None:
+        if "continue=" in h.path:
+            _json(h, 410, {"kind": "Status", "code": 410, "message": "expired"})
+        else:
+            _json(h, 200, {"metadata": {"continue": "next"}, "items": []})
+    error, paths = _list_answer(send)
+    assert error.reason == "ListNeverCompletes", error
+    assert len(paths) == 6  # three lists of a first page and a continued one
+
+
+def test_many_small_objects_cost_more_than_their_bytes() -> None:
+    items = [{"metadata": {"name": f"t{i}"}} for i in range(40)]  # 1 KiB of JSON in all
+    error, _ = _list_answer(lambda h: _json(h, 200, {"metadata": {}, "items": items}),
+                            Limits(store=64 << 10))
+    assert error.reason == "TooManyObjects", error
+
+
+def test_a_write_answered_without_the_object_written_is_a_bad_response() -> None:
+    async def ask(url: str) -> None:
+        kube = Kube(ClientConfig(host=url), name="c")
+        try:
+            await kube.create_event("ns", {"metadata": {"generateName": "x."}})
+        finally:
+            await kube.close()
+    with _serve(lambda h: _json(h, 201, {"kind": "Event", "metadata": {}})) as (url, _), \
+            pytest.raises(KryptonError) as raised:
+        asyncio.run(ask(url))
+    assert raised.value.reason == "BadResponse", raised.value
