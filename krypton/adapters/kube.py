@@ -250,6 +250,11 @@ class Kube(Transport):
         return await self.get(f"get configmap {namespace}/{name}",
                               f"{core_path('configmaps', namespace)}/{quote(name, safe='')}")
 
+    async def patch_configmap(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return await self.request(f"patch configmap {namespace}/{name}", "PATCH",
+                                  f"{core_path('configmaps', namespace)}/{quote(name, safe='')}",
+                                  body=patch, content_type=MERGE_PATCH)
+
     async def get_deployment(self, namespace: str, name: str) -> Obj | None:
         return await self.get(f"get deployment {namespace}/{name}",
                               _path("apis", "apps", "v1", "namespaces", namespace,

@@ -56,6 +56,11 @@ WINDOW_OPEN = Gauge("krypton_cluster_maintenance_window_open",
 BUILD = Info("krypton_build", "1, with krypton's and Python's version")
 ROLLOUT_WAVE = Gauge("krypton_rollout_wave", "Wave of the progressive rollout in progress (1-based)")
 ROLLOUT_HALTED = Gauge("krypton_rollout_halted", "1 while the progressive rollout is halted")
+ROLLOUT_AWAITING = Gauge("krypton_rollout_awaiting_approval",
+                         "1 while a wave of the progressive rollout waits for a person's "
+                         "approval (krypton rollout approve)")
+ROLLOUT_PAUSED = Gauge("krypton_rollout_paused",
+                       "1 while the progressive rollout is paused (krypton rollout pause)")
 ROLLOUT_FAILURE_BUDGET = Gauge("krypton_rollout_failure_budget",
                                "The failure budget of the wave in progress (or of the one that "
                                "halted): failures used and allowed, in --rollout-failure-unit",

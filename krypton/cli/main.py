@@ -24,7 +24,7 @@ from krypton.decisions.deployed import NAME_LABEL
 from krypton.decisions.errors import SettingsError
 
 TOOLS = ("status", "plan", "diff", "register-cluster", "retry", "adopt-records",
-         "rotate-record-key")
+         "rotate-record-key", "rollout")
 CHART_OPTIONS = ("chart_repo", "chart_name", "chart_version")
 
 
@@ -139,6 +139,23 @@ def build_parser() -> Parser:
     rotate.add_argument("--prune", action="store_true",
                         help="drop the retired keys no seal uses any more")
     settings_mod.add_arguments(rotate)
+    control = sub.add_parser(
+        "rollout", help="approve a wave of the fleet rollout, pause, resume or abort it, or "
+                        "show its history", allow_abbrev=False,
+        description="Control the progressive rollout (SPEC F9) by writing an annotation on "
+                    "its state ConfigMap krypton-rollout in --namespace of the watch cluster, "
+                    "naming the rollout's target: approve lets the wave that waits for "
+                    "approval open (--rollout-approval); pause holds every helm run of the "
+                    "rollout until resume; abort ends it, halted (with --rollout-auto-revert "
+                    "the failed releases go back). history shows the last rollouts. Takes the "
+                    "flags of `run`. Exit status 0: written (or shown); 1: nothing changed "
+                    "(no rollout running, nothing waiting, another operator format), or an "
+                    "error.")
+    control.add_argument("action", choices=("approve", "pause", "resume", "abort", "history"))
+    control.add_argument("--by", default="",
+                         help="who acts, as recorded in the history and the Events "
+                              "[default: USER@HOST]")
+    settings_mod.add_arguments(control)
     sub.add_parser("crds", help="print the Tenant CRD")
     guard = sub.add_parser(
         "guard", help="print the guard of krypton's release records, for an admin to apply",
@@ -158,7 +175,7 @@ def build_parser() -> Parser:
                        help="the WATCH_NAMESPACE of a namespaced krypton instance")
     guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
                        help="where the instance's releases go (as its --release-namespace)")
-    for tool in (plan, diff, status, reg, again, adopt, rotate):
+    for tool in (plan, diff, status, reg, again, adopt, rotate, control):
         tool.add_argument(
             "--from-deployment", metavar="NAMESPACE/NAME",
             help="take the settings this command leaves unset (no flag, no environment "
@@ -330,6 +347,14 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
                 changed = changed or bool(text)
                 sys.stdout.write(view.diff_section(heading, text))
             return 2 if changed else 0
+        if args.command == "rollout":
+            import getpass
+            import socket
+
+            by = args.by or f"{getpass.getuser()}@{socket.gethostname()}"
+            wrote, lines = asyncio.run(tools.rollout_control(settings, args.action, by))
+            print("\n".join(lines))
+            return 0 if wrote else 1
         if args.command == "rotate-record-key":
             lines = asyncio.run(tools.rotate_record_key(settings, prune=args.prune))
             print("\n".join(escape(line) for line in lines))

@@ -35,7 +35,7 @@ from krypton.cli.view import (
     tenant_rows,
     unguarded_notes,
 )
-from krypton.decisions import crd, deployed, inventory, records, redact, safeyaml, sharding
+from krypton.decisions import crd, deployed, inventory, records, redact, rollout, safeyaml, sharding
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import (
@@ -309,6 +309,32 @@ async def rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
                                                                     CONFIGMAP))
     except TemporaryError:
         return None
+
+
+async def rollout_control(settings: Settings, action: str, by: str) -> tuple[bool, list[str]]:
+    """``krypton rollout ACTION`` (F9): the control annotation written on the rollout
+    ConfigMap over the version read (a rollout that moved meanwhile makes the write fail,
+    and nothing changes), or the history. Returns whether it wrote, and what it says."""
+    with tempfile.TemporaryDirectory(prefix="krypton-rollout-") as tmp:
+        home = await watch_cluster(settings, Path(tmp), trust_secret=False)
+        try:
+            cm = await home.get_configmap(settings.namespace, CONFIGMAP)
+            state = RolloutState.from_configmap(cm)
+            if action == "history":
+                return True, rollout.history_lines(state, _when)
+            annotations, said = rollout.command(state, action, by)
+            if annotations is None or cm is None:
+                return False, [said]
+            await home.patch_configmap(settings.namespace, CONFIGMAP, {"metadata": {
+                "resourceVersion": cm["metadata"]["resourceVersion"],
+                "annotations": annotations}})
+            return True, [said]
+        finally:
+            await home.close()
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t else "-"
 
 
 async def find_operator(settings: Settings, ref: str, look_in: str | None

@@ -244,6 +244,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("rollout_wave_soak", "How long a finished wave must stay healthy before the next", 0.0,
         lambda t: 0.0 if t.strip() in ("0", "0s") else duration(t)),
     Opt("rollout_auto_revert", "Roll the failed releases of a halted wave back", False, boolean),
+    Opt("rollout_approval", "Which waves wait for a person's approval before they open "
+        "(krypton rollout approve): none, every-wave, or after-canaries (the first wave after "
+        "the canaries')", "none", choice("none", "every-wave", "after-canaries")),
     Opt("rollout_gate_prometheus", "Prometheus-compatible server (http(s)://host:port[/path]) "
         "whose --rollout-gate-query a wave must pass during its soak", ""),
     Opt("rollout_gate_query", "PromQL that must return a non-empty result of non-zero values "

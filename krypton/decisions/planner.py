@@ -98,6 +98,17 @@ PENDING = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
            ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
 
 
+# why a release stays on its version while the fleet-wide rollout holds its cluster (F1, F9)
+HELD = {
+    "RolloutPending": "the fleet-wide rollout has not reached this cluster yet",
+    "RolloutHalted": "the fleet-wide rollout is halted; this cluster stays on its version",
+    "RolloutAwaitingApproval": "this cluster's wave of the fleet-wide rollout waits for "
+                               "approval (krypton rollout approve)",
+    "RolloutPaused": "the fleet-wide rollout is paused (krypton rollout resume); this cluster "
+                     "stays where it is",
+}
+
+
 def release_state(t: TenantView, target: str, rel: ReleaseObservation,
                   missing: tuple[str, ...] = ()) -> ReleaseState:
     """One value for the release of Tenant `t`, given the target fingerprint and the objects
@@ -326,10 +337,8 @@ def _plan(obs: Observation) -> Plan:
     drift = target in (t.applied_fingerprint, t.recorded_fingerprint)
     moving = t.applied_fingerprint is not None or rel.status is not ReleaseStatus.ABSENT
     if not obs.rollout.open and moving and not drift:
-        return Plan(Action.HOLD, obs.rollout.reason or "RolloutPending",
-                    "the fleet-wide rollout is halted; this cluster stays on its version"
-                    if obs.rollout.reason == "RolloutHalted" else
-                    "the fleet-wide rollout has not reached this cluster yet")
+        reason = obs.rollout.reason or "RolloutPending"
+        return Plan(Action.HOLD, reason, HELD.get(reason, HELD["RolloutPending"]))
     # A release labelled as this Tenant's is in this Tenant's namespace: the namespace was
     # judged before the release was made there, and whoever could forge the label (write
     # Secrets in that namespace) could rewrite the release itself. Not looked up again.

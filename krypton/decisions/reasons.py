@@ -164,6 +164,16 @@ REASONS: dict[str, Reason] = {
     "RolloutHalted": _r(CEP, "a wave failed: the rollout holds every cluster not reached",
                         "fix the chart or values; a new target supersedes the halted one"),
     "RolloutReverted": _r(E, "the failed releases of a halted wave were rolled back"),
+    # --- rollout control (F9)
+    "RolloutAwaitingApproval": _r(CEP, "the cluster's wave waits for a person's approval "
+                                  "(--rollout-approval)", "krypton rollout approve"),
+    "RolloutApproved": _r(E, "a wave was approved, by whom as given"),
+    "RolloutApprovalIgnored": _r(E, "an approval names another target (an earlier "
+                                 "rollout's) or another wave: it lets nothing through",
+                                 "krypton rollout approve"),
+    "RolloutPaused": _r(CEP, "the rollout is paused: no helm run of it starts",
+                        "krypton rollout resume"),
+    "RolloutResumed": _r(E, "the paused rollout goes on"),
     "RolloutRevertFailed": _r(E, "some failed releases could not be rolled back",
                               "see the Tenants' RevertFailed Events"),
     "RolloutStateConflict": _r(ERROR, "someone else wrote krypton-rollout between a read and "

@@ -27,10 +27,20 @@ from krypton.decisions import gates, windows
 from krypton.decisions.gates import GatePolicy
 from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
+from krypton.decisions.printable import escape
 from krypton.decisions.settings import Settings
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
 CONFIGMAP = "krypton-rollout"  # holds the state as state.json, in the discovery namespace
+FORMAT = 2  # of the state: 2 with rollout control (F9); a state without one is of format 1
+APPROVALS = ("none", "every-wave", "after-canaries")  # --rollout-approval
+# Rollout control (F9): annotations on the rollout ConfigMap, written by `krypton rollout` or
+# by anyone who may write it (GitOps, chat-ops); each names the target it is meant for.
+APPROVE = "mesh.openkcm.io/rollout-approve"  # "<wave>@<target>": that wave may open
+PAUSE = "mesh.openkcm.io/rollout-pause"  # "<target>": no helm run of it starts meanwhile
+ABORT = "mesh.openkcm.io/rollout-abort"  # "<target>": it ends, halted
+BY = "mesh.openkcm.io/rollout-by"  # who wrote the last of them (recorded as given)
+PAST = 5  # rollouts kept in the history besides the current one
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class Policy:
     soak: float = 0.0
     auto_revert: bool = False
     gate: GatePolicy = GatePolicy()
+    approval: str = "none"  # one of APPROVALS: which waves wait for a person (F9)
 
     @property
     def enabled(self) -> bool:
@@ -57,7 +68,8 @@ class Policy:
                    wave_deadline=s.rollout_wave_deadline,
                    soak=s.rollout_wave_soak, auto_revert=s.rollout_auto_revert,
                    gate=GatePolicy(s.rollout_gate_query, s.rollout_gate_failures,
-                                   s.rollout_wave_deadline))
+                                   s.rollout_wave_deadline),
+                   approval=s.rollout_approval)
 
 
     def budget(self, size: int) -> int:
@@ -135,6 +147,19 @@ class RolloutState:
     budget_used: int = 0
     budget: int = 0
     budget_unit: str = ""
+    # rollout control (F9): the wave in progress waits for a person's approval; the waves
+    # approved so far (index of the last, -1: none) and by whom; paused since when; aborted
+    # by whom; when it started and ended; and the rollouts before it (`summary`)
+    format: int = FORMAT
+    awaiting: bool = False
+    approved: int = -1
+    approvals: tuple[dict[str, Any], ...] = ()
+    paused_at: float | None = None
+    aborted: str = ""
+    started: float = 0.0
+    ended: float | None = None
+    past: tuple[dict[str, Any], ...] = ()
+    ignored: str = ""  # the last approval annotation that approved nothing (said once)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -164,14 +189,31 @@ class RolloutState:
                         if g is not None}
         raw["previous_version"] = str(raw.get("previous_version") or "")[:64]
         raw["gate_failed"] = raw.get("gate_failed") is True
+        raw["format"] = raw.get("format") if isinstance(raw.get("format"), int) else 1
+        for key in ("approvals", "past"):
+            raw[key] = tuple(e for e in raw.get(key) or () if isinstance(e, dict))[-2 * PAST:]
         return cls(**raw)
 
     def reached(self) -> set[str]:
         """Clusters whose wave has started (they may move to the target)."""
         if self.phase == COMPLETE:
             return {c for w in self.waves for c in w}
-        upto = self.waves[: self.wave + 1] if self.phase == PROGRESSING else self.waves[: self.wave]
+        opened = self.phase == PROGRESSING and not self.awaiting
+        upto = self.waves[: self.wave + 1] if opened else self.waves[: self.wave]
         return {c for w in upto for c in w}
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def summary(self) -> dict[str, Any]:
+        """What the history keeps of this rollout once another supersedes it."""
+        return {"version": self.version, "from": self.previous_version,
+                "target": self.target[:23], "started": self.started, "ended": self.ended,
+                "outcome": "Aborted" if self.aborted else self.phase,
+                "waves": [list(w) for w in self.waves], "approvals": list(self.approvals),
+                "failed": list(self.failed), "reverted": self.reverted_releases,
+                "revert_failures": self.revert_failures, "message": self.message[:300]}
 
 
 def plan_waves(clusters: list[str], policy: Policy) -> tuple[tuple[str, ...], ...]:
@@ -187,19 +229,94 @@ def start(target: str, version: str, clusters: list[str], policy: Policy, now: f
           previous: RolloutState | None = None) -> RolloutState:
     note = f"{previous.version} -> {version}" if previous else f"initial {version}"
     history = ((previous.history if previous else ()) + (note,))[-10:]
+    past = ((previous.past + (previous.summary(),)) if previous else ())[-PAST:]
     return RolloutState(target=target, version=version, waves=plan_waves(clusters, policy),
                         wave_started=now, message=f"rolling out {note}", history=history,
-                        previous_version=previous.version if previous else "")
+                        previous_version=previous.version if previous else "",
+                        started=now, past=past)
+
+
+def needs_approval(state: RolloutState, index: int, policy: Policy) -> bool:
+    """Does wave `index` of the rollout wait for a person before it opens (F9)? Every wave
+    with --rollout-approval=every-wave; the first after the canaries' with after-canaries."""
+    if policy.approval == "every-wave":
+        return True
+    return policy.approval == "after-canaries" and index == 1 and bool(policy.canaries) and \
+        set(state.waves[0]) <= set(policy.canaries)
+
+
+Said = tuple[str, str, str]  # an Event: type, reason, message
+
+
+def control(state: RolloutState, annotations: Mapping[str, Any],
+            observed: Mapping[str, ClusterObservation], now: float
+            ) -> tuple[RolloutState, list[Said]]:
+    """The rollout control annotations of the rollout ConfigMap (F9) applied to a progressing
+    rollout: an abort of its target ends it halted (the failed releases of its reached waves
+    go back with --rollout-auto-revert); a pause of its target holds it until the annotation
+    goes; an approval of its target and of the wave waiting lets that wave open. An
+    annotation naming another target (an earlier rollout's) does nothing. Returns the state
+    and the Events to say."""
+    if state.phase != PROGRESSING:
+        return state, []
+    by = escape(str(annotations.get(BY) or "someone"))[:64]
+    wave = f"wave {state.wave + 1}/{len(state.waves)}"
+    if annotations.get(ABORT) == state.target:
+        failed = tuple(c for c in sorted(state.reached())
+                       if c in observed and observed[c].reachable and observed[c].failed)
+        message = f"aborted by {by} in {wave}" + (
+            f"; failed releases on {', '.join(failed)}" if failed else "")
+        return dataclasses.replace(state, phase=HALTED, aborted=by, paused_at=None,
+                                   awaiting=False, failed=failed, message=message), []
+    said: list[Said] = []
+    paused = annotations.get(PAUSE) == state.target
+    if paused and not state.paused:
+        state = dataclasses.replace(state, paused_at=now, message=f"paused by {by} in {wave}")
+        said.append(("Normal", "RolloutPaused", f"{state.message}: no helm run of the "
+                     f"rollout to {state.version} starts until it is resumed"))
+    elif not paused and state.paused_at is not None:
+        # the wave's deadline does not count the pause
+        state = dataclasses.replace(state, paused_at=None,
+                                    wave_started=state.wave_started + now - state.paused_at,
+                                    message=f"resumed in {wave}")
+        said.append(("Normal", "RolloutResumed", f"resumed by {by} in {wave}"))
+    given = str(annotations.get(APPROVE) or "")
+    number, _, target = given.partition("@")
+    if state.awaiting and given and given != state.ignored and \
+            (target != state.target or number != str(state.wave + 1)):
+        state = dataclasses.replace(state, ignored=given)
+        said.append(("Warning", "RolloutApprovalIgnored",
+                     f"{APPROVE}={escape(given[:120])} approves nothing: {wave} of the "
+                     f"rollout to {state.version} waits for {state.wave + 1}@{state.target}"))
+    elif state.awaiting and state.approved < state.wave and target == state.target and \
+            number == str(state.wave + 1):
+        approval = {"wave": state.wave + 1, "by": by, "at": now}
+        state = dataclasses.replace(state, approved=state.wave,
+                                    approvals=(state.approvals + (approval,))[-2 * PAST:])
+        said.append(("Normal", "RolloutApproved", f"{wave} ({', '.join(state.waves[state.wave])}) "
+                     f"of the rollout to {state.version} approved by {by}"))
+    return state, said
+
+
+def ended(state: RolloutState, now: float) -> RolloutState:
+    """The state with its end time, once it is complete or halted."""
+    if state.phase == PROGRESSING or state.ended is not None:
+        return state
+    return dataclasses.replace(state, ended=now)
 
 
 def allowed(state: RolloutState | None, cluster: str) -> tuple[bool, str]:
     """May `cluster` move its Tenants to the target now? (False, reason) when not."""
     if state is None or state.phase == COMPLETE:
         return True, ""
-    if cluster in state.reached() and state.phase == PROGRESSING:
-        return True, ""
     if state.phase == HALTED:
         return False, "RolloutHalted"
+    if state.paused:
+        return False, "RolloutPaused"
+    if cluster in state.reached():
+        return True, ""
+    if state.awaiting and cluster in state.waves[state.wave]:
+        return False, "RolloutAwaitingApproval"
     return False, "RolloutPending"  # a later wave, or engaged late and queued by `include`
 
 
@@ -233,7 +350,8 @@ def to_wake(old: RolloutState | None, new: RolloutState) -> tuple[set[str], bool
     that each held-back Tenant reports the new phase."""
     newly = new.reached() - (old.reached() if old is not None and old.target == new.target
                              else set())
-    return newly, old is not None and old.phase != new.phase
+    return newly, old is not None and (old.phase != new.phase or old.paused != new.paused
+                                       or old.awaiting != new.awaiting)
 
 
 def publication(target: str | None, observation: ClusterObservation) -> str:
@@ -317,10 +435,17 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
              now: float, settling: frozenset[str] = frozenset()) -> RolloutState:
     """The next state of a progressing rollout; halted and complete states stay as they are.
     A wave with a cluster in `settling` (see `engaging`) is not judged yet."""
-    if state.phase != PROGRESSING:
+    if state.phase != PROGRESSING or state.paused:
         return state
     while state.wave < len(state.waves):
         wave = state.waves[state.wave]
+        if needs_approval(state, state.wave, policy) and state.approved < state.wave:
+            return dataclasses.replace(
+                state, awaiting=True, wave_healthy_since=None,
+                message=f"wave {state.wave + 1}/{len(state.waves)} ({', '.join(wave)}) waits "
+                        "for approval: krypton rollout approve")
+        if state.awaiting:  # approved: the wave opens now, and its deadline counts from now
+            state = dataclasses.replace(state, awaiting=False, wave_started=now)
         reachable = [c for c in wave if observed.get(c, ClusterObservation(False, 0, 0, 0)).reachable]
         skipped = tuple(sorted(set(state.skipped) | (set(wave) - set(reachable))))
         failed = tuple(c for c in reachable if observed[c].failed)
@@ -399,3 +524,69 @@ def with_readings(state: RolloutState, readings: Mapping[str, gates.Reading],
     for cluster, reading in readings.items():
         recorded[cluster] = gates.record(recorded.get(cluster), reading, now)
     return dataclasses.replace(state, gates=recorded)
+
+
+# -- `krypton rollout` (F9) ------------------------------------------------------------------
+
+COMMANDS = ("approve", "pause", "resume", "abort", "history")
+
+
+def command(state: RolloutState | None, action: str, by: str
+            ) -> tuple[dict[str, str | None] | None, str]:
+    """What `krypton rollout ACTION` writes on the rollout ConfigMap (the annotations to set,
+    None to remove; None when nothing is to be written) and what it says. A rollout that is
+    not running, or a state written by an operator of another format, changes nothing."""
+    if state is None:
+        return None, "no progressive rollout has run (no state in krypton-rollout); nothing changed"
+    if state.format != FORMAT:
+        return None, (f"the rollout state is of format {state.format}, written by an operator "
+                      f"{'without' if state.format < FORMAT else 'newer than this'} rollout "
+                      f"control (this command speaks format {FORMAT}); upgrade the "
+                      f"{'operator' if state.format < FORMAT else 'command'} first; nothing "
+                      "changed")
+    if state.phase != PROGRESSING:
+        return None, (f"the rollout to {state.version} is not running ({state.phase}: "
+                      f"{state.message}); nothing changed")
+    wave = f"wave {state.wave + 1}/{len(state.waves)}"
+    if action == "approve":
+        if not state.awaiting:
+            return None, (f"the rollout to {state.version} waits for no approval ({state.message}"
+                          "); nothing changed")
+        return ({APPROVE: f"{state.wave + 1}@{state.target}", BY: by},
+                f"approved {wave} ({', '.join(state.waves[state.wave])}) of the rollout to "
+                f"{state.version}")
+    if action == "pause":
+        if state.paused:
+            return None, f"the rollout to {state.version} is paused already; nothing changed"
+        return {PAUSE: state.target, BY: by}, f"pausing the rollout to {state.version} in {wave}"
+    if action == "resume":
+        if not state.paused:
+            return None, f"the rollout to {state.version} is not paused; nothing changed"
+        return {PAUSE: None, BY: by}, f"resuming the rollout to {state.version} in {wave}"
+    if action == "abort":
+        return ({ABORT: state.target, PAUSE: None, BY: by},
+                f"aborting the rollout to {state.version} in {wave}")
+    raise ValueError(action)
+
+
+def history_lines(state: RolloutState | None, when: Any) -> list[str]:
+    """`krypton rollout history`: the rollouts kept, oldest first, then the current one;
+    `when(t)` formats a time."""
+    if state is None:
+        return ["no progressive rollout has run"]
+    lines = []
+    for entry in (*state.past, {**state.summary(), "current": True}):
+        end = f", ended {when(entry['ended'])}" if entry.get("ended") else ""
+        moved = f"{entry.get('from')} -> {entry.get('version')}" if entry.get("from") \
+            else f"initial {entry.get('version')}"
+        lines.append(f"{moved}: {entry.get('outcome')}{' (current)' if entry.get('current') else ''}"
+                     f", started {when(entry.get('started') or 0)}{end}")
+        for i, wave in enumerate(entry.get("waves") or (), 1):
+            lines.append(f"  wave {i}: {', '.join(map(str, wave))}")
+        for a in entry.get("approvals") or ():
+            lines.append(f"  approved wave {a.get('wave')} by {a.get('by')} at {when(a.get('at') or 0)}")
+        if entry.get("failed"):
+            lines.append(f"  failed: {', '.join(map(str, entry['failed']))}; rolled back "
+                         f"{entry.get('reverted', 0)}, could not {entry.get('revert_failures', 0)}")
+        lines.append(f"  {entry.get('message')}")
+    return [escape(line) for line in lines]

@@ -97,6 +97,7 @@ class Settings:
     rollout_wave_deadline: float = _default("rollout_wave_deadline")
     rollout_wave_soak: float = _default("rollout_wave_soak")
     rollout_auto_revert: bool = _default("rollout_auto_revert")
+    rollout_approval: str = _default("rollout_approval")
     rollout_gate_prometheus: str = _default("rollout_gate_prometheus")
     rollout_gate_query: str = _default("rollout_gate_query")
     rollout_gate_interval: float = _default("rollout_gate_interval")

@@ -32,9 +32,12 @@ from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollout import (
     CONFIGMAP,
     HALTED,
+    PROGRESSING,
     ClusterObservation,
     Policy,
     RolloutState,
+    control,
+    ended,
     engaging,
     evaluate,
     gate_for,
@@ -55,6 +58,8 @@ ENGAGE_GRACE = 30.0  # how long a new rollout waits for every discovered cluster
 def _report(state: RolloutState) -> None:
     metrics.ROLLOUT_WAVE.set(min(state.wave + 1, len(state.waves)))
     metrics.ROLLOUT_HALTED.set(1 if state.phase == HALTED else 0)
+    metrics.ROLLOUT_AWAITING.set(1 if state.awaiting and state.phase == PROGRESSING else 0)
+    metrics.ROLLOUT_PAUSED.set(1 if state.paused and state.phase == PROGRESSING else 0)
     if state.budget_unit:
         metrics.ROLLOUT_FAILURE_BUDGET.labels("used", state.budget_unit).set(state.budget_used)
         metrics.ROLLOUT_FAILURE_BUDGET.labels("allowed", state.budget_unit).set(state.budget)
@@ -137,6 +142,16 @@ class RolloutController(_Gated):
         self._version: str | None = None  # resourceVersion of the ConfigMap as last read/written
         self._waiting_since: float | None = None
         self._down_since: dict[str, float] = {}  # clusters seen unreachable, since when
+        self._annotations: dict[str, Any] = {}  # the ConfigMap's, as last read: control (F9)
+        # the ConfigMap watched: a control annotation written by a person is read at once
+        self.informer = Informer(home, "rollout-control", core_path("configmaps", namespace),
+                                 self._changed, field_selector=f"metadata.name={CONFIGMAP}")
+
+    def _changed(self, _type: str, obj: dict[str, Any]) -> None:
+        """Someone else wrote the rollout ConfigMap (its version is not the one krypton
+        last read or wrote): it is read again at the next step."""
+        if (obj.get("metadata") or {}).get("resourceVersion") != self._version:
+            self._loaded = False
 
     def forget(self) -> None:
         """Leadership lost: read the state again when leading next (another leader wrote)."""
@@ -145,7 +160,11 @@ class RolloutController(_Gated):
         self._down_since = {}
 
     async def run(self, stopping: asyncio.Event) -> None:
-        await self._every_interval(stopping, self.step, "rollout step failed")
+        self.informer.start()
+        try:
+            await self._every_interval(stopping, self.step, "rollout step failed")
+        finally:
+            await self.informer.stop()
 
     async def step(self) -> None:
         before = self.current_target, self._loaded
@@ -180,7 +199,17 @@ class RolloutController(_Gated):
         # skipped: the first look after a restart must not find the whole wave unreachable
         settling, self._down_since = engaging({c for w in state.waves for c in w}, observed,
                                               self._down_since, now, ENGAGE_GRACE)
+        state, said = control(state, self._annotations, observed, now)
+        for type_, reason, message in said:
+            log.info("rollout control", reason=reason, detail=message)
+            await self.events.emit(self._involved(), type_, reason, message)
         state = evaluate(state, observed, self.policy, now, settling)
+        if state.awaiting and state.phase == PROGRESSING and not (
+                old is not None and old.awaiting and old.target == state.target
+                and old.wave == state.wave):
+            log.info("rollout awaiting approval", detail=state.message)
+            await self.events.emit(self._involved(), "Normal", "RolloutAwaitingApproval",
+                                   state.message)
         if state.phase == HALTED and not state.reverted and (old is None or old.phase != HALTED
                                                              or old.target != state.target):
             log.error("rollout halted", detail=state.message)
@@ -191,7 +220,7 @@ class RolloutController(_Gated):
                 # requeues every Tenant); each release reports its own outcome.
                 state = dataclasses.replace(state, reverted=True, message=state.message
                                             + "; rolling the failed releases back")
-        state = revert_outcome(state, observed)
+        state = ended(revert_outcome(state, observed), now)
         if state.revert_reported and not (old and old.revert_reported
                                           and old.target == state.target):
             summary = (f"on {', '.join(state.failed)}: {state.reverted_releases} failed "
@@ -236,9 +265,10 @@ class RolloutController(_Gated):
     async def _load(self) -> RolloutState | None:
         cm = await self.home.get_configmap(self.namespace, CONFIGMAP)
         if cm is None:
-            self._version = None
+            self._version, self._annotations = None, {}
             return None
         self._version = cm["metadata"]["resourceVersion"]
+        self._annotations = dict(cm["metadata"].get("annotations") or {})
         state = RolloutState.from_configmap(cm)
         if state is None:
             return None
@@ -252,7 +282,8 @@ class RolloutController(_Gated):
         write fail: the state is read again on the next step instead of overwritten."""
         body: dict[str, Any] = {
             "metadata": {"name": CONFIGMAP, "namespace": self.namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "krypton"}},
+                         "labels": {"app.kubernetes.io/managed-by": "krypton"},
+                         "annotations": self._annotations},
             "data": {"state.json": state.to_json(), "phase": state.phase,
                      "version": state.version, "message": state.message}}
         if not self.fence():

@@ -4,6 +4,7 @@ failing version, resume after an operator restart."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.conftest import CHARTS
-from tests.integration.test_cli import krypton
+from tests.integration.test_cli import krypton, run_flags
 
 from .conftest import Cluster, Fleet, unique
 
@@ -147,8 +148,6 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     assert {k: v[0] for k, v in final.items()} == {"home": "0.3.0", "remote": "0.3.0",
                                                   "remote2": "0.3.0"}
     assert final["home"][1] == canary_records  # the canary was not upgraded again
-    from .test_cli import run_flags
-
     status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
     assert "rollout to 0.3.0: Complete" in status.stdout
     assert "waves     [####################] 3/3" in status.stdout
@@ -253,3 +252,111 @@ def test_clusters_that_leave_and_join_mid_rollout(fleet: Fleet, repo: ChartRepos
     # w4's upgrade waited for its wave, after the last of the others had soaked 10 s;
     # w5's first install did not
     assert w4["lastAppliedTime"] > last > w5["lastAppliedTime"], (w4, w5, last)
+
+
+# -- rollout control (F9) ----------------------------------------------------------------------
+
+APPROVAL = ["--rollout-approval", "after-canaries", "--rollout-auto-revert"]
+
+
+def _annotate(fleet: Fleet, annotations: dict[str, str | None]) -> None:
+    fleet.home.core.patch_namespaced_config_map("krypton-rollout", fleet.discovery_ns,
+                                                {"metadata": {"annotations": annotations}})
+
+
+def _rollout(fleet: Fleet, action: str, version: str, by: str = "alice") -> Any:
+    return krypton(fleet, "rollout", action, "--by", by, *run_flags(fleet, version=version),
+                   "--from-deployment", "none")
+
+
+def _quiet(fleet: Fleet, op: OperatorProcess, seconds: float) -> tuple[float, float]:
+    """Helm processes started anywhere, and API writes to remote and remote2, during
+    `seconds` of a rollout that waits (a measured window, not a synchronisation)."""
+    def counts() -> tuple[float, float]:
+        return (op.metric("krypton_helm_processes_total"),
+                op.metric("krypton_api_writes_total", cluster="remote")
+                + op.metric("krypton_api_writes_total", cluster="remote2"))
+    before = counts()
+    time.sleep(seconds)
+    after = counts()
+    return after[0] - before[0], after[1] - before[1]
+
+
+def test_a_wave_waits_for_its_approval_across_a_restart_and_a_pause(
+        fleet: Fleet, repo: ChartRepository, remote2: Cluster) -> None:
+    fleet.register("home", fleet.home)
+    fleet.register("remote", fleet.remote)
+    fleet.register("remote2", remote2)
+    op = start(fleet, repo, "0.2.0")
+    h, r, r2 = (fleet.tenant(c, unique(p)) for c, p in ((fleet.home, "h"), (fleet.remote, "r"),
+                                                         (remote2, "r2")))
+    fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
+    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
+    remote2.wait_condition(fleet.tenant_ns, r2, "ClusterReady/remote2", "True")
+    first = wait_for(lambda: (s := rollout_state(fleet)) and s["phase"] == "Complete" and s, 60)
+    assert _rollout(fleet, "approve", "0.2.0").returncode == 1  # nothing is running
+    op.stop()
+
+    # 0.3.0: the canary moves, then the next wave waits for a person
+    op = start(fleet, repo, "0.3.0", *APPROVAL)
+    waiting = wait_for(lambda: (s := rollout_state(fleet)) and s["awaiting"] and s, 90,
+                       what="wave 2 awaiting approval")
+    assert (waiting["wave"], waiting["version"]) == (1, "0.3.0")
+    fleet.home.wait_event(fleet.discovery_ns, "krypton-rollout", "RolloutAwaitingApproval")
+    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
+                                "RolloutAwaitingApproval")
+    assert op.metric("krypton_rollout_awaiting_approval") == 1
+    helm_runs, writes = _quiet(fleet, op, 10)
+    print(f"while waiting: {helm_runs:.0f} helm processes, {writes:.0f} writes in 10 s")
+    assert helm_runs == 0 and writes <= 2
+    # an approval of the previous rollout's target lets nothing through
+    _annotate(fleet, {"mesh.openkcm.io/rollout-approve": f"2@{first['target']}"})
+    fleet.home.wait_event(fleet.discovery_ns, "krypton-rollout", "RolloutApprovalIgnored")
+    assert rollout_state(fleet)["awaiting"]  # type: ignore[index]
+
+    # restarted while it waits: it still waits; paused, then approved: still nothing moves
+    op.kill(group=True)
+    op = start(fleet, repo, "0.3.0", *APPROVAL)
+    status = krypton(fleet, "status", *run_flags(fleet, version="0.3.0"))
+    assert "waits for approval" in status.stdout, status.stdout
+    paused = _rollout(fleet, "pause", "0.3.0", by="carol")
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    wait_for(lambda: (rollout_state(fleet) or {}).get("paused_at"), 30, what="paused")
+    approved = _rollout(fleet, "approve", "0.3.0")
+    assert approved.returncode == 0 and "approved wave 2/3 (remote)" in approved.stdout, \
+        approved.stdout + approved.stderr
+    wait_for(lambda: (rollout_state(fleet) or {}).get("approved") == 1, 30, what="approved")
+    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
+                                "RolloutPaused")
+    helm_runs, _ = _quiet(fleet, op, 6)
+    assert helm_runs == 0
+    assert versions(fleet, h, r, r2, remote2)["remote"] == ("0.2.0", [(1, "deployed")])
+    assert _rollout(fleet, "resume", "0.3.0").returncode == 0
+    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 120,
+             what="rollout complete after the approval")
+    assert {k: v[0] for k, v in versions(fleet, h, r, r2, remote2).items()} == \
+        {"home": "0.3.0", "remote": "0.3.0", "remote2": "0.3.0"}
+    fleet.home.wait_event(fleet.discovery_ns, "krypton-rollout", "RolloutApproved")
+    op.stop()
+
+    # 0.9.0 fails on the canary (within a budget of one): the next wave waits; aborted, the
+    # canary's failed release goes back, and the history tells it all
+    op = start(fleet, repo, "0.9.0", *APPROVAL, "--rollout-max-failures", "1")
+    wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.9.0" and s["awaiting"],
+             120, what="0.9.0 awaiting approval after its canary failed")
+    aborted = _rollout(fleet, "abort", "0.9.0", by="bob")
+    assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+    state = wait_for(lambda: (s := rollout_state(fleet)) and s["phase"] == "Halted" and s, 30,
+                     what="aborted")
+    assert state["aborted"] == "bob" and state["failed"] == ["home"]
+    wait_for(lambda: versions(fleet, h, r, r2, remote2)["home"][0] == "0.3.0", 60,
+             what="the canary's failed release rolled back")
+    assert versions(fleet, h, r, r2, remote2)["remote"][0] == "0.3.0"
+    history = _rollout(fleet, "history", "0.9.0")
+    print(history.stdout)
+    assert history.returncode == 0
+    assert "0.2.0 -> 0.3.0: Complete" in history.stdout
+    assert history.stdout.count("approved wave 2 by alice") == 1
+    assert "0.3.0 -> 0.9.0: Aborted (current)" in history.stdout
+    assert "aborted by bob in wave 2/3" in history.stdout
+    assert _rollout(fleet, "resume", "0.9.0").returncode == 1  # not running: nothing changed
