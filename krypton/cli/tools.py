@@ -52,6 +52,7 @@ from krypton.decisions.discovery import (
 )
 from krypton.decisions.errors import (
     ClusterExists,
+    Conflict,
     KubeconfigRejected,
     NotFound,
     SettingsError,
@@ -318,17 +319,24 @@ async def rollout_control(settings: Settings, action: str, by: str) -> tuple[boo
     with tempfile.TemporaryDirectory(prefix="krypton-rollout-") as tmp:
         home = await watch_cluster(settings, Path(tmp), trust_secret=False)
         try:
-            cm = await home.get_configmap(settings.namespace, CONFIGMAP)
-            state = RolloutState.from_configmap(cm)
-            if action == "history":
-                return True, rollout.history_lines(state, _when)
-            annotations, said = rollout.command(state, action, by)
-            if annotations is None or cm is None:
-                return False, [said]
-            await home.patch_configmap(settings.namespace, CONFIGMAP, {"metadata": {
-                "resourceVersion": cm["metadata"]["resourceVersion"],
-                "annotations": annotations}})
-            return True, [said]
+            attempts = 3
+            while True:
+                cm = await home.get_configmap(settings.namespace, CONFIGMAP)
+                state = RolloutState.from_configmap(cm)
+                if action == "history":
+                    return True, rollout.history_lines(state, _when)
+                annotations, said = rollout.command(state, action, by)
+                if annotations is None or cm is None:
+                    return False, [said]
+                try:
+                    await home.patch_configmap(settings.namespace, CONFIGMAP, {"metadata": {
+                        "resourceVersion": cm["metadata"]["resourceVersion"],
+                        "annotations": annotations}})
+                    return True, [said]
+                except Conflict:  # the operator wrote the state meanwhile: judge it again
+                    attempts -= 1
+                    if not attempts:
+                        raise
         finally:
             await home.close()
 

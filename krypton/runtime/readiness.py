@@ -27,10 +27,11 @@ from typing import Any
 
 import structlog
 
+from krypton.adapters.budget import Budget
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.decisions.celhealth import HealthRules
-from krypton.decisions.errors import Forbidden, KryptonError
+from krypton.decisions.errors import HOSTILE_ANSWERS, Forbidden, KryptonError
 from krypton.decisions.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
 from krypton.decisions.model import TenantKey
 from krypton.decisions.ownership import ObjectRef
@@ -97,7 +98,8 @@ class _KindWatch:
             if path is None:
                 return  # not served: its objects cannot exist; the reconciler reads them
         informer = Informer(kube, f"readiness {kind}", path, self._event, from_now=True,
-                            transform=slim, on_error=self._failed, on_healthy=self._resumed)
+                            transform=slim, on_error=self._failed, on_healthy=self._resumed,
+                            budget=self.owner.budget)
         await informer.run()
 
     def _event(self, type_: str, obj: Obj) -> None:
@@ -108,6 +110,8 @@ class _KindWatch:
     def _failed(self, exc: Exception) -> None:
         self.live = False
         self.epoch += 1
+        if isinstance(exc, KryptonError) and exc.reason in HOSTILE_ANSWERS:
+            self.owner.refused(exc)
         if isinstance(exc, Forbidden) and not self.denied:
             self.denied = True
             _log.info("readiness watch not permitted; workloads are polled", kind=self.kind[1],
@@ -150,8 +154,12 @@ class Readiness:
     """The followed workloads of one cluster's releases (see the module's description)."""
 
     def __init__(self, kube: Kube, wake: Callable[[TenantKey], None],
-                 rules: HealthRules = NO_RULES) -> None:
+                 rules: HealthRules = NO_RULES, budget: Budget | None = None,
+                 refused: Callable[[KryptonError], None] = lambda _exc: None) -> None:
         self.kube, self.wake, self.rules = kube, wake, rules
+        # the cluster's budget (SPEC S5): its watches wait for its turn, and an answer past a
+        # bound they meet is a strike (`refused`)
+        self.budget, self.refused = budget or Budget(), refused
         self._refs: dict[TenantKey, tuple[ObjectRef, ...]] = {}
         self._followers: dict[ObjKey, set[TenantKey]] = {}
         self._objects: dict[ObjKey, Obj | None] = {}  # None: looked for and not found

@@ -143,6 +143,7 @@ class RolloutController(_Gated):
         self._waiting_since: float | None = None
         self._down_since: dict[str, float] = {}  # clusters seen unreachable, since when
         self._annotations: dict[str, Any] = {}  # the ConfigMap's, as last read: control (F9)
+        self._reread = False  # someone else wrote the ConfigMap: read it at the next step
         # the ConfigMap watched: a control annotation written by a person is read at once
         self.informer = Informer(home, "rollout-control", core_path("configmaps", namespace),
                                  self._changed, field_selector=f"metadata.name={CONFIGMAP}")
@@ -151,7 +152,7 @@ class RolloutController(_Gated):
         """Someone else wrote the rollout ConfigMap (its version is not the one krypton
         last read or wrote): it is read again at the next step."""
         if (obj.get("metadata") or {}).get("resourceVersion") != self._version:
-            self._loaded = False
+            self._reread = True
 
     def forget(self) -> None:
         """Leadership lost: read the state again when leading next (another leader wrote)."""
@@ -171,6 +172,9 @@ class RolloutController(_Gated):
         if not self._loaded:
             self.state = await self._load()
             self._loaded = True
+        elif self._reread:  # a control annotation, most likely: the state itself is ours
+            self._reread = False
+            self.state = await self._load()
         chart, target = await self._resolve()
         workers = self.workers()
         if (target, self._loaded) != before:

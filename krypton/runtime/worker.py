@@ -174,7 +174,8 @@ class Worker:
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
             readiness=None if settings.helm_wait else Readiness(
-                self.kube, self.consumer.workload_turned, settings.health_rules),
+                self.kube, self.consumer.workload_turned, settings.health_rules,
+                self.health.budget, self.health.answer_refused),
             record_keys=self.shared.record_keys,
             guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0,
             record_guard=lambda: (self.health.guard.guarded, self.health.guard.message)

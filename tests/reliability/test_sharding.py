@@ -242,18 +242,24 @@ def test_one_rollout_for_the_sharded_fleet_gated_on_every_replica(fleet: Fleet,
     for op in ops.values():
         assert op.stop(grace=30) == 0
 
-    # 0.3.0 with a soak: the canary (on r1) moves first; while its wave is still open
-    # (read before and after the versions), the clusters of r0 stay on 0.2.0
-    ops = start("0.3.0", "--rollout-wave-soak", "6s")
-    wait_for(lambda: version_on("canary", on["canary"]) == "0.3.0", 90, what="canary on 0.3.0")
-    before = rollout_state(fleet)
-    held = {c: version_on(c, on[c]) for c in ("w1", "w2", "w3")}
-    after = rollout_state(fleet)
-    assert before and after and before["version"] == after["version"] == "0.3.0"
-    assert before["wave"] == after["wave"] == 0, after
+    # 0.3.0, the wave after the canary's waiting for approval (F9): the canary (on r1) moves
+    # first; the clusters of r0 stay on 0.2.0, their gate closed by the state the leader
+    # wrote, until the approval written on the ConfigMap lets the next wave go
+    ops = start("0.3.0", "--rollout-approval", "after-canaries")
+    waiting = wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0"
+                       and s["awaiting"] and s, 90, what="the second wave waiting for approval")
     # planned over every cluster, whichever replica serves it: canary, then one at a time
-    assert after["waves"] == [["canary"], ["w1"], ["w2"], ["w3"]]
-    assert held == dict.fromkeys(("w1", "w2", "w3"), "0.2.0")
+    assert waiting["waves"] == [["canary"], ["w1"], ["w2"], ["w3"]] and waiting["wave"] == 1
+    assert version_on("canary", on["canary"]) == "0.3.0"
+    fleet.remote.wait_condition(fleet.tenant_ns, tenants["remote"], "ClusterProgress/w1",
+                                "False", "RolloutAwaitingApproval")
+    assert {c: version_on(c, on[c]) for c in ("w1", "w2", "w3")} == \
+        dict.fromkeys(("w1", "w2", "w3"), "0.2.0")
+    wait_for(lambda: all(op.metric("krypton_rollout_awaiting_approval") == 1
+                         for op in ops.values()), 30, what="every replica reports the wait")
+    fleet.home.core.patch_namespaced_config_map("krypton-rollout", fleet.discovery_ns, {
+        "metadata": {"annotations": {"mesh.openkcm.io/rollout-approve":
+                                     f"2@{waiting['target']}"}}})
     wait_for(lambda: (s := rollout_state(fleet)) and s["version"] == "0.3.0"
              and s["phase"] == "Complete", 120, what="the 0.3.0 rollout complete")
     assert {c: version_on(c, t) for c, t in on.items()} == dict.fromkeys(clusters, "0.3.0")
