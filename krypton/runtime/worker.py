@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -216,6 +217,15 @@ class Worker:
                             on_list=self._releases_listed, on_error=self.health.watch_failed,
                             on_healthy=self.health.watch_restored, budget=self.health.budget)
         async with asyncio.TaskGroup() as group:
+            # The guard looked at before the first pass (SPEC S4): what krypton makes under
+            # it needs no seal; a cluster that does not answer in time is served without.
+            # Looked at before the watches open, its requests take the connection engaging
+            # left idle: once both watches hold one, each look would open a third.
+            looked = asyncio.Event()
+            group.create_task(self._guard(looked), name=f"{self.name}-record-guard")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2 * settings.api_timeout):
+                    await looked.wait()
             # Release records first, so the first Tenant passes see real release state:
             # before that list every release looks missing, and "missing" means install.
             await self._first_list(group, releases, "Helm release records")
@@ -223,13 +233,6 @@ class Worker:
             # empty, and an empty cluster would count as a finished rollout wave (F1).
             await self._first_list(group, tenants, "Tenants")
             self.consumer.forget_unlisted(tenants.store)  # gone while it was not engaged
-            # the guard looked at before the first pass (SPEC S4): what krypton makes under
-            # it needs no seal; a cluster that does not answer in time is served without
-            looked = asyncio.Event()
-            group.create_task(self._guard(looked), name=f"{self.name}-record-guard")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2 * settings.api_timeout):
-                    await looked.wait()
             self.engaged = True
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
@@ -276,7 +279,8 @@ class Worker:
             await self.health.judge_guard(await recordguard.ensure(
                 self.kube, self.shared.settings, self.health.guard.user))
             looked.set()
-            await asyncio.sleep(recordguard.CHECK_EVERY)
+            # spread: clusters engaged together do not all look (and connect) at once
+            await asyncio.sleep(recordguard.CHECK_EVERY * random.uniform(1.0, 1.2))
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
                           ) -> None:
