@@ -204,20 +204,22 @@ def _plt() -> Any:
 def bench_clusters_figure() -> str:
     plt = _plt()
     idle = _results()["operator_cost"]["idle_memory"]
-    runs, before = idle["after"]["clusters"], idle["before"]["clusters"]
+    now = idle["current"]
+    runs, old = now["clusters"], idle["first_lists_in_turns"]["clusters"]
     n = [r["clusters"] for r in runs]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    turns = idle["first_lists_in_turns"]["clusters"]
-    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label="shared state (07ea376)")
-    left.plot([r["clusters"] for r in turns], [r["peak_rss_mib"] for r in turns], marker="^",
-              linestyle="none", color="tab:green", label="+ first lists in turns (1bc78d2)")
-    left.plot([r["clusters"] for r in before], [r["peak_rss_mib"] for r in before],
-              marker="s", linestyle="none", color="tab:gray", label="before (4360b19)")
+    label = f"{now['commit']}, {now['date']}"
+    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label=label)
+    left.plot([r["clusters"] for r in old], [r["peak_rss_mib"] for r in old], marker="^",
+              linestyle="none", color="tab:gray",
+              label="1bc78d2, 2026-11-24: before krypton's own client and the guard (S4)")
     left.axhline(250, color="tab:red", linewidth=0.8, linestyle="--", label="goal at 1000")
     left.legend(fontsize="small")
     left.set(xscale="log", xlabel="clusters (idle)", ylabel="peak RSS (MiB)",
              title="operator memory")
-    right.plot(n, [r["seconds_to_engage"] for r in runs], marker="o", color="tab:orange")
+    right.plot(n, [r["seconds_to_engage"] for r in runs], marker="o", color="tab:orange",
+               label=label)
+    right.legend(fontsize="small")
     right.set(xscale="log", xlabel="clusters", ylabel="seconds", title="time to engage all")
     return _svg(fig)
 
