@@ -86,8 +86,8 @@ class Informer:
     ends or breaks resumes from the last resourceVersion it saw (nothing replayed); only 410
     Gone (that version was compacted away), an answer krypton cannot read and a store over
     its bound (TooManyObjects) list again, from scratch. Over the cluster's `budget`, lists
-    and watches wait for its turn (SPEC S5). A watch that delivers nothing, not even a bookmark, for
-    `stall_timeout` seconds is dropped and resumed. The store holds plain dicts keyed by
+    and watches wait for its turn (SPEC S5). A watch that delivers nothing, not even a
+    bookmark, for `stall_timeout` seconds is dropped and resumed. The store holds plain dicts keyed by
     (namespace, name), each passed through `transform` (by default without managedFields);
     `handler(type, obj)` is called on the loop for every ADDED/MODIFIED/
     DELETED (list items arrive as ADDED or MODIFIED, vanished ones as DELETED after a relist).
