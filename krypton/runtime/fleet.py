@@ -100,7 +100,8 @@ class Fleet:
             elif e.problem:
                 out[name] = e.problem
             elif e.worker is not None and e.worker.health.problem:
-                out[name] = f"engaging, failing: {e.worker.health.problem}"
+                waiting = f"{e.worker.last_error}; " if e.worker.last_error else ""
+                out[name] = f"engaging: {waiting}failing: {e.worker.health.problem}"
             elif e.worker is not None and e.worker.last_error:
                 out[name] = f"engaging: {e.worker.last_error}"
             else:
