@@ -4,7 +4,6 @@ failing version, resume after an operator restart."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -269,17 +268,23 @@ def _rollout(fleet: Fleet, action: str, version: str, by: str = "alice") -> Any:
                    "--from-deployment", "none")
 
 
-def _quiet(fleet: Fleet, op: OperatorProcess, seconds: float) -> tuple[float, float]:
-    """Helm processes started anywhere, and API writes to remote and remote2, during
-    `seconds` of a rollout that waits (a measured window, not a synchronisation)."""
-    def counts() -> tuple[float, float]:
+def _held(fleet: Fleet, op: OperatorProcess, held: dict[str, tuple[Cluster, str]]
+          ) -> tuple[float, float]:
+    """Helm processes started anywhere, and API writes to the clusters of `held`, while each
+    of their Tenants is changed (an annotation) and its cluster makes a pass of it: what a
+    rollout that holds them does when it has the chance to do something."""
+    def counts() -> tuple[float, float, list[float]]:
         return (op.metric("krypton_helm_processes_total"),
-                op.metric("krypton_api_writes_total", cluster="remote")
-                + op.metric("krypton_api_writes_total", cluster="remote2"))
-    before = counts()
-    time.sleep(seconds)
+                sum(op.metric("krypton_api_writes_total", cluster=c) for c in held),
+                [op.metric("krypton_reconciles_total", cluster=c) for c in held])
+    helm, writes, passes = counts()
+    for cluster, tenant in held.values():
+        cluster.patch_tenant(fleet.tenant_ns, tenant,
+                             {"metadata": {"annotations": {"test.krypton/poke": unique("p")}}})
+    wait_for(lambda: all(now > then for now, then in zip(counts()[2], passes, strict=True)),
+             30, what="a pass of every held Tenant")
     after = counts()
-    return after[0] - before[0], after[1] - before[1]
+    return after[0] - helm, after[1] - writes
 
 
 def test_a_wave_waits_for_its_approval_across_a_restart_and_a_pause(
@@ -306,8 +311,8 @@ def test_a_wave_waits_for_its_approval_across_a_restart_and_a_pause(
     fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
                                 "RolloutAwaitingApproval")
     assert op.metric("krypton_rollout_awaiting_approval") == 1
-    helm_runs, writes = _quiet(fleet, op, 10)
-    print(f"while waiting: {helm_runs:.0f} helm processes, {writes:.0f} writes in 10 s")
+    helm_runs, writes = _held(fleet, op, {"remote": (fleet.remote, r), "remote2": (remote2, r2)})
+    print(f"while waiting: {helm_runs:.0f} helm processes, {writes:.0f} writes in a pass each")
     assert helm_runs == 0 and writes <= 2
     # an approval of the previous rollout's target lets nothing through
     _annotate(fleet, {"mesh.openkcm.io/rollout-approve": f"2@{first['target']}"})
@@ -328,7 +333,7 @@ def test_a_wave_waits_for_its_approval_across_a_restart_and_a_pause(
     wait_for(lambda: (rollout_state(fleet) or {}).get("approved") == 1, 30, what="approved")
     fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
                                 "RolloutPaused")
-    helm_runs, _ = _quiet(fleet, op, 6)
+    helm_runs, _ = _held(fleet, op, {"remote": (fleet.remote, r), "remote2": (remote2, r2)})
     assert helm_runs == 0
     assert versions(fleet, h, r, r2, remote2)["remote"] == ("0.2.0", [(1, "deployed")])
     assert _rollout(fleet, "resume", "0.3.0").returncode == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from krypton.testing.operator import wait_for
+from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Fleet, unique
 from tests.reliability.hostile_api import HostileAPI, answer, is_list, is_watch, stream
 from tests.reliability.test_hostile_input import Responder
@@ -92,6 +92,17 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+def _healthy_alone(fleet: Fleet) -> tuple[OperatorProcess, float, int]:
+    """The operator on the healthy cluster alone: it, the seconds its first Tenant took to
+    be Ready, and its peak RSS then (the baseline of what a hostile cluster may add)."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    started = time.monotonic()
+    first = fleet.tenant(fleet.remote, unique("before"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    return op, time.monotonic() - started, _peak_rss(op.pid)
+
+
 @pytest.fixture
 def elsewhere() -> Iterator[Responder]:
     other = Responder(lambda _path: b"{}", content_type="application/json")
@@ -102,13 +113,7 @@ def elsewhere() -> Iterator[Responder]:
 @pytest.mark.parametrize("name", list(_classes("", "")))
 def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere: Responder,
                                                          name: str) -> None:
-    fleet.register("remote", fleet.remote)
-    op = fleet.start()
-    started = time.monotonic()
-    first = fleet.tenant(fleet.remote, unique("before"))
-    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
-    alone = time.monotonic() - started
-    baseline = _peak_rss(op.pid)
+    op, alone, baseline = _healthy_alone(fleet)
 
     which, send, reason = _classes(fleet.tenant_ns, elsewhere.url)[name]
     hits = is_list if which == "list" else is_watch
@@ -210,13 +215,7 @@ def _bursts(times: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def test_a_cluster_over_its_budget_waits_longer_each_time_and_costs_only_itself(
         fleet: Fleet, name: str) -> None:
     hits, make, reason = OVER_BUDGET[name]
-    fleet.register("remote", fleet.remote)
-    op = fleet.start()
-    started = time.monotonic()
-    first = fleet.tenant(fleet.remote, unique("before"))
-    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
-    alone = time.monotonic() - started
-    baseline = _peak_rss(op.pid)
+    op, alone, baseline = _healthy_alone(fleet)
 
     send = make(fleet.tenant_ns)
     hostile = HostileAPI(fleet.home.cp.kubeconfig,
