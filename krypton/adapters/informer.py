@@ -138,6 +138,16 @@ class Informer:
         self.synced = asyncio.Event()
         self.lists = 0  # successful lists: 1 after the first sync, +1 per relist
         self._task: asyncio.Task[None] | None = None
+        self._relist = False  # asked to list again from scratch
+        self._resp: Any = None  # the watch connection followed, if any
+
+    def relist(self) -> None:
+        """List again from scratch, at once: the watch followed ends. For a collection whose
+        objects the API server now decodes otherwise (a new CRD schema), the store keeps
+        them as the old one gave them until they change again."""
+        self._relist = True
+        if self._resp is not None:
+            self._resp.close()
 
     def start(self) -> Informer:
         """Run as a task of its own (the caller stops it); see :meth:`run` for task groups."""
@@ -155,6 +165,8 @@ class Informer:
         failures, gone = 0, 0
         while True:
             opened = time.monotonic()
+            if self._relist:
+                self._relist, self.rv = False, ""
             try:
                 await self.budget.turn()
                 if not self.rv:
@@ -163,7 +175,7 @@ class Informer:
                 opened = time.monotonic()
                 await self._watch(self.failing)
                 self.failing = False
-                if time.monotonic() - opened >= SHORT_WATCH:
+                if self._relist or time.monotonic() - opened >= SHORT_WATCH:
                     failures = gone = 0
                     continue
                 # A watch the server ended at once (a proxy closing every connection): not an
@@ -181,6 +193,8 @@ class Informer:
                     await asyncio.sleep(retry.WATCH.delay(gone))
                 continue
             except TemporaryError as exc:
+                if self._relist:
+                    continue  # the watch ended by relist(), not by the server
                 error = exc
                 if exc.reason == "TooManyObjects":
                     self.rv = ""  # what is kept is over the bound: a real list starts over
@@ -221,8 +235,7 @@ class Informer:
         for key, item in seen.items():
             old = self.store.get(key)
             self.store[key] = item
-            if old is None or old["metadata"].get("resourceVersion") != \
-                    item["metadata"].get("resourceVersion"):
+            if old != item:  # a new version, or the same as another schema decodes it
                 self.handler("ADDED" if old is None else "MODIFIED", item)
         return self._listed(body)
 
@@ -243,11 +256,12 @@ class Informer:
             field_selector=self.field_selector,
             accept=METADATA_ONLY_WATCH if self.metadata_only else "application/json",
             server_timeout=server_timeout)
+        self._resp = resp
         if (after_failure or self._resumed) and self.on_healthy:
             self._resumed = False
             self.on_healthy()
         try:
-            while True:
+            while not self._relist:
                 try:
                     async with asyncio.timeout(self.stall_timeout):
                         line = await resp.content.readline(
@@ -265,6 +279,7 @@ class Informer:
                     return  # the server ended the watch: resume from here
                 self._apply(json.loads(line), len(line))
         finally:
+            self._resp = None
             resp.release()
 
     def _apply(self, event: Obj, size: int = 0) -> None:

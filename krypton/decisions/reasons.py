@@ -222,6 +222,8 @@ REASONS: dict[str, Reason] = {
     "CRDOutdated": _r(E, "the cluster's Tenant CRD is older than krypton's",
                       "kubectl apply -f crds/mesh.openkcm.io_tenants.yaml, or "
                       "--crd-policy=upgrade"),
+    "CRDCurrent": _r(E, "the cluster's Tenant CRD found outdated is krypton's now (looked "
+                     "at every 10 s while outdated): its Tenants are listed again"),
     "CRDEnsureFailed": _r("Event,error", "the Tenant CRD could not be created on a cluster",
                           "kubectl apply -f crds/ there, or grant create on CRDs"),
     "CredentialsExpiringSoon": _r(E, "a cluster's client certificate expires soon",

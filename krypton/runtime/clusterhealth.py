@@ -128,15 +128,21 @@ class ClusterHealth:
     async def judge_crd(self, served: dict[str, Any]) -> None:
         """An older Tenant CRD (the original operator's, or an earlier krypton revision kept
         by --crd-policy=create) makes the API server drop fields krypton writes: reported
-        once per engagement, with the command that fixes it (SPEC R2)."""
-        reason = crd.outdated(served)
-        self.crd_outdated = reason or ""
+        when found and when its reason changes, with the command that fixes it (SPEC R2);
+        a Normal Event once a current one is served."""
+        reason, was = crd.outdated(served) or "", self.crd_outdated
+        self.crd_outdated = reason
         metrics.CRD_OUTDATED.labels(self.name).set(1 if reason else 0)
-        if reason:
+        if reason and reason != was:
             message = (f"the Tenant CRD on this cluster is outdated: {reason}; the API server "
                        f"drops what it lacks. Fix: {crd.FIX}")
             self.log.warning("tenant CRD outdated", detail=reason)
             await self.report(self.name, "Warning", "CRDOutdated", message)
+        elif was and not reason:
+            self.log.info("tenant CRD current")
+            await self.report(self.name, "Normal", "CRDCurrent",
+                              "the Tenant CRD on this cluster is krypton's now; its Tenants are "
+                              "listed again")
 
     async def judge_guard(self, state: GuardState) -> None:
         """The guard of the cluster's release records (SPEC S4), as last found: a cluster

@@ -55,6 +55,7 @@ from krypton.runtime.slots import FairSlots
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
 FIRST_LISTS = 32  # clusters making their first lists at once
 CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluster's certificate
+CRD_CHECK = 10.0  # seconds between looks at a Tenant CRD found outdated (applied since?)
 
 
 @dataclass
@@ -240,21 +241,32 @@ class Worker:
             group.create_task(self.consumer.run(reconciler, group, self.health.budget,
                                                 self.health.answer_refused),
                               name=f"{self.name}-consumer")
-            await self._housekeeping(tenants.store)
+            await self._housekeeping(tenants)
 
-    async def _housekeeping(self, store: dict[tuple[str, str], dict[str, Any]]) -> None:
+    async def _housekeeping(self, tenants: Informer) -> None:
         """The engaged cluster's periodic work, in one task: the phase gauges every few
         seconds, every Tenant queued again each --resync-period, a look for orphaned
-        releases at most every ORPHAN_CHECK seconds and the client certificate's expiry
-        every CREDENTIALS_CHECK seconds."""
+        releases at most every ORPHAN_CHECK seconds, the client certificate's expiry
+        every CREDENTIALS_CHECK seconds and an outdated Tenant CRD every CRD_CHECK."""
         assert self.runtime is not None
         settings = self.shared.settings
+        store = tenants.store
         now = time.monotonic()
         next_resync, next_orphans = now + settings.resync_period, now
-        next_credentials = now + CREDENTIALS_CHECK
+        next_credentials, next_crd = now + CREDENTIALS_CHECK, now + CRD_CHECK
         warned = now if self.kc.warnings else -REPEAT_WARNING  # said at engagement
+        relist = False
         while True:
             now = time.monotonic()
+            if relist:
+                # The CRD was found current at the last tick, and the API server serves it
+                # by now. The Tenants kept were decoded by the old schema, which dropped
+                # what it lacks (the records' seals a moment ago, say): they are listed anew.
+                relist = False
+                tenants.relist()
+            if self.health.crd_outdated and now >= next_crd:
+                next_crd = now + CRD_CHECK
+                relist = await self._crd_applied()
             if now >= next_orphans:
                 next_orphans = now + ORPHAN_CHECK
                 await self.health.look_for_orphans(
@@ -269,6 +281,22 @@ class Worker:
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))
+
+    async def _crd_applied(self) -> bool:
+        """Whether the outdated Tenant CRD was replaced by a current one (an administrator
+        applied krypton's): said, and the phases it accepts taken."""
+        assert self.kube is not None and self.runtime is not None
+        try:
+            served = await self.kube.get_crd()
+        except KryptonError:
+            return False  # looked at again in CRD_CHECK seconds
+        if served is None:
+            return False
+        await self.health.judge_crd(served)
+        if self.health.crd_outdated:
+            return False
+        self.runtime.phases = crd.served_phases(served)
+        return True
 
     async def _guard(self, looked: asyncio.Event) -> None:
         """The guard of the cluster's release records (SPEC S4), installed or found and

@@ -8,12 +8,14 @@ file, captures its log, scrapes its Prometheus metrics and stops it like ``make 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import compileall
 import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,6 +83,16 @@ def kubeconfig_secret(name: str, kubeconfig: str | bytes, *, namespace: str = "d
 
 
 STARTED: list[OperatorProcess] = []  # every operator this process started (for log scans)
+_WORKDIRS: list[Path] = []  # their log directories, removed when this process ends
+
+
+@atexit.register
+def _remove_workdirs() -> None:
+    """The operators' logs outlive the tests (a session's last look scans them all), not the
+    test process, unless KRYPTON_KEEP_CONTROLPLANE=1 keeps them for a post-mortem."""
+    if os.environ.get("KRYPTON_KEEP_CONTROLPLANE") != "1":
+        for path in _WORKDIRS:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def descendants(pid: int) -> list[int]:
@@ -184,6 +196,7 @@ class OperatorProcess:
         self.env["PATH"] = f"{helm_dir}{os.pathsep}{self.env.get('PATH', '')}"
         self.env.update(env or {})
         tmp = Path(tempfile.mkdtemp(prefix="krypton-op-"))
+        _WORKDIRS.append(tmp)
         self.log_path = log_path or tmp / "operator.log"
         self.pid_file = pid_file or tmp / "operator.pid"
         self.metrics_path = self.log_path.with_name("metrics.txt")

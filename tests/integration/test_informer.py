@@ -104,6 +104,51 @@ def test_a_stalled_watch_is_resumed_not_relisted(remote: ControlPlane) -> None:
     asyncio.run(run())
 
 
+def test_relist_takes_what_the_server_serves_now(remote: ControlPlane) -> None:
+    """relist() ends the watch followed, without an error, and lists again: an object kept
+    as another schema decoded it (a field dropped, the same resourceVersion) is replaced
+    and delivered as MODIFIED; the watch then goes on from the new list."""
+    async def run() -> None:
+        name = f"relist-{uuid.uuid4().hex[:6]}"
+        kube = await _kube(remote, name)
+        seen: list[tuple[str, dict[str, Any]]] = []
+        errors: list[Exception] = []
+        changed = asyncio.Event()
+
+        def on_event(type_: str, obj: dict[str, Any]) -> None:
+            seen.append((type_, obj))
+            changed.set()
+
+        await kube.create_namespace(name, {}, {})
+        await kube.create_configmap(name, {"metadata": {"name": "kept", "namespace": name},
+                                           "data": {"records": "sealed"}})
+        informer = Informer(kube, "configmaps", core_path("configmaps", name), on_event,
+                            on_error=errors.append)
+        informer.start()
+        try:
+            await asyncio.wait_for(informer.synced.wait(), 30)
+            # as an older schema decoded it: the field pruned, the version the same
+            del informer.store[(name, "kept")]["data"]
+            seen.clear()
+            changed.clear()
+            informer.relist()
+            await asyncio.wait_for(changed.wait(), 30)
+            assert [(t, o["metadata"]["name"], o.get("data")) for t, o in seen] == \
+                [("MODIFIED", "kept", {"records": "sealed"})]
+            assert informer.store[(name, "kept")]["data"] == {"records": "sealed"}
+            changed.clear()
+            await _create_configmaps(kube, name, name, 1)  # the new watch delivers
+            await asyncio.wait_for(changed.wait(), 30)
+        finally:
+            await informer.stop()
+            await kube.delete_namespace(name)
+            await kube.close()
+        assert informer.lists == 2 and errors == []
+        assert seen[-1][0] == "ADDED" and seen[-1][1]["metadata"]["name"] == "cm-0"
+
+    asyncio.run(run())
+
+
 def test_a_server_that_never_answers_costs_one_bounded_request(tmp_path: Path) -> None:
     """A black-holed API server (TCP accepted, no answer): the request ends after the client
     timeout with ClusterUnreachable, and meanwhile the event loop keeps running: a callback

@@ -160,6 +160,10 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
         status = proto.tenant(fleet.tenant_ns, older).get("status") or {}
         return ((status.get("clusters") or {}).get("proto") or {}).get("records")
     wait_for(adopted_records, 60, interval=1, what="the adopted seals kept in the status")
+    # The Tenants kept may be as the old schema decoded them (without the seals): once the
+    # CRD is seen current, they are listed again.
+    current_crd = fleet.home.wait_event(fleet.discovery_ns, "proto", "CRDCurrent")
+    assert "listed again" in current_crd.message
     wait_for(lambda: taken_over(older), 90, what=f"{older} upgraded")
     proto.wait_phase(fleet.tenant_ns, older, "Ready")
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
@@ -167,6 +171,8 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
     adopted = proto.wait_event(fleet.tenant_ns, older, "ReleaseRecordAdopted")
     assert "by an administrator" in adopted.message
+    assert op.metric("krypton_cluster_crd_outdated", cluster="proto") == 0
+    assert "CRDOutdated" not in op.readyz()
 
 
 def test_a_paused_tenant_on_an_older_krypton_crd_is_written_as_pending(
