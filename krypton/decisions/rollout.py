@@ -18,6 +18,7 @@ the controller in rollout_controller.py does the I/O.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -159,7 +160,7 @@ class RolloutState:
     started: float = 0.0
     ended: float | None = None
     past: tuple[dict[str, Any], ...] = ()
-    ignored: str = ""  # the last approval annotation that approved nothing (said once)
+    ignored: str = ""  # digest of the last approval annotation that approved nothing (said once)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -282,9 +283,11 @@ def control(state: RolloutState, annotations: Mapping[str, Any],
         said.append(("Normal", "RolloutResumed", f"resumed by {by} in {wave}"))
     given = str(annotations.get(APPROVE) or "")
     number, _, target = given.partition("@")
-    if state.awaiting and given and given != state.ignored and \
+    # kept as a digest: an annotation may be 256 KiB, the state is written on every change
+    digest = hashlib.sha256(given.encode()).hexdigest()[:16]
+    if state.awaiting and given and digest != state.ignored and \
             (target != state.target or number != str(state.wave + 1)):
-        state = dataclasses.replace(state, ignored=given)
+        state = dataclasses.replace(state, ignored=digest)
         said.append(("Warning", "RolloutApprovalIgnored",
                      f"{APPROVE}={escape(given[:120])} approves nothing: {wave} of the "
                      f"rollout to {state.version} waits for {state.wave + 1}@{state.target}"))
