@@ -227,35 +227,48 @@ def bench_clusters_figure() -> str:
 def bench_cost_figure() -> str:
     plt = _plt()
     cost = _results()["operator_cost"]
-    runs = [("before", cost["before"]), ("after, 4 helm", cost["after_default"]),
-            ("after, 8 helm", cost["after_8_helm"])]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    values = [r["fleet"][0]["operator_cpu_ms_per_release"] for _, r in runs]
-    ax.bar([name for name, _ in runs], values, color=["tab:gray", "tab:blue", "tab:green"])
+    now = cost["current"]
+    values = [cost["before"]["fleet"][0]["operator_cpu_ms_per_release"],
+              cost["after_default"]["fleet"][0]["operator_cpu_ms_per_release"],
+              cost["after_8_helm"]["fleet"][0]["operator_cpu_ms_per_release"],
+              now["fleet_200x2"]["operator_cpu_ms_per_release"]]
+    names = ["before", "after, 4 helm", "after, 8 helm", f"{now['commit']}, 4 helm"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.bar(names, values, color=["tab:gray", "tab:blue", "tab:green", "tab:orange"])
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.1f}", ha="center", va="bottom")
     ax.set(ylabel="operator CPU ms per install",
            title="the operator's own cost (bench a, 200 x 2)\n2026-11-24: before 5a3296a, "
-                 "after 196554e")
+                 f"after 196554e; {now['date']}: {now['commit']}")
     return _svg(fig)
 
 
 def bench_concurrency_figure() -> str:
     plt = _plt()
-    curve = _results()["operator_cost"]["helm_message_catalogue"]["helm_concurrency_curve_100x2"]
+    cost = _results()["operator_cost"]
+    now = cost["current"]
+    curve = now["helm_concurrency_curve_100x2"]
+    old = cost["helm_message_catalogue"]["helm_concurrency_curve_100x2"]
+    label, before = f"{now['commit']}, {now['date']}", "cd0d9bd, 2026-11-25"
     k = [r["max_concurrent_helm"] for r in curve]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    left.plot(k, [r["releases_per_second"] for r in curve], marker="o")
+    left.plot(k, [r["releases_per_second"] for r in curve], marker="o", label=label)
+    left.plot([r["max_concurrent_helm"] for r in old], [r["releases_per_second"] for r in old],
+              marker="^", linestyle="none", color="tab:gray", label=before)
+    left.legend(fontsize="small", loc="lower right")
     left.set(xscale="log", xticks=k, xticklabels=[str(x) for x in k], ylim=(0, None),
              xlabel="--max-concurrent-helm", ylabel="releases per second",
              title="installs per second (bench k)")
-    right.plot(k, [r["peak_tree_pss_mib"] for r in curve], marker="o", color="tab:orange")
+    right.plot(k, [r["peak_tree_pss_mib"] for r in curve], marker="o", color="tab:orange",
+               label=label)
+    right.plot([r["max_concurrent_helm"] for r in old], [r["peak_tree_pss_mib"] for r in old],
+               marker="^", linestyle="none", color="tab:gray", label=before)
     right.axhline(188, color="tab:red", linewidth=0.8, linestyle="--", label="2.0 x the prototype")
     right.axvline(4, color="tab:gray", linewidth=0.8, linestyle=":", label="the default")
     right.legend(fontsize="small", loc="lower right")
     right.set(xscale="log", xticks=k, xticklabels=[str(x) for x in k], ylim=(0, None),
               xlabel="--max-concurrent-helm", ylabel="MiB", title="peak PSS of the operator's tree")
-    fig.suptitle("bench k, 100 x 2, on cd0d9bd, 2026-11-25", fontsize="small")
+    fig.suptitle(f"bench k, 100 x 2, on {label} (grey: {before})", fontsize="small")
     fig.tight_layout()
     return _svg(fig)
 
