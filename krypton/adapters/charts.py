@@ -240,7 +240,7 @@ class ChartSource:
         newer = ""
         if version is None:
             try:
-                tags = oci.versions(registry.tags(ref))
+                tags = registry.versions(ref)
             except ChartNotLoaded:
                 if not is_exact(self.spec):
                     raise

@@ -26,7 +26,7 @@ from krypton.decisions.errors import ChartNotLoaded
 
 READ_TIMEOUT = 15.0  # one read from the socket
 DEADLINE = 60.0  # one whole response
-MAX_TAGS = 4 << 20  # bytes of a whole tag list, all its pages together
+MAX_TAGS = 1 << 20  # bytes of a whole tag list, all its pages together: 70,000 versions
 MAX_PAGES = 50
 
 
@@ -78,9 +78,10 @@ class Registry:
         self._opener = urllib.request.build_opener(*handlers)
         self._tokens: dict[str, str] = {}  # scope -> bearer token
 
-    def tags(self, ref: oci.Reference) -> list[str]:
-        """Every tag of the repository, following the API's pagination: at most MAX_TAGS
-        bytes of tag lists in all, and no page twice (a list that links to itself)."""
+    def versions(self, ref: oci.Reference) -> list[str]:
+        """The chart versions among the repository's tags, following the API's pagination:
+        at most MAX_TAGS bytes of tag lists in all, no page twice (a list that links to
+        itself), and of each page only its versions kept."""
         found: list[str] = []
         url = f"{self._base(ref)}/tags/list?n=1000"
         seen, left = set(), MAX_TAGS
@@ -94,8 +95,8 @@ class Registry:
                 doc = json.loads(body)
             except (ValueError, RecursionError) as exc:
                 raise ChartNotLoaded(f"{ref}: the tag list is not JSON") from exc
-            tags = doc.get("tags") if isinstance(doc, dict) else None
-            found += [t for t in tags or [] if isinstance(t, str)]
+            found += oci.versions((doc.get("tags") if isinstance(doc, dict) else None) or [])
+            del doc
             link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', headers.get("Link") or "")
             if not link:
                 return found
