@@ -103,6 +103,9 @@ ORPHANED_RELEASES = Gauge("krypton_orphaned_releases",
                           "(`OrphanedReleases`)", ["cluster"])
 LEASE_HOLDER = Gauge("krypton_lease_holder",
                      "1 for the holder of the leader Lease while this replica stands by", ["lease", "holder"])
+PASSES_HELD = Counter("krypton_cluster_passes_held_total",
+                      "Passes that waited for their cluster's pass rate (S5, `TooManyPasses`)",
+                      ["cluster"])
 EVENT_LOOP_LAG = Gauge("krypton_event_loop_lag_seconds",
                        "How late the event loop's heartbeat ran last")
 
@@ -110,7 +113,8 @@ _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CL
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
                 ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS,
-                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS, RECORDS_GUARDED)
+                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS, RECORDS_GUARDED,
+                PASSES_HELD)
 
 
 def forget_cluster(cluster: str) -> None:

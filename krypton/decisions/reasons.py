@@ -257,6 +257,9 @@ REASONS: dict[str, Reason] = {
                              "token twice, over 100 pages, or a 410 on every restart; the "
                              "cluster is over its budget and backed off as a whole",
                              "look at what serves that cluster's API"),
+    "TooManyPasses": _r(E, "a cluster's Tenants change faster than 20 passes a second (500 "
+                        "at once): its passes wait their turn, each taking every change of "
+                        "its Tenant so far", "find what edits the cluster's Tenants so often"),
     "AnswerTooLarge": _r(ERROR, "an API server's answer passed 32 MiB, or one watch event 4 MiB, "
                          "as it arrived: refused there, and retried on the cluster's backoff"),
     "NotFound": _r(ERROR, "404 from the API server"),

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from krypton.adapters import metrics
-from krypton.adapters.budget import Budget
+from krypton.adapters.budget import PASS_RATE, QUIET, Budget
 from krypton.decisions import conditions as cond
 from krypton.decisions import crd
 from krypton.decisions.errors import (
@@ -49,6 +49,7 @@ class ClusterHealth:
         self.guard_known = False  # judged once at least
         self.orphans: list[tuple[str, str, str]] = []  # releases of undiscovered cluster names
         self._away_since = 0.0  # monotonic time its watches first failed to reach it
+        self._held_at = -QUIET  # monotonic time a pass last waited for the cluster's rate
         self._looked: tuple[frozenset[str], int] | None = None  # (names, changes) looked at
         self._reports: set[asyncio.Task[None]] = set()
 
@@ -88,6 +89,21 @@ class ClusterHealth:
         self._failing(exc.reason, exc, "the cluster is over its budget: its lists, watches "
                       "and passes wait, longer after each answer past a bound, until it "
                       "answers within them")
+
+    def passes_held(self, wait: float) -> None:
+        """A pass waits for the cluster's rate (SPEC S5): counted, and said once (a Warning
+        Event) when the cluster starts changing its Tenants faster than the rate, not again
+        until it has gone QUIET seconds within it."""
+        metrics.PASSES_HELD.labels(self.name).inc()
+        now, last = time.monotonic(), self._held_at
+        self._held_at = now
+        if now - last < QUIET:
+            return
+        self.log.warning("cluster's Tenants change faster than its pass rate", wait=round(wait, 2))
+        self._spawn(self.report(self.name, "Warning", "TooManyPasses", (
+            f"the cluster's Tenants change faster than {PASS_RATE:.0f} passes a second: its "
+            "passes wait their turn, and the changes of a Tenant that waits are taken "
+            "together by its one pass")))
 
     def _failing(self, reason: str, exc: Exception, retrying: str) -> None:
         if self.problem:

@@ -118,11 +118,13 @@ class Consumer:
 
     async def run(self, reconciler: Reconciler, group: asyncio.TaskGroup,
                   budget: Budget | None = None,
-                  refused: Callable[[KryptonError], None] = lambda _exc: None) -> None:
+                  refused: Callable[[KryptonError], None] = lambda _exc: None,
+                  held: Callable[[float], None] = lambda _wait: None) -> None:
         """Hand each queued key to a task of its own, at most --max-concurrent-reconciles at
         once: an idle cluster keeps one waiting task, not one per allowed reconcile. Over the
-        cluster's `budget` no pass starts until its turn; an answer past a bound met by a pass
-        goes to `refused` (a strike, SPEC S5)."""
+        cluster's `budget` no pass starts until its turn, and none faster than its rate (a
+        wait goes to `held`); an answer past a bound met by a pass goes to `refused` (a
+        strike, SPEC S5)."""
         self._refused, budget = refused, budget or Budget()
         slots = asyncio.Semaphore(self.max_concurrent)
         while True:
@@ -132,6 +134,9 @@ class Consumer:
             except QueueClosed:
                 return
             await budget.turn()
+            if wait := budget.take_pass():
+                held(wait)
+                await asyncio.sleep(wait)
             self._busy += 1
             self._idle.clear()
             task = group.create_task(self._reconcile(reconciler, key),

@@ -239,7 +239,8 @@ class Worker:
             metrics.ENGAGED.inc()
             reconciler = Reconciler(rt)
             group.create_task(self.consumer.run(reconciler, group, self.health.budget,
-                                                self.health.answer_refused),
+                                                self.health.answer_refused,
+                                                self.health.passes_held),
                               name=f"{self.name}-consumer")
             await self._housekeeping(tenants)
 

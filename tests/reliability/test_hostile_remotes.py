@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -254,3 +255,113 @@ def test_a_cluster_over_its_budget_waits_longer_each_time_and_costs_only_itself(
         assert beside <= 2 * alone, f"{name}: {beside:.2f} s beside, {alone:.2f} s alone"
     finally:
         hostile.close()
+
+
+# -- a registry's tag list is bounded as it is read (SPEC S5) ----------------------------------
+
+def _tag_page(n: int) -> bytes:
+    """A page of a tag list: about 250 KiB of distinct versions, none in the range asked for."""
+    return json.dumps({"name": "charts/sample",
+                       "tags": [f"{n + 1}.0.{i}" for i in range(20_000)]}).encode()
+
+
+def test_a_hostile_registry_costs_no_more_memory_than_a_hostile_cluster(fleet: Fleet) -> None:
+    """A registry whose tag list goes on page after page of distinct tags (250 KiB a page,
+    each linking to a new one): the chart is not loaded, with a reason naming the bound,
+    and the operator's peak RSS stays within 64 MiB of what it was while the same registry
+    answered a short tag list, however often the list is asked for."""
+    hostile, pages = threading.Event(), itertools.count()
+    first_pages: list[float] = []
+
+    def body(path: str) -> bytes | tuple[int, dict[str, str], bytes] | None:
+        if path.startswith("/v2/charts/sample/tags/list"):
+            if not hostile.is_set():
+                return b'{"name": "charts/sample", "tags": ["0.2.0"]}'
+            if "last=" not in path:
+                first_pages.append(time.monotonic())
+            n = next(pages)
+            return 200, {"Link": f'</v2/charts/sample/tags/list?n=1000&last=p{n}>; '
+                                 'rel="next"'}, _tag_page(n)
+        return b"{}" if path == "/v2/" else None  # no manifest: VersionNotFound
+
+    registry = Responder(body, content_type="application/json")
+    try:
+        fleet.register("home", fleet.home)
+        args = fleet.args("--chart-plain-http", "--chart-index-ttl", "2s", "--resync-period",
+                          "5s", version="~0.2")
+        args[args.index(fleet.chart_repo.url)] = f"oci://{registry.url[7:]}/charts"
+        op = OperatorProcess(args, helm_dir=fleet.testbin).start()
+        fleet.operators.append(op)
+        op.wait_ready()
+        t = fleet.tenant(fleet.home, unique("reg"))
+        fleet.home.wait_condition(fleet.tenant_ns, t, "ClusterError/home", "True",
+                                  "VersionNotFound")
+        baseline = _peak_rss(op.pid)
+
+        hostile.set()
+        refused = fleet.home.wait_condition(fleet.tenant_ns, t, "ClusterError/home", "True",
+                                            "ChartNotLoaded")
+        assert "over the limit" in refused["message"], refused
+        # asked for again on the chart's failure backoff (10 s, doubling)
+        wait_for(lambda: len(first_pages) >= 2, 120, what="the tag list asked for again")
+        grown = _peak_rss(op.pid) - baseline
+        print(f"hostile registry: {next(pages)} pages in {len(first_pages)} lists, peak RSS "
+              f"{baseline / MiB:.1f} MiB before, +{grown / MiB:.1f} MiB")
+        assert op.alive()
+        assert grown <= 64 * MiB, f"the operator's peak RSS grew {grown / MiB:.0f} MiB"
+    finally:
+        registry.close()
+
+
+# -- a cluster's passes have a rate (SPEC S5) --------------------------------------------------
+
+def test_tenants_changed_without_end_wait_for_their_clusters_pass_rate(fleet: Fleet) -> None:
+    """A tenant admin's script editing 20 Tenants as fast as the API server takes it: once
+    the cluster's burst (500 passes) is spent, its passes run at 20 a second however fast
+    the edits come, one Warning Event says so, and the other cluster keeps its pace."""
+    op, alone, _ = _healthy_alone(fleet)
+    fleet.register("home", fleet.home)
+    names = [unique("busy") for _ in range(20)]
+    for name in names:
+        fleet.tenant(fleet.home, name, spec={"paused": True})
+
+    def passes() -> float:
+        return op.metric("krypton_reconciles_total", cluster="home")
+    wait_for(lambda: passes() >= len(names), 60, what="a pass of each Tenant")
+    stop, edits = threading.Event(), collections.Counter[str]()
+
+    def edit(which: list[str]) -> None:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            fleet.home.patch_tenant(fleet.tenant_ns, which[i % len(which)], {
+                "metadata": {"annotations": {"test.krypton/poke": str(i)}}})
+            edits["n"] += 1
+
+    editors = [threading.Thread(target=edit, args=(names[k::2],), daemon=True) for k in (0, 1)]
+    for editor in editors:
+        editor.start()
+    try:
+        fleet.home.wait_event(fleet.discovery_ns, "home", "TooManyPasses", timeout=90)
+        before, edited, since = passes(), edits["n"], time.monotonic()
+        started = time.monotonic()
+        after = fleet.tenant(fleet.remote, unique("during"))
+        fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
+        beside = time.monotonic() - started
+        wait_for(lambda: time.monotonic() - since >= 15 and edits["n"] - edited > 0, 60,
+                 interval=0.5, what="15 s of edits")
+        window, made, taken = time.monotonic() - since, edits["n"] - edited, passes() - before
+    finally:
+        stop.set()
+        for editor in editors:
+            editor.join()
+    events = [e for e in fleet.home.events(fleet.discovery_ns, "home")
+              if e.reason == "TooManyPasses"]
+    print(f"passes held: {made / window:.0f} edits/s, {taken / window:.1f} passes/s over "
+          f"{window:.0f} s; {op.metric('krypton_cluster_passes_held_total', cluster='home'):.0f}"
+          f" held; a healthy Tenant Ready in {alone:.2f} s alone, {beside:.2f} s beside it")
+    assert made > 2 * 20 * window, "the editors were too slow to show a rate"
+    assert taken <= 20 * window * 1.1 + 5, f"{taken / window:.1f} passes a second"
+    assert [(e.type, e.count) for e in events] == [("Warning", 1)]
+    assert not op.log_events("reconcile crashed")
+    assert beside <= 2 * alone, f"{beside:.2f} s beside, {alone:.2f} s alone"

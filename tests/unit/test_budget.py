@@ -69,6 +69,18 @@ def test_a_strike_at_the_cap_never_settles_before_its_turn(clock: Clock) -> None
     assert not budget.settled()
 
 
+def test_passes_beyond_the_burst_wait_for_the_rate(clock: Clock) -> None:
+    budget = Budget(rate=20.0, burst=500)
+    assert [budget.take_pass() for _ in range(500)] == [0.0] * 500
+    assert budget.take_pass() == pytest.approx(1 / 20)  # the 501st waits a twentieth
+    assert budget.take_pass() == pytest.approx(2 / 20)  # and the next one after it
+    clock.now += 10  # ten quiet seconds give back 200 passes, less the two owed
+    assert [budget.take_pass() for _ in range(198)] == [0.0] * 198
+    assert budget.take_pass() > 0
+    clock.now += 3600  # an hour gives back no more than the burst
+    assert sum(budget.take_pass() == 0.0 for _ in range(600)) == 500
+
+
 # -- a watch keeps its place -------------------------------------------------------------------
 
 def _tenant(rv: int) -> dict[str, Any]:
