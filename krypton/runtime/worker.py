@@ -34,7 +34,7 @@ from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
 from krypton.decisions import crd, retry, rollout
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError, TemporaryError
 from krypton.decisions.execplugins import CredentialPluginFailed
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.kubeconfig import Kubeconfig
@@ -289,7 +289,9 @@ class Worker:
         assert self.kube is not None and self.runtime is not None
         try:
             served = await self.kube.get_crd()
-        except KryptonError:
+        except KryptonError as exc:
+            if exc.reason in HOSTILE_ANSWERS:
+                self.health.answer_refused(exc)  # a strike, as for any request (SPEC S5)
             return False  # looked at again in CRD_CHECK seconds
         if served is None:
             return False

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -173,3 +174,33 @@ def test_a_store_over_its_bound_lists_again_from_scratch() -> None:
     watches = [q["resourceVersion"] for q in asked if q.get("watch") == "true"]
     assert len(lists) == 2  # a real list after the bound, not a resume
     assert watches[:2] == ["5", "5"]
+
+
+# -- every request of a cluster strikes its budget --------------------------------------------
+
+@pytest.mark.parametrize(("reason", "strikes"), [("AnswerTooLarge", 1), ("BadResponse", 1),
+                                                 ("APIError", 0), ("ClusterUnreachable", 0)])
+def test_the_outdated_crds_second_look_strikes_on_an_answer_past_a_bound(
+        tmp_path: Path, reason: str, strikes: int) -> None:
+    """The look at an outdated Tenant CRD every 10 s is a request like the others: an
+    answer past a bound is a strike of the cluster; an error status or a network fault
+    is only looked at again."""
+    from krypton.decisions.errors import TemporaryError
+    from krypton.decisions.settings import Settings
+    from tests.unit.workers import workers
+
+    class Kube:
+        async def get_crd(self) -> dict[str, Any]:
+            raise TemporaryError("the CRD's answer", reason=reason)
+
+    async def said(*_report: str) -> None:
+        return None
+
+    async def look() -> tuple[bool, int]:
+        worker = workers(tmp_path, Settings(), 1)[0]
+        worker.kube, worker.runtime, worker.health.report = Kube(), object(), said
+        applied = await worker._crd_applied()
+        await asyncio.sleep(0)  # the report's task
+        return applied, worker.health.budget.strikes
+
+    assert asyncio.run(look()) == (False, strikes)
