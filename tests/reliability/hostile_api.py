@@ -124,8 +124,8 @@ class HostileAPI:
                     break
                 h.wfile.write(chunk)
                 h.wfile.flush()
-        except OSError:
-            pass
+        except (OSError, http.client.HTTPException):
+            pass  # either side hung up (a watch cut short ends in a chunk never finished)
         finally:
             conn.close()
             h.close_connection = True

@@ -257,6 +257,40 @@ def test_a_cluster_over_its_budget_waits_longer_each_time_and_costs_only_itself(
         hostile.close()
 
 
+
+def test_a_cluster_over_its_budget_recovers_after_a_quiet_minute_and_serves_again(
+        fleet: Fleet) -> None:
+    """The same page token forever, then answers within the bounds again: the cluster is
+    within its budget once its turn came and 60 s passed without a strike, on the real
+    clock; then, and not before, a Normal ClusterRecovered, and its Tenants are served."""
+    hits, make, reason = OVER_BUDGET["the same page token forever"]
+    fleet.register("remote", fleet.remote)
+    op = fleet.start()
+    send = make(fleet.tenant_ns)
+    hostile = HostileAPI(fleet.home.cp.kubeconfig,
+                         lambda method, path: send if hits(method, path) else None)
+    wall = time.time() - time.monotonic()  # a monotonic time of the hostile server, as UTC
+    try:
+        fleet.register("hostile", kubeconfig=hostile.kubeconfig())
+        wait_for(lambda: len(_bursts(hostile.times)) >= 2, 60, interval=0.5,
+                 what="two attempts")
+        hostile.rule = lambda _method, _path: None  # forwards everything from now on
+        last = wall + max(end for _start, end in hostile.times)
+        recovered = fleet.home.wait_event(fleet.discovery_ns, "hostile", "ClusterRecovered",
+                                          timeout=180)
+        at = recovered.last_timestamp.timestamp()
+        print(f"recovered {at - last:.1f} s after the last answer past a bound")
+        assert at >= last + 60 - 1, f"recovered {at - last:.1f} s after the last strike"
+        events = [e for e in fleet.home.events(fleet.discovery_ns, "hostile")
+                  if e.reason in (reason, "ClusterRecovered")]
+        assert sorted((e.reason, e.count) for e in events) == \
+            [("ClusterRecovered", 1), (reason, 1)]
+        served = fleet.tenant(fleet.home, unique("back"))
+        fleet.home.wait_condition(fleet.tenant_ns, served, "ClusterReady/hostile", "True")
+        assert "cluster hostile" not in op.readyz()
+    finally:
+        hostile.close()
+
 # -- a registry's tag list is bounded as it is read (SPEC S5) ----------------------------------
 
 def _tag_page(n: int) -> bytes:
