@@ -24,6 +24,13 @@ Writes ``bench/results.json`` and prints a table:
     chart version bump (which rolls every pod) is Ready everywhere, with CPU and memory;
     part ``w`` measures the same with ``--helm-wait=true`` (not run by default: minutes).
 
+(x) on request: Flux's source-controller and helm-controller (built by hack/flux.sh) on the same
+    bed and chart, N HelmReleases x 2 clusters (N = KRYPTON_BENCH_FLUX_N, 200) made before the
+    controllers start, as (a) makes its Tenants: seconds until all are Ready, then a chart
+    version bump (every HelmRelease's version edited), with CPU per release, the peak PSS of
+    the two controllers and the API writes both control planes counted; with (a) in the same
+    run, krypton's ratios to Flux.
+
 (a) and (c) also report CPU per release (operator and helm, milliseconds) and the peak memory
 of the operator's process tree (the operator and its helm processes) while they run: the sum
 of RSS, which counts the helm binary's shared pages once per process, and the sum of PSS,
@@ -55,7 +62,7 @@ from kubernetes import client, config
 
 from krypton.decisions.settings import Settings
 
-from . import BlackHole, ChartRepository, ControlPlane, testbin
+from . import BlackHole, ChartRepository, ControlPlane, free_port, testbin
 from .operator import (
     OperatorProcess,
     cluster_holders,
@@ -80,6 +87,7 @@ OPERATOR_ARGS = os.environ.get("KRYPTON_BENCH_OPERATOR_ARGS", "").split()  # to 
 # planes do not), e.g. Go's memory settings for helm: "GOMEMLIMIT=16MiB"
 OPERATOR_ENV: dict[str, str] = dict(
     pair.partition("=")[::2] for pair in os.environ.get("KRYPTON_BENCH_OPERATOR_ENV", "").split())
+FLUX_N = [int(x) for x in os.environ.get("KRYPTON_BENCH_FLUX_N", "200").split(",")]  # (x)
 HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
 CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
@@ -344,6 +352,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
     for c in bed.clusters:
         bed.register(discovery, c, c)
     log(f"(a) {n} Tenants x 2 clusters: starting the operator {' '.join(extra)}")
+    writes = apiserver_writes(bed)
     start = time.monotonic()
     op = bed.operator(discovery, ns, "0.2.0", "--resync-period", f"{FLEET_RESYNC:.0f}s", *extra)
     memory = TreeMemory(op.pid)
@@ -361,6 +370,8 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
                               "helm_cpu_seconds": round(helm, 2),
                               **cpu_per_release(own, helm, total),
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
+                              "apiserver_writes_per_release": round(
+                                  (apiserver_writes(bed) - writes) / total, 2),
                               **memory.peak()}
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
     if seconds >= FLEET_RESYNC:
@@ -371,6 +382,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
         op.stop()
         result["restart_settled"] = restart_settled(bed, discovery, ns, total)
         log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
+        writes = apiserver_writes(bed)
         start = time.monotonic()
         op = bed.operator(discovery, ns, "0.3.0")
         memory = TreeMemory(op.pid)
@@ -381,10 +393,161 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
         own, helm = cpu_seconds(op.pid)
         result["version_bump"] = {"seconds": round(bump, 1), **per_release(op, total),
                                   "releases_per_second": round(total / bump, 2),
+                                  "apiserver_writes_per_release": round(
+                                      (apiserver_writes(bed) - writes) / total, 2),
                                   **cpu_per_release(own, helm, total), **memory.peak()}
         log(f"(c) bump done in {bump:.1f}s")
     op.stop()
     return result
+
+
+class Flux:
+    """Flux's source-controller and helm-controller on the home control plane, children of one
+    shell so that the tree's memory and CPU are theirs together."""
+
+    def __init__(self, bed: Bed) -> None:
+        built = subprocess.run(["bash", str(ROOT / "hack" / "flux.sh")], check=True, text=True,
+                               capture_output=True)
+        self.dir = Path(built.stdout.strip().splitlines()[-1])
+        self.bed = bed
+        for verb in (["apply", "--server-side"], ["wait", "--for", "condition=Established"]):
+            subprocess.run([str(bed.tools / "kubectl"), "--kubeconfig",
+                            str(bed.home.kubeconfig), *verb, "-f", str(self.dir / "crds")],
+                           check=True, capture_output=True)
+        bed.core("home").create_namespace({"metadata": {"name": "flux-system"}})  # type: ignore[arg-type]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> int:
+        storage, port = tempfile.mkdtemp(prefix="krypton-bench-flux-"), free_port()
+        source = (f'"{self.dir}/source-controller" --storage-path "{storage}" '
+                  f"--storage-addr 127.0.0.1:{port} --storage-adv-addr 127.0.0.1:{port} "
+                  f"--metrics-addr 127.0.0.1:{free_port()} --health-addr 127.0.0.1:{free_port()}")
+        helm = (f'"{self.dir}/helm-controller" --metrics-addr 127.0.0.1:{free_port()} '
+                f"--health-addr 127.0.0.1:{free_port()}")
+        env = {**os.environ, "KUBECONFIG": str(self.bed.home.kubeconfig),
+               "RUNTIME_NAMESPACE": "flux-system"}
+        with open(Path(storage) / "controllers.log", "wb") as out:
+            self.proc = subprocess.Popen(["bash", "-c", f"{source} & {helm} & wait"], env=env,
+                                         stdout=out, stderr=out, start_new_session=True)
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        return sum(cpu_seconds(p)[0] for p in spawned(self.proc.pid))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            self.proc.wait(30)
+
+
+def apiserver_writes(bed: Bed) -> float:
+    """Create, update, patch and delete requests both control planes served so far."""
+    total = 0.0
+    for cp in bed.clusters.values():
+        text = subprocess.run([str(bed.tools / "kubectl"), "--kubeconfig", str(cp.kubeconfig),
+                               "get", "--raw", "/metrics"], check=True, capture_output=True,
+                              text=True).stdout
+        total += _sum(text, "apiserver_request_total", 'verb="POST"') + \
+            _sum(text, "apiserver_request_total", 'verb="PUT"') + \
+            _sum(text, "apiserver_request_total", 'verb="PATCH"') + \
+            _sum(text, "apiserver_request_total", 'verb="DELETE"')
+    return total
+
+
+def flux_run(bed: Bed, flux: Flux, n: int) -> dict[str, Any]:
+    """(x): Flux installs n releases on each cluster, then bumps them, as (a) and (c) do."""
+    ns = bed.namespace("flux")
+    custom = bed.custom("home")
+    custom.create_namespaced_custom_object(
+        "source.toolkit.fluxcd.io", "v1", ns, "helmrepositories",
+        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+         "metadata": {"name": "bench"}, "spec": {"url": bed.repo.url, "interval": "10m"}})
+    bed.core("home").create_namespaced_secret(ns, {  # type: ignore[arg-type]
+        "metadata": {"name": "remote"}, "stringData": {"value": bed.remote.kubeconfig.read_text()}})
+    names = []
+    for c in bed.clusters:
+        for i in range(n):
+            name = f"x{n}-{i:03d}"
+            spec: dict[str, Any] = {
+                "interval": "10m", "releaseName": name, "targetNamespace": name,
+                "storageNamespace": name, "install": {"createNamespace": True},
+                "chart": {"spec": {"chart": "sample", "version": "0.2.0",
+                                   "sourceRef": {"kind": "HelmRepository", "name": "bench"}}}}
+            if c == "remote":
+                spec["kubeConfig"] = {"secretRef": {"name": "remote", "key": "value"}}
+            custom.create_namespaced_custom_object(
+                "helm.toolkit.fluxcd.io", "v2", ns, "helmreleases",
+                {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                 "metadata": {"name": f"{c}-{name}"}, "spec": spec})
+            names.append(f"{c}-{name}")
+    total = len(names)
+
+    def ready(version: str) -> int:
+        items = custom.list_namespaced_custom_object(
+            "helm.toolkit.fluxcd.io", "v2", ns, "helmreleases")["items"]  # type: ignore[index]
+        return sum(1 for hr in items
+                   if any(c["type"] == "Ready" and c["status"] == "True"
+                          for c in (hr.get("status") or {}).get("conditions") or [])
+                   and ((hr.get("status") or {}).get("history") or [{}])[0].get(
+                       "chartVersion") == version)
+
+    writes = apiserver_writes(bed)
+    log(f"(x) Flux: {n} HelmReleases x 2 clusters")
+    start = time.monotonic()
+    pid = flux.start()
+    memory = TreeMemory(pid)
+    wait_for(lambda: ready("0.2.0") == total, 3600, interval=1.0, what=f"{total} Ready")
+    seconds = time.monotonic() - start
+    cpu = flux.cpu_seconds()
+    result: dict[str, Any] = {
+        "releases": total, "seconds_to_ready": round(seconds, 1),
+        "cpu_ms_per_release": round(1000 * cpu / total, 1),
+        "apiserver_writes_per_release": round((apiserver_writes(bed) - writes) / total, 2),
+        **memory.peak()}
+    log(f"(x) Flux: {total} releases Ready in {seconds:.1f}s")
+    writes, cpu0 = apiserver_writes(bed), flux.cpu_seconds()
+    memory = TreeMemory(pid)
+    start = time.monotonic()
+    for name in names:
+        custom.patch_namespaced_custom_object(
+            "helm.toolkit.fluxcd.io", "v2", ns, "helmreleases", name,
+            {"spec": {"chart": {"spec": {"version": "0.3.0"}}}})
+    wait_for(lambda: ready("0.3.0") == total, 3600, interval=1.0, what="bump rolled out")
+    bump = time.monotonic() - start
+    result["version_bump"] = {  # the bench's own edits of the HelmReleases not counted
+        "seconds": round(bump, 1),
+        "cpu_ms_per_release": round(1000 * (flux.cpu_seconds() - cpu0) / total, 1),
+        "apiserver_writes_per_release": round(
+            (apiserver_writes(bed) - writes - total) / total, 2),
+        **memory.peak()}
+    log(f"(x) Flux: bump done in {bump:.1f}s")
+    flux.stop()
+    return result
+
+
+def flux_ratios(fleet: list[dict[str, Any]], flux: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """krypton's figures over Flux's, for each size both measured (P4)."""
+    out = []
+    for f in flux:
+        k = next((r for r in fleet if r["releases"] == f["releases"] and "version_bump" in r),
+                 None)
+        if k is None:
+            continue
+        kb, fb = k["version_bump"], f["version_bump"]
+        pairs = {"seconds_to_ready": (k["seconds_to_ready"], f["seconds_to_ready"]),
+                 "install_cpu_per_release": (k["cpu_ms_per_release"], f["cpu_ms_per_release"]),
+                 "install_peak_pss": (k["peak_tree_pss_mib"], f["peak_tree_pss_mib"]),
+                 "install_writes": (k["apiserver_writes_per_release"],
+                                    f["apiserver_writes_per_release"]),
+                 "bump_seconds": (kb["seconds"], fb["seconds"]),
+                 "bump_cpu_per_release": (kb["cpu_ms_per_release"], fb["cpu_ms_per_release"]),
+                 "bump_peak_pss": (kb["peak_tree_pss_mib"], fb["peak_tree_pss_mib"]),
+                 "bump_writes": (kb["apiserver_writes_per_release"],
+                                 fb["apiserver_writes_per_release"])}
+        out.append({"releases": f["releases"],
+                    **{name: round(a / b, 2) for name, (a, b) in pairs.items() if b}})
+    return out
 
 
 def per_release(op: OperatorProcess, releases: int) -> dict[str, Any]:
@@ -985,6 +1148,16 @@ def table(results: dict[str, Any]) -> str:
             b = run["version_bump"]
             rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
                          f"({b['releases_per_second']} releases/s; {_cost(b)})"))
+    for f in results.get("flux", []):
+        b = f["version_bump"]
+        rows.append((f"(x) Flux {f['releases']} releases", (
+            f"Ready in {f['seconds_to_ready']} s, {f['cpu_ms_per_release']} ms CPU and "
+            f"{f['apiserver_writes_per_release']} writes a release, peak PSS "
+            f"{f['peak_tree_pss_mib']} MiB; bump {b['seconds']} s, "
+            f"{b['cpu_ms_per_release']} ms, {b['apiserver_writes_per_release']} writes")))
+    for r in results.get("flux_ratios", []):
+        rows.append((f"(x) krypton / Flux, {r['releases']} releases", ", ".join(
+            f"{k.replace('_', ' ')} {v}" for k, v in r.items() if k != "releases")))
     if "unit_costs" in results:
         u = results["unit_costs"]
         rows.append(("(u) each on its own", "; ".join(
@@ -1089,6 +1262,13 @@ def main() -> int:
                 {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm",
                                                        str(c), prefix=f"k{c}-")}
                 for c in HELM_CURVE]
+        if "x" in PARTS:
+            flux = Flux(bed)
+            try:
+                results["flux"] = [flux_run(bed, flux, n) for n in FLUX_N]
+            finally:
+                flux.stop()
+            results["flux_ratios"] = flux_ratios(results.get("fleet", []), results["flux"])
         if "e" in PARTS:
             results["latency"] = latencies(bed)
         if "f" in PARTS:
