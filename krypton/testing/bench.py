@@ -47,6 +47,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -416,9 +417,11 @@ class Flux:
                            check=True, capture_output=True)
         bed.core("home").create_namespace({"metadata": {"name": "flux-system"}})  # type: ignore[arg-type]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.storage = ""
 
     def start(self) -> int:
-        storage, port = tempfile.mkdtemp(prefix="krypton-bench-flux-"), free_port()
+        self.storage = storage = tempfile.mkdtemp(prefix="krypton-bench-flux-")
+        port = free_port()
         source = (f'"{self.dir}/source-controller" --storage-path "{storage}" '
                   f"--storage-addr 127.0.0.1:{port} --storage-adv-addr 127.0.0.1:{port} "
                   f"--metrics-addr 127.0.0.1:{free_port()} --health-addr 127.0.0.1:{free_port()}")
@@ -439,6 +442,9 @@ class Flux:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, 15)
             self.proc.wait(30)
+        if self.storage:
+            shutil.rmtree(self.storage, ignore_errors=True)  # its artifacts and its log
+            self.storage = ""
 
 
 def apiserver_writes(bed: Bed) -> float:
