@@ -24,12 +24,15 @@ Writes ``bench/results.json`` and prints a table:
     chart version bump (which rolls every pod) is Ready everywhere, with CPU and memory;
     part ``w`` measures the same with ``--helm-wait=true`` (not run by default: minutes).
 
-(x) on request: Flux's source-controller and helm-controller (built by hack/flux.sh) on the same
-    bed and chart, N HelmReleases x 2 clusters (N = KRYPTON_BENCH_FLUX_N, 200) made before the
-    controllers start, as (a) makes its Tenants: seconds until all are Ready, then a chart
-    version bump (every HelmRelease's version edited), with CPU per release, the peak PSS of
-    the two controllers and the API writes both control planes counted; with (a) in the same
-    run, krypton's ratios to Flux.
+(x) on request: krypton and Flux's source-controller and helm-controller (built by
+    hack/flux.sh) taking turns on the same bed and chart, N releases x 2 clusters for each N of
+    KRYPTON_BENCH_FLUX_N (200,500), KRYPTON_BENCH_FLUX_TURNS times (1): (a) and (c) for krypton,
+    then for Flux N HelmReleases made before the controllers start, as (a) makes its Tenants,
+    seconds until all are Ready, then a chart version bump. Each reports CPU per release, the
+    peak PSS of its tree, the API writes and the control planes' CPU; then krypton's ratios
+    to Flux, per turn and their medians. Flux's HelmReleases share one HelmChart by their
+    chartRef, the bump editing it (KRYPTON_BENCH_FLUX_CHART=shared), or each has a chart
+    template of its own, the bump editing each (=each).
 
 (a) and (c) also report CPU per release (operator and helm, milliseconds) and the peak memory
 of the operator's process tree (the operator and its helm processes) while they run: the sum
@@ -88,7 +91,9 @@ OPERATOR_ARGS = os.environ.get("KRYPTON_BENCH_OPERATOR_ARGS", "").split()  # to 
 # planes do not), e.g. Go's memory settings for helm: "GOMEMLIMIT=16MiB"
 OPERATOR_ENV: dict[str, str] = dict(
     pair.partition("=")[::2] for pair in os.environ.get("KRYPTON_BENCH_OPERATOR_ENV", "").split())
-FLUX_N = [int(x) for x in os.environ.get("KRYPTON_BENCH_FLUX_N", "200").split(",")]  # (x)
+FLUX_N = [int(x) for x in os.environ.get("KRYPTON_BENCH_FLUX_N", "200,500").split(",")]  # (x)
+FLUX_TURNS = int(os.environ.get("KRYPTON_BENCH_FLUX_TURNS", "1"))  # (x): krypton, Flux, ...
+FLUX_CHART = os.environ.get("KRYPTON_BENCH_FLUX_CHART", "shared")  # (x): or "each"
 HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16").split(",")]
 CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
@@ -343,8 +348,10 @@ def ready(version: str) -> Any:
 FLEET_RESYNC = 120.0
 
 
-def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any]:
-    """(a), and with the largest N (b) and (c); with `extra` operator flags, (a) alone."""
+def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = False
+              ) -> dict[str, Any]:
+    """(a), and with the largest N (b) and (c); with `extra` operator flags, (a) alone; with
+    `bump`, (a) and (c) (as (x) takes turns with Flux)."""
     discovery = bed.namespace("bench-disc", ("home",))
     ns = bed.namespace("bench")
     for c in bed.clusters:
@@ -353,9 +360,11 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
     for c in bed.clusters:
         bed.register(discovery, c, c)
     log(f"(a) {n} Tenants x 2 clusters: starting the operator {' '.join(extra)}")
-    writes = apiserver_writes(bed)
+    writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
     start = time.monotonic()
-    op = bed.operator(discovery, ns, "0.2.0", "--resync-period", f"{FLEET_RESYNC:.0f}s", *extra)
+    # (x) measures no resync: the default period (10 min), as Flux's interval is
+    resync = () if bump else ("--resync-period", f"{FLEET_RESYNC:.0f}s")
+    op = bed.operator(discovery, ns, "0.2.0", *resync, *extra)
     memory = TreeMemory(op.pid)
     total = 2 * n
     with profiled(op.pid, f"install-{n}"):
@@ -373,31 +382,37 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t") -> dict[str, Any
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
                               "apiserver_writes_per_release": round(
                                   (apiserver_writes(bed) - writes) / total, 2),
+                              "control_plane_cpu_ms_per_release": round(
+                                  1000 * (control_plane_cpu(bed) - planes) / total, 1),
                               **memory.peak()}
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
-    if seconds >= FLEET_RESYNC:
+    if seconds >= FLEET_RESYNC and not bump:
         log(f"(a) took longer than --resync-period {FLEET_RESYNC:.0f}s: its figures include "
             "a resync's passes")
-    if n == max(SIZES) and not extra:
-        result["noop_resync"] = noop_resync(op, total)
+    if (bump or n == max(SIZES)) and not extra:
+        if not bump:
+            result["noop_resync"] = noop_resync(op, total)
         op.stop()
-        result["restart_settled"] = restart_settled(bed, discovery, ns, total)
+        if not bump:
+            result["restart_settled"] = restart_settled(bed, discovery, ns, total)
         log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
-        writes = apiserver_writes(bed)
+        writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
         start = time.monotonic()
         op = bed.operator(discovery, ns, "0.3.0")
         memory = TreeMemory(op.pid)
         with profiled(op.pid, f"bump-{n}"):
             wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
                      what="bump rolled out")
-        bump = time.monotonic() - start
+        bumped = time.monotonic() - start
         own, helm = cpu_seconds(op.pid)
-        result["version_bump"] = {"seconds": round(bump, 1), **per_release(op, total),
-                                  "releases_per_second": round(total / bump, 2),
+        result["version_bump"] = {"seconds": round(bumped, 1), **per_release(op, total),
+                                  "releases_per_second": round(total / bumped, 2),
                                   "apiserver_writes_per_release": round(
                                       (apiserver_writes(bed) - writes) / total, 2),
+                                  "control_plane_cpu_ms_per_release": round(
+                                      1000 * (control_plane_cpu(bed) - planes) / total, 1),
                                   **cpu_per_release(own, helm, total), **memory.peak()}
-        log(f"(c) bump done in {bump:.1f}s")
+        log(f"(c) bump done in {bumped:.1f}s")
     op.stop()
     return result
 
@@ -461,25 +476,44 @@ def apiserver_writes(bed: Bed) -> float:
     return total
 
 
-def flux_run(bed: Bed, flux: Flux, n: int) -> dict[str, Any]:
-    """(x): Flux installs n releases on each cluster, then bumps them, as (a) and (c) do."""
+def control_plane_cpu(bed: Bed) -> float:
+    """CPU seconds both control planes' processes (etcd, the API server and the rest) used so
+    far."""
+    return sum(cpu_seconds(pid)[0] for cp in bed.clusters.values() for pid in cp.pids)
+
+
+def flux_run(bed: Bed, flux: Flux, n: int, prefix: str = "x") -> dict[str, Any]:
+    """(x): Flux installs n releases on each cluster, then bumps them, as (a) and (c) do.
+    With FLUX_CHART "shared" (Flux at its cheapest) every HelmRelease names one HelmChart by
+    its chartRef and the bump edits that HelmChart; with "each" every HelmRelease has a
+    chart template of its own (a HelmChart per release) and the bump edits each one."""
     ns = bed.namespace("flux")
     custom = bed.custom("home")
+    source = "source.toolkit.fluxcd.io"
     custom.create_namespaced_custom_object(
-        "source.toolkit.fluxcd.io", "v1", ns, "helmrepositories",
-        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+        source, "v1", ns, "helmrepositories",
+        {"apiVersion": f"{source}/v1", "kind": "HelmRepository",
          "metadata": {"name": "bench"}, "spec": {"url": bed.repo.url, "interval": "10m"}})
+    chart_spec = {"chart": "sample", "version": "0.2.0",
+                  "sourceRef": {"kind": "HelmRepository", "name": "bench"}}
+    if FLUX_CHART == "shared":
+        custom.create_namespaced_custom_object(
+            source, "v1", ns, "helmcharts",
+            {"apiVersion": f"{source}/v1", "kind": "HelmChart", "metadata": {"name": "sample"},
+             "spec": {**chart_spec, "interval": "10m"}})
     bed.core("home").create_namespaced_secret(ns, {  # type: ignore[arg-type]
         "metadata": {"name": "remote"}, "stringData": {"value": bed.remote.kubeconfig.read_text()}})
     names = []
     for c in bed.clusters:
         for i in range(n):
-            name = f"x{n}-{i:03d}"
+            name = f"{prefix}{n}-{i:03d}"
             spec: dict[str, Any] = {
                 "interval": "10m", "releaseName": name, "targetNamespace": name,
-                "storageNamespace": name, "install": {"createNamespace": True},
-                "chart": {"spec": {"chart": "sample", "version": "0.2.0",
-                                   "sourceRef": {"kind": "HelmRepository", "name": "bench"}}}}
+                "storageNamespace": name, "install": {"createNamespace": True}}
+            if FLUX_CHART == "shared":
+                spec["chartRef"] = {"kind": "HelmChart", "name": "sample", "namespace": ns}
+            else:
+                spec["chart"] = {"spec": chart_spec}
             if c == "remote":
                 spec["kubeConfig"] = {"secretRef": {"name": "remote", "key": "value"}}
             custom.create_namespaced_custom_object(
@@ -498,61 +532,83 @@ def flux_run(bed: Bed, flux: Flux, n: int) -> dict[str, Any]:
                    and ((hr.get("status") or {}).get("history") or [{}])[0].get(
                        "chartVersion") == version)
 
-    writes = apiserver_writes(bed)
-    log(f"(x) Flux: {n} HelmReleases x 2 clusters")
+    writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
+    log(f"(x) Flux: {n} HelmReleases x 2 clusters, chart {FLUX_CHART}")
     start = time.monotonic()
     pid = flux.start()
     memory = TreeMemory(pid)
-    wait_for(lambda: ready("0.2.0") == total, 3600, interval=1.0, what=f"{total} Ready")
+    wait_for(lambda: ready("0.2.0") == total, 3600, interval=0.5, what=f"{total} Ready")
     seconds = time.monotonic() - start
     cpu = flux.cpu_seconds()
     result: dict[str, Any] = {
-        "releases": total, "seconds_to_ready": round(seconds, 1),
+        "releases": total, "chart": FLUX_CHART, "seconds_to_ready": round(seconds, 1),
         "cpu_ms_per_release": round(1000 * cpu / total, 1),
         "apiserver_writes_per_release": round((apiserver_writes(bed) - writes) / total, 2),
+        "control_plane_cpu_ms_per_release": round(
+            1000 * (control_plane_cpu(bed) - planes) / total, 1),
         **memory.peak()}
     log(f"(x) Flux: {total} releases Ready in {seconds:.1f}s")
-    writes, cpu0 = apiserver_writes(bed), flux.cpu_seconds()
+    writes, cpu0, planes = apiserver_writes(bed), flux.cpu_seconds(), control_plane_cpu(bed)
     memory = TreeMemory(pid)
     start = time.monotonic()
-    for name in names:
-        custom.patch_namespaced_custom_object(
-            "helm.toolkit.fluxcd.io", "v2", ns, "helmreleases", name,
-            {"spec": {"chart": {"spec": {"version": "0.3.0"}}}})
-    wait_for(lambda: ready("0.3.0") == total, 3600, interval=1.0, what="bump rolled out")
+    if FLUX_CHART == "shared":
+        custom.patch_namespaced_custom_object(source, "v1", ns, "helmcharts", "sample",
+                                              {"spec": {"version": "0.3.0"}})
+        edits = 1
+    else:
+        for name in names:
+            custom.patch_namespaced_custom_object(
+                "helm.toolkit.fluxcd.io", "v2", ns, "helmreleases", name,
+                {"spec": {"chart": {"spec": {"version": "0.3.0"}}}})
+        edits = total
+    wait_for(lambda: ready("0.3.0") == total, 3600, interval=0.5, what="bump rolled out")
     bump = time.monotonic() - start
-    result["version_bump"] = {  # the bench's own edits of the HelmReleases not counted
+    result["version_bump"] = {  # the bench's own edits not counted
         "seconds": round(bump, 1),
         "cpu_ms_per_release": round(1000 * (flux.cpu_seconds() - cpu0) / total, 1),
         "apiserver_writes_per_release": round(
-            (apiserver_writes(bed) - writes - total) / total, 2),
+            (apiserver_writes(bed) - writes - edits) / total, 2),
+        "control_plane_cpu_ms_per_release": round(
+            1000 * (control_plane_cpu(bed) - planes) / total, 1),
         **memory.peak()}
     log(f"(x) Flux: bump done in {bump:.1f}s")
     flux.stop()
     return result
 
 
-def flux_ratios(fleet: list[dict[str, Any]], flux: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """krypton's figures over Flux's, for each size both measured (P4)."""
+FLUX_PAIRS = {  # ratio: (the figure of an install run, of its bump)
+    "seconds_to_ready": ("seconds_to_ready", ""),
+    "install_cpu_per_release": ("cpu_ms_per_release", ""),
+    "install_peak_pss": ("peak_tree_pss_mib", ""),
+    "install_writes": ("apiserver_writes_per_release", ""),
+    "install_control_plane_cpu": ("control_plane_cpu_ms_per_release", ""),
+    "bump_seconds": ("", "seconds"),
+    "bump_cpu_per_release": ("", "cpu_ms_per_release"),
+    "bump_peak_pss": ("", "peak_tree_pss_mib"),
+    "bump_writes": ("", "apiserver_writes_per_release"),
+    "bump_control_plane_cpu": ("", "control_plane_cpu_ms_per_release")}
+
+
+def flux_ratios(krypton: dict[str, Any], flux: dict[str, Any]) -> dict[str, float]:
+    """krypton's figures over Flux's, from runs of the same size taking turns (P4)."""
+    out = {}
+    for name, (install, bump) in FLUX_PAIRS.items():
+        k, f = (krypton, flux) if install else (krypton["version_bump"], flux["version_bump"])
+        a, b = k.get(install or bump), f.get(install or bump)
+        if a is not None and b:
+            out[name] = round(a / b, 2)
+    return out
+
+
+def flux_summary(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size, each ratio's median over the turns, with its lowest and highest."""
     out = []
-    for f in flux:
-        k = next((r for r in fleet if r["releases"] == f["releases"] and "version_bump" in r),
-                 None)
-        if k is None:
-            continue
-        kb, fb = k["version_bump"], f["version_bump"]
-        pairs = {"seconds_to_ready": (k["seconds_to_ready"], f["seconds_to_ready"]),
-                 "install_cpu_per_release": (k["cpu_ms_per_release"], f["cpu_ms_per_release"]),
-                 "install_peak_pss": (k["peak_tree_pss_mib"], f["peak_tree_pss_mib"]),
-                 "install_writes": (k["apiserver_writes_per_release"],
-                                    f["apiserver_writes_per_release"]),
-                 "bump_seconds": (kb["seconds"], fb["seconds"]),
-                 "bump_cpu_per_release": (kb["cpu_ms_per_release"], fb["cpu_ms_per_release"]),
-                 "bump_peak_pss": (kb["peak_tree_pss_mib"], fb["peak_tree_pss_mib"]),
-                 "bump_writes": (kb["apiserver_writes_per_release"],
-                                 fb["apiserver_writes_per_release"])}
-        out.append({"releases": f["releases"],
-                    **{name: round(a / b, 2) for name, (a, b) in pairs.items() if b}})
+    for size in sorted({t["releases"] for t in turns}):
+        ratios = [t["ratios"] for t in turns if t["releases"] == size]
+        out.append({"releases": size, "turns": len(ratios), **{
+            name: {"median": round(statistics.median(r[name] for r in ratios), 2),
+                   "min": min(r[name] for r in ratios), "max": max(r[name] for r in ratios)}
+            for name in FLUX_PAIRS if all(name in r for r in ratios)}})
     return out
 
 
@@ -1154,16 +1210,21 @@ def table(results: dict[str, Any]) -> str:
             b = run["version_bump"]
             rows.append((f"(c) version bump {n} x 2", f"{b['seconds']} s "
                          f"({b['releases_per_second']} releases/s; {_cost(b)})"))
-    for f in results.get("flux", []):
-        b = f["version_bump"]
-        rows.append((f"(x) Flux {f['releases']} releases", (
-            f"Ready in {f['seconds_to_ready']} s, {f['cpu_ms_per_release']} ms CPU and "
-            f"{f['apiserver_writes_per_release']} writes a release, peak PSS "
-            f"{f['peak_tree_pss_mib']} MiB; bump {b['seconds']} s, "
-            f"{b['cpu_ms_per_release']} ms, {b['apiserver_writes_per_release']} writes")))
-    for r in results.get("flux_ratios", []):
-        rows.append((f"(x) krypton / Flux, {r['releases']} releases", ", ".join(
-            f"{k.replace('_', ' ')} {v}" for k, v in r.items() if k != "releases")))
+    for t in results.get("flux_turns", []):
+        k, f = t["krypton"], t["flux"]
+        for who, r in (("krypton", k), (f"Flux ({f['chart']} chart)", f)):
+            b = r["version_bump"]
+            rows.append((f"(x) turn {t['turn']}, {t['releases']} releases, {who}", (
+                f"Ready in {r['seconds_to_ready']} s, {r['cpu_ms_per_release']} ms CPU, "
+                f"{r['apiserver_writes_per_release']} writes, control planes "
+                f"{r['control_plane_cpu_ms_per_release']} ms a release, peak PSS "
+                f"{r['peak_tree_pss_mib']} MiB; bump {b['seconds']} s, "
+                f"{b['cpu_ms_per_release']} ms, {b['apiserver_writes_per_release']} writes, "
+                f"control planes {b['control_plane_cpu_ms_per_release']} ms")))
+    for r in results.get("flux_summary", []):
+        rows.append((f"(x) krypton / Flux, {r['releases']} releases, {r['turns']} turns",
+                     ", ".join(f"{k.replace('_', ' ')} {v['median']} ({v['min']}-{v['max']})"
+                               for k, v in r.items() if isinstance(v, dict))))
     if "unit_costs" in results:
         u = results["unit_costs"]
         rows.append(("(u) each on its own", "; ".join(
@@ -1269,12 +1330,18 @@ def main() -> int:
                                                        str(c), prefix=f"k{c}-")}
                 for c in HELM_CURVE]
         if "x" in PARTS:
+            results["flux_turns"] = turns = []
             flux = Flux(bed)
             try:
-                results["flux"] = [flux_run(bed, flux, n) for n in FLUX_N]
+                for turn in range(FLUX_TURNS):
+                    for n in FLUX_N:  # krypton, then Flux, on the same bed as it is then
+                        k = fleet_run(bed, n, prefix=f"k{turn}-", bump=True)
+                        f = flux_run(bed, flux, n, prefix=f"x{turn}-")
+                        turns.append({"releases": 2 * n, "turn": turn, "krypton": k,
+                                      "flux": f, "ratios": flux_ratios(k, f)})
             finally:
                 flux.stop()
-            results["flux_ratios"] = flux_ratios(results.get("fleet", []), results["flux"])
+            results["flux_summary"] = flux_summary(turns)
         if "e" in PARTS:
             results["latency"] = latencies(bed)
         if "f" in PARTS:
