@@ -360,7 +360,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
     for c in bed.clusters:
         bed.register(discovery, c, c)
     log(f"(a) {n} Tenants x 2 clusters: starting the operator {' '.join(extra)}")
-    writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
+    load = PlaneLoad(bed)
     start = time.monotonic()
     # (x) measures no resync: the default period (10 min), as Flux's interval is
     resync = () if bump else ("--resync-period", f"{FLEET_RESYNC:.0f}s")
@@ -380,11 +380,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
                               "helm_cpu_seconds": round(helm, 2),
                               **cpu_per_release(own, helm, total),
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
-                              "apiserver_writes_per_release": round(
-                                  (apiserver_writes(bed) - writes) / total, 2),
-                              "control_plane_cpu_ms_per_release": round(
-                                  1000 * (control_plane_cpu(bed) - planes) / total, 1),
-                              **memory.peak()}
+                              **load.per_release(total), **memory.peak()}
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
     if seconds >= FLEET_RESYNC and not bump:
         log(f"(a) took longer than --resync-period {FLEET_RESYNC:.0f}s: its figures include "
@@ -396,7 +392,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
         if not bump:
             result["restart_settled"] = restart_settled(bed, discovery, ns, total)
         log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
-        writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
+        load = PlaneLoad(bed)
         start = time.monotonic()
         op = bed.operator(discovery, ns, "0.3.0")
         memory = TreeMemory(op.pid)
@@ -407,10 +403,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
         own, helm = cpu_seconds(op.pid)
         result["version_bump"] = {"seconds": round(bumped, 1), **per_release(op, total),
                                   "releases_per_second": round(total / bumped, 2),
-                                  "apiserver_writes_per_release": round(
-                                      (apiserver_writes(bed) - writes) / total, 2),
-                                  "control_plane_cpu_ms_per_release": round(
-                                      1000 * (control_plane_cpu(bed) - planes) / total, 1),
+                                  **load.per_release(total),
                                   **cpu_per_release(own, helm, total), **memory.peak()}
         log(f"(c) bump done in {bumped:.1f}s")
     op.stop()
@@ -482,6 +475,22 @@ def control_plane_cpu(bed: Bed) -> float:
     return sum(cpu_seconds(pid)[0] for cp in bed.clusters.values() for pid in cp.pids)
 
 
+class PlaneLoad:
+    """What both control planes did from its making on: the writes they served and the CPU
+    they used."""
+
+    def __init__(self, bed: Bed) -> None:
+        self.bed = bed
+        self.writes, self.cpu = apiserver_writes(bed), control_plane_cpu(bed)
+
+    def per_release(self, releases: int, own_edits: int = 0) -> dict[str, float]:
+        """Both, per release, the bench's own `own_edits` not counted as writes."""
+        return {"apiserver_writes_per_release": round(
+                    (apiserver_writes(self.bed) - self.writes - own_edits) / releases, 2),
+                "control_plane_cpu_ms_per_release": round(
+                    1000 * (control_plane_cpu(self.bed) - self.cpu) / releases, 1)}
+
+
 def flux_run(bed: Bed, flux: Flux, n: int, prefix: str = "x") -> dict[str, Any]:
     """(x): Flux installs n releases on each cluster, then bumps them, as (a) and (c) do.
     With FLUX_CHART "shared" (Flux at its cheapest) every HelmRelease names one HelmChart by
@@ -532,7 +541,7 @@ def flux_run(bed: Bed, flux: Flux, n: int, prefix: str = "x") -> dict[str, Any]:
                    and ((hr.get("status") or {}).get("history") or [{}])[0].get(
                        "chartVersion") == version)
 
-    writes, planes = apiserver_writes(bed), control_plane_cpu(bed)
+    load = PlaneLoad(bed)
     log(f"(x) Flux: {n} HelmReleases x 2 clusters, chart {FLUX_CHART}")
     start = time.monotonic()
     pid = flux.start()
@@ -542,13 +551,10 @@ def flux_run(bed: Bed, flux: Flux, n: int, prefix: str = "x") -> dict[str, Any]:
     cpu = flux.cpu_seconds()
     result: dict[str, Any] = {
         "releases": total, "chart": FLUX_CHART, "seconds_to_ready": round(seconds, 1),
-        "cpu_ms_per_release": round(1000 * cpu / total, 1),
-        "apiserver_writes_per_release": round((apiserver_writes(bed) - writes) / total, 2),
-        "control_plane_cpu_ms_per_release": round(
-            1000 * (control_plane_cpu(bed) - planes) / total, 1),
+        "cpu_ms_per_release": round(1000 * cpu / total, 1), **load.per_release(total),
         **memory.peak()}
     log(f"(x) Flux: {total} releases Ready in {seconds:.1f}s")
-    writes, cpu0, planes = apiserver_writes(bed), flux.cpu_seconds(), control_plane_cpu(bed)
+    load, cpu0 = PlaneLoad(bed), flux.cpu_seconds()
     memory = TreeMemory(pid)
     start = time.monotonic()
     if FLUX_CHART == "shared":
@@ -566,35 +572,31 @@ def flux_run(bed: Bed, flux: Flux, n: int, prefix: str = "x") -> dict[str, Any]:
     result["version_bump"] = {  # the bench's own edits not counted
         "seconds": round(bump, 1),
         "cpu_ms_per_release": round(1000 * (flux.cpu_seconds() - cpu0) / total, 1),
-        "apiserver_writes_per_release": round(
-            (apiserver_writes(bed) - writes - edits) / total, 2),
-        "control_plane_cpu_ms_per_release": round(
-            1000 * (control_plane_cpu(bed) - planes) / total, 1),
-        **memory.peak()}
+        **load.per_release(total, own_edits=edits), **memory.peak()}
     log(f"(x) Flux: bump done in {bump:.1f}s")
     flux.stop()
     return result
 
 
-FLUX_PAIRS = {  # ratio: (the figure of an install run, of its bump)
-    "seconds_to_ready": ("seconds_to_ready", ""),
-    "install_cpu_per_release": ("cpu_ms_per_release", ""),
-    "install_peak_pss": ("peak_tree_pss_mib", ""),
-    "install_writes": ("apiserver_writes_per_release", ""),
-    "install_control_plane_cpu": ("control_plane_cpu_ms_per_release", ""),
-    "bump_seconds": ("", "seconds"),
-    "bump_cpu_per_release": ("", "cpu_ms_per_release"),
-    "bump_peak_pss": ("", "peak_tree_pss_mib"),
-    "bump_writes": ("", "apiserver_writes_per_release"),
-    "bump_control_plane_cpu": ("", "control_plane_cpu_ms_per_release")}
+FLUX_PAIRS = {  # ratio: (of the bump, else of the install; the figure)
+    "seconds_to_ready": (False, "seconds_to_ready"),
+    "install_cpu_per_release": (False, "cpu_ms_per_release"),
+    "install_peak_pss": (False, "peak_tree_pss_mib"),
+    "install_writes": (False, "apiserver_writes_per_release"),
+    "install_control_plane_cpu": (False, "control_plane_cpu_ms_per_release"),
+    "bump_seconds": (True, "seconds"),
+    "bump_cpu_per_release": (True, "cpu_ms_per_release"),
+    "bump_peak_pss": (True, "peak_tree_pss_mib"),
+    "bump_writes": (True, "apiserver_writes_per_release"),
+    "bump_control_plane_cpu": (True, "control_plane_cpu_ms_per_release")}
 
 
 def flux_ratios(krypton: dict[str, Any], flux: dict[str, Any]) -> dict[str, float]:
     """krypton's figures over Flux's, from runs of the same size taking turns (P4)."""
     out = {}
-    for name, (install, bump) in FLUX_PAIRS.items():
-        k, f = (krypton, flux) if install else (krypton["version_bump"], flux["version_bump"])
-        a, b = k.get(install or bump), f.get(install or bump)
+    for name, (of_bump, figure) in FLUX_PAIRS.items():
+        k, f = (krypton["version_bump"], flux["version_bump"]) if of_bump else (krypton, flux)
+        a, b = k.get(figure), f.get(figure)
         if a is not None and b:
             out[name] = round(a / b, 2)
     return out
