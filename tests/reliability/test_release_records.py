@@ -288,8 +288,13 @@ def test_a_rotated_key_still_checks_the_seals_it_made(fleet: Fleet, installed: A
              [(1, "superseded"), (2, "deployed")] or _refused(fleet, name), 120,
              what="the release upgraded (or refused)")
     assert not _refused(fleet, name)
-    kept = wait_for(lambda: ((fleet.remote.tenant(fleet.tenant_ns, name)["status"].get(
-        "clusters") or {}).get("remote") or {}).get("records"), 30, what="the seals kept")
+    def both_seals() -> list[str] | None:
+        status = fleet.remote.tenant(fleet.tenant_ns, name).get("status") or {}
+        seals = ((status.get("clusters") or {}).get("remote") or {}).get("records") or []
+        return seals if len(seals) >= 2 else None
+
+    # The seals reach the status after the record: wait for revision 2's, not only the first.
+    kept = wait_for(both_seals, 30, what="both records' seals kept")
     assert kept[0].startswith(f"{new_id}:") and old[0].removeprefix("retired-") in kept[1], kept
     prune = krypton(fleet, "rotate-record-key", "--prune", *run_flags(fleet))
     assert prune.returncode == 0 and "no retired key to remove" in prune.stdout, \
