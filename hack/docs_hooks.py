@@ -1,5 +1,5 @@
 """MkDocs hooks: the reference pages and the figures of the docs site, generated from the
-code at build time (issue 29). Nothing here is written by hand that the code already says:
+code at build time. Nothing here is written by hand that the code already says:
 
 - reference/flags.md    every flag, its environment variables and default (settings.OPTIONS)
 - reference/metrics.md  every metric with its type, labels and help (the metrics registry)

@@ -27,7 +27,7 @@ def test_demo_runs_end_to_end(testbin, tmp_path) -> None:  # type: ignore[no-unt
     plan = out.split("==> krypton plan")[1].split("==>")[0]
     actions = [line.split()[3] for line in plan.strip().splitlines()[2:]]
     assert sorted(actions) == ["paused", "upgrade", "upgrade", "upgrade"]
-    # issue 13: the demo ends with plan and diff of a changed value, and status --watch
+    # The demo ends with plan and diff of a changed value, and status --watch
     changed = out.split("==> krypton plan with a changed central value")[1].split("==>")[0]
     rows = [line.split() for line in changed.splitlines() if line.startswith(("remote ", "self-cluster "))]
     assert sorted(r[3] for r in rows) == ["paused", "upgrade", "upgrade", "upgrade"]

@@ -197,7 +197,7 @@ def named_metrics(expr: str) -> set[str]:
 
 
 def test_monitoring_names_metrics_that_exist(helm_bin: str) -> None:
-    """Issue 13: the ServiceMonitor, PrometheusRule and Grafana dashboard ship behind values
+    """The ServiceMonitor, PrometheusRule and Grafana dashboard ship behind values
     (off by default), and every query in the dashboard and the alerts names a metric
     krypton exports."""
     assert {"ServiceMonitor", "PrometheusRule"}.isdisjoint(kinds(render(helm_bin)))

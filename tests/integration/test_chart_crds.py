@@ -1,4 +1,4 @@
-"""Issue 12, item 2: a chart's crds/ directory is applied by krypton once per cluster and chart
+"""A chart's crds/ directory is applied by krypton once per cluster and chart
 version, before the tenant releases (helm runs with --skip-crds), is replaced on a chart bump
 under --chart-crds=create-replace, and is never deleted by a Tenant's uninstall."""
 

@@ -114,7 +114,7 @@ def test_crds_prints_the_canonical_crd(fleet: Fleet) -> None:
 
 
 def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Path) -> None:
-    """Issue 13: plan names what differs from what a release was made with (the repository
+    """Plan names what differs from what a release was made with (the repository
     URL as typed, which values keys), and diff shows the manifest change per Tenant x cluster:
     nothing for a new spelling of the same repository, the changed ConfigMap for a value."""
     fleet.register("remote", fleet.remote)
@@ -151,7 +151,7 @@ def test_plan_and_diff_say_what_a_change_would_change(fleet: Fleet, tmp_path: Pa
 
 def test_diff_renders_only_what_would_run_and_says_why_not(fleet: Fleet,
                                                            tmp_path: Path) -> None:
-    """Issue 48: diff decides as the operator does (the same ``decide()``). With a values
+    """Diff decides as the operator does (the same ``decide()``). With a values
     change, the Tenant that would be upgraded shows its manifest change; one the operator
     refuses (a reserved namespace) and one it would not run helm for (Stalled: its retries
     exhausted on this very target) show none, and say why."""
@@ -183,7 +183,7 @@ def test_diff_renders_only_what_would_run_and_says_why_not(fleet: Fleet,
 
 
 def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
-    """Issue 13: a live table and progress bar, redrawn from watches: a new Tenant, its
+    """A live table and progress bar, redrawn from watches: a new Tenant, its
     install and a pause show up without the command being run again."""
     fleet.register("remote", fleet.remote)
     fleet.start()
@@ -236,7 +236,7 @@ def test_status_watch_follows_the_fleet_live(fleet: Fleet) -> None:
 
 def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
                                                                   tmp_path: Path) -> None:
-    """Issue 13: with the operator installed by its chart, `krypton status` and `plan` need
+    """With the operator installed by its chart, `krypton status` and `plan` need
     no flag but the cluster: chart, values (from the chart's ConfigMap), discovery
     namespace, watch namespace and driver come from the Deployment; what is typed wins."""
     from krypton.testing.pod import render_chart
@@ -263,7 +263,7 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
     subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(applied),
                    check=True, capture_output=True, text=True)
     home = ["--watch-kubeconfig", str(fleet.home.cp.kubeconfig)]
-    # the Deployment is looked for where the user points: their --namespace (issue 25)
+    # the Deployment is looked for where the user points: their --namespace
     auto = {"KRYPTON_FROM_DEPLOYMENT": "", "KRYPTON_NAMESPACE": fleet.discovery_ns}
     try:
         status = krypton(fleet, "status", *home, env=auto)
@@ -318,7 +318,7 @@ def test_the_cli_takes_the_operators_settings_from_its_deployment(fleet: Fleet,
 
 def test_diff_and_plan_name_the_cluster_scoped_objects_an_upgrade_deletes(fleet: Fleet,
                                                                   tmp_path: Path) -> None:
-    """Issue 32.5: values that stop rendering a fixed-name cluster-scoped object (the
+    """Values that stop rendering a fixed-name cluster-scoped object (the
     sample chart's shared CRD) delete it on upgrade; diff says so before it happens."""
     with_crd = tmp_path / "with.yaml"
     with_crd.write_text("sharedCRD: true\n")

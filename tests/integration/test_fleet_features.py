@@ -67,7 +67,7 @@ def test_drift_is_repaired(fleet: Fleet, helm_bin: str, tmp_path) -> None:  # ty
 
 
 def test_a_deleted_object_of_a_release_is_restored(fleet: Fleet) -> None:
-    """Issue 12, item 3: drift detection reads the deployed revision's manifest from its
+    """Drift detection reads the deployed revision's manifest from its
     release record (no helm process) once per --resync-period and upgrades a release one of
     whose objects is gone; with --drift-detection=off only release records count."""
     fleet.register("remote", fleet.remote)

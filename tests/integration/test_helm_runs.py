@@ -1,4 +1,4 @@
-"""How krypton runs helm (issue 14), checked against helm itself on both lanes."""
+"""How krypton runs helm, checked against helm itself on both lanes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The event-loop informer and the client façade against a real API server (issue 11, item 1):
+"""The event-loop informer and the client façade against a real API server:
 paginated lists, watches resumed from the last resourceVersion instead of listing again,
 stalled watches dropped, every request bounded."""
 
@@ -281,7 +281,7 @@ def _version_through(server: Responder, tmp_path: Path) -> Any:
 
 
 def test_a_throttled_request_waits_as_told_and_succeeds(tmp_path: Path) -> None:
-    """Issue 13: "HTTP 429: storage is (re)initializing" while a CRD just created comes up
+    """"HTTP 429: storage is (re)initializing" while a CRD just created comes up
     is no failure: the request is repeated after Retry-After, and the caller sees only the
     answer."""
     server, times = _throttling(2)

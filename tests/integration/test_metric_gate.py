@@ -1,4 +1,4 @@
-"""Rollout waves gated by metrics (SPEC F7, issue 30), against the real Prometheus of the
+"""Rollout waves gated by metrics (SPEC F7), against the real Prometheus of the
 test bed scraping an exporter whose error ratio each test sets per cluster. The gate query
 passes while a cluster's ratio is under 5 %."""
 

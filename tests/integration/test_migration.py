@@ -1,4 +1,4 @@
-"""Taking over a fleet from the original operator (issue 16).
+"""Taking over a fleet from the original operator.
 
 The prototype's state is built with helm and kubectl only: its CRD (spec.workspace, a status
 of phase and conditions only, no revision), releases ``tenant-<t>-<c>`` installed by helm, the

@@ -99,7 +99,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     assert mine["revision"] == now["home"][1][-1][0] and mine["chartVersion"] == "0.2.0"
     assert mine["revertedFingerprint"] == mine["failedFingerprint"] != mine["fingerprint"]
     fleet.home.wait_event(fleet.tenant_ns, h, "RolloutReverted")
-    # krypton plan takes the rollout's gate as the operator does (issue 26): the clusters it
+    # krypton plan takes the rollout's gate as the operator does: the clusters it
     # holds say held, not "upgrade"
     args = fleet.args(*ROLLOUT, "--rollout-auto-revert", version="0.9.0")
     args[args.index(fleet.chart_repo.url)] = repo.url
@@ -107,7 +107,7 @@ def test_canary_halt_revert_then_resume_after_restart(fleet: Fleet, repo: ChartR
     rows = {r["cluster"]: r for r in json.loads(planned.stdout) if r["tenant"]}
     assert {c: (rows[c]["action"], rows[c]["reason"]) for c in ("remote", "remote2")} == \
         {"remote": ("held", "RolloutHalted"), "remote2": ("held", "RolloutHalted")}, planned.stderr
-    # ... and so does krypton diff (issue 48): no manifest change for them, and why
+    # ... and so does krypton diff: no manifest change for them, and why
     diff = krypton(fleet, "diff", *args)
     for cluster, tenant in (("remote", r), ("remote2", r2)):
         assert f"=== {cluster}/{fleet.tenant_ns}/{tenant} (tenant-{tenant}-{cluster}) not " \
@@ -173,7 +173,7 @@ def _apply_crd(cluster: Cluster) -> None:
 @pytest.mark.parametrize("failing, phase", [(1, "Complete"), (2, "Halted")])
 def test_a_budget_of_a_quarter_of_the_clusters(fleet: Fleet, repo: ChartRepository,
                                                failing: int, phase: str) -> None:
-    """Issue 49.1: one wave of 4 clusters (four names of one API server, each with its own
+    """One wave of 4 clusters (four names of one API server, each with its own
     values: on `failing` of them the chart does not render) and a budget of 25% counted in
     clusters: the wave survives one failed cluster and halts at the second."""
     names = ["w1", "w2", "w3", "w4"]
@@ -203,7 +203,7 @@ def test_a_budget_of_a_quarter_of_the_clusters(fleet: Fleet, repo: ChartReposito
 
 
 def test_clusters_that_leave_and_join_mid_rollout(fleet: Fleet, repo: ChartRepository) -> None:
-    """Issue 49.3: a rollout over three names of one API server, one cluster per wave, each
+    """A rollout over three names of one API server, one cluster per wave, each
     wave soaking 10 s. The cluster of the wave in progress leaves (its Secret is removed):
     the wave neither fails nor waits for it. A cluster that joins mid-rollout with a release
     on the old version is appended as a further wave and is upgraded only when that wave

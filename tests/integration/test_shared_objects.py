@@ -1,4 +1,4 @@
-"""Issue 32 / SPEC F5b, T7: a chart with the shapes of real ones (a kept CRD in templates/, a
+"""SPEC F5b, T7: a chart with the shapes of real ones (a kept CRD in templates/, a
 fixed-name IngressClass and webhook configuration, a pre-install hook Job, a LoadBalancer
 Service) installed into three Tenants of one cluster at once, on simulated nodes."""
 

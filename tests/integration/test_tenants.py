@@ -50,7 +50,7 @@ def test_namespace_owned_by_another_tenant(fleet: Fleet) -> None:
 
 def test_a_namespace_found_by_the_create_is_refused_and_the_resyncs_stay_quiet(
         fleet: Fleet) -> None:
-    """Issue 31: a first install creates its namespace without reading it first; one that
+    """A first install creates its namespace without reading it first; one that
     exists and is not the Tenant's is found by the create and refused (R16), permanently.
     The resyncs that follow read the namespace once each, as before the change: no create,
     no write, no helm run."""
@@ -102,7 +102,7 @@ def test_pause_and_resume(fleet: Fleet) -> None:
     wait_for(lambda: op.metric("krypton_reconciles_total", cluster="remote") >= 1, 30,
              what="the pass that set Paused")
     assert op.metric("krypton_helm_processes_total") == 0
-    # issue 13: phase Suspended, and the Ready condition says why (Flux's word for it)
+    # Phase Suspended, and the Ready condition says why (Flux's word for it)
     assert fleet.remote.phase(fleet.tenant_ns, name) == "Suspended"
     ready = fleet.remote.condition(fleet.tenant_ns, name, "Ready")
     assert ready is not None and (ready["status"], ready["reason"]) == ("False", "Suspended")
@@ -177,7 +177,7 @@ def test_range_resolves_to_newest_match(fleet: Fleet) -> None:
 
 def test_a_quick_install_costs_one_pass_one_helm_run_one_status_write_and_no_start_event(
         fleet: Fleet) -> None:
-    """Issue 31: the pass that decides an install runs helm; a run over within 2 s is not
+    """The pass that decides an install runs helm; a run over within 2 s is not
     announced, so each release costs one pass, one helm process and one status write (its
     outcome), and the Tenant's Events say HelmInstalled without HelmInstallStart; no
     namespace is read first. The watch events of the pass's own writes (finalizer,

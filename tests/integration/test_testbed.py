@@ -85,7 +85,7 @@ NODE_MONITOR_GRACE = 50.0  # kube-controller-manager's default in Kubernetes 1.3
 
 def test_simulated_nodes_and_pods_stay_ready_past_the_grace_periods(simulated: ControlPlane
                                                                     ) -> None:
-    """T7 / issue 32.6: across three node-monitor grace periods every simulated node stays
+    """T7: across three node-monitor grace periods every simulated node stays
     Ready (kwok renews its Lease as a kubelet does) and a running pod stays Ready; the pod
     is scheduled by ``kubernetes.io/os: linux``, as real charts select nodes."""
     import concurrent.futures

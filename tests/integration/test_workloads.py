@@ -71,7 +71,7 @@ def test_pods_that_never_become_ready_fail_the_install_helm_waits(fleet: Fleet, 
     cond = sim.wait_condition(fleet.tenant_ns, name, "ClusterError/sim", "True", "InstallFailed",
                               timeout=120)
     # helm 4 names the resource that was not ready before "context deadline exceeded"; the
-    # message keeps it (issue 12, item 5)
+    # message keeps it
     assert f"resource Deployment/{name}/tenant-{name}-sim not ready" in cond["message"]
     assert sim.phase(fleet.tenant_ns, name) == "Error"
     deployment = client.AppsV1Api(sim.api).read_namespaced_deployment(f"tenant-{name}-sim", name)
@@ -98,7 +98,7 @@ def test_workload_chart_shared_objects_do_not_depend_on_the_release(helm_bin: st
 
 def test_a_second_tenant_is_refused_the_objects_the_first_owns(fleet: Fleet,
                                                               simulated: Any) -> None:
-    """Issue 12: with the chart's fixed-name CRD and IngressClass on, the first Tenant on the
+    """With the chart's fixed-name CRD and IngressClass on, the first Tenant on the
     cluster owns them; the second is refused with SharedObjects naming both objects and the
     owning release, before any helm install (helm would refuse it on every retry)."""
     from .test_cli import krypton
@@ -155,7 +155,7 @@ def _wait_message(sim: Cluster, namespace: str, name: str, type_: str, status: s
 
 
 def test_readiness_is_tracked_without_helm_wait(fleet: Fleet, simulated: Any) -> None:
-    """Issue 12, item 4 (SPEC F6): with --helm-wait=false helm returns once the objects are
+    """SPEC F6: with --helm-wait=false helm returns once the objects are
     applied and the hook ran; krypton then tracks the workload itself. A Deployment whose pods
     cannot be scheduled keeps the Tenant out of Ready, with WaitingForReadiness naming it,
     while no helm process is held; it is Ready once the pods are; one that stays unready past
@@ -190,7 +190,7 @@ def test_readiness_is_tracked_without_helm_wait(fleet: Fleet, simulated: Any) ->
 
     c = sim.wait_condition(fleet.tenant_ns, late, "ClusterError/sim", "True", "ReadinessTimeout",
                            timeout=90)
-    # Issue 14: the watch, not polling, follows the Deployment. krypton read it once after
+    # The watch, not polling, follows the Deployment. krypton read it once after
     # helm applied it, once when the watch of Deployments started and, on a busy machine, once
     # more in a pass that came before that watch was live; a look every 5 s over the 20 s
     # until the timeout reads it at least five times (seven when this was measured).
@@ -220,7 +220,7 @@ def _reads(cp: Any, path: str) -> int:
 
 
 def test_a_workload_that_loses_its_pods_is_degraded(fleet: Fleet, simulated: Any) -> None:
-    """Issue 12, item 4: a Tenant that was Ready whose Deployment loses its pods (its nodes
+    """A Tenant that was Ready whose Deployment loses its pods (its nodes
     cordoned, its pods deleted) is Degraded, the Deployment named, until the pods are back;
     krypton runs no helm for it (the release itself is as applied)."""
     sim = _register_simulated(fleet, simulated, values="hook: false\n")

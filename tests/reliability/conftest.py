@@ -1,6 +1,6 @@
 """The reliability suite reuses the integration fixtures (real control planes, real helm).
 
-It also owns the credential scan (issue 9.8): when the suite ends, every log line of every
+It also owns the credential scan: when the suite ends, every log line of every
 operator started in this session, the last metrics each published, every Event and every
 Tenant (status and metadata) on both clusters are searched for the credentials the suite
 used: the clusters' tokens and client keys, and the bad tokens and passwords its inputs

@@ -118,7 +118,7 @@ def secret_cases(home: ControlPlane, remote: ControlPlane) -> list[tuple[str, An
          "ClusterUnreachable", "CERTIFICATE_VERIFY_FAILED"),
         ("expiring-soon", _with_user(home, _pair(soon.cert, soon.key)), "CredentialsExpiringSoon",
          "expires"),
-        # issue 9: every field of an untrusted kubeconfig is checked in the D3/D4 path
+        # Every field of an untrusted kubeconfig is checked in the D3/D4 path
         ("ipv6-unterminated", _with_cluster(remote, server="https://[::1"), "KubeconfigRejected",
          "cannot be parsed"),
         ("token-newline", _with_user(remote, {"token": f"{_token(remote)}\n"}),

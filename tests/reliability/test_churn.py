@@ -1,4 +1,4 @@
-"""Issue 48: what the operator remembers of a Tenant goes when the Tenant goes.
+"""What the operator remembers of a Tenant goes when the Tenant goes.
 
 Rounds of Tenants made and deleted on one cluster: installed ones, ones that target a cluster
 that is not this one, and paused ones. After each round the operator's count of Tenant records

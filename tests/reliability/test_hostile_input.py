@@ -1,4 +1,4 @@
-"""Hostile and broken input (issue 9), against the real control planes and helm.
+"""Hostile and broken input, against the real control planes and helm.
 
 Each test names the class it covers; every one also checks that the operator stayed up and
 that the healthy part of the fleet kept working.
@@ -556,7 +556,7 @@ def test_recovery_keeps_objects_of_other_releases(fleet: Fleet, helm_bin: str,
         fleet.tenant(fleet.remote, a)
         fleet.remote.wait_phase(fleet.tenant_ns, a, "Ready")
         # recovering B must not uninstall it: helm would delete A's CRD. The chart renders
-        # the CRD alike for every release, so B is refused before any recovery (issue 12).
+        # the CRD alike for every release, so B is refused before any recovery.
         fleet.remote.patch_tenant(fleet.tenant_ns, b, {"metadata": {"annotations": {
             "mesh.openkcm.io/paused": None}}})
         cond = fleet.remote.wait_condition(fleet.tenant_ns, b, "ClusterError/remote", "True",
@@ -585,7 +585,7 @@ def test_recovery_keeps_objects_of_other_releases(fleet: Fleet, helm_bin: str,
 
 def test_a_tenants_uninstall_never_deletes_what_another_release_owns_now(
         fleet: Fleet, tmp_path: Path) -> None:
-    """Issue 12, item 3: the finalizer's uninstall looks at the release's objects first. When
+    """The finalizer's uninstall looks at the release's objects first. When
     one of them (a CRD the release created) is owned by another release by now, helm would
     delete it: the uninstall is refused, the finalizer stays, nothing is deleted, and it
     goes ahead once the object is the release's again."""
@@ -611,7 +611,7 @@ def test_a_tenants_uninstall_never_deletes_what_another_release_owns_now(
         refused = fleet.remote.wait_event(fleet.tenant_ns, a, "HelmUninstallFailed")
         assert f"CustomResourceDefinition {CRD} is owned by release other/tenant-other-remote" \
             in refused.message, refused.message
-        # issue 32.4: what blocks the deletion is in the status (the MESSAGE column of
+        # What blocks the deletion is in the status (the MESSAGE column of
         # kubectl get tenants), not the progress the Tenant last reported
         fleet.remote.wait_condition(fleet.tenant_ns, a, "ClusterError/remote", "True",
                                     "OwnershipConflict")

@@ -1,4 +1,4 @@
-"""The API server of an engaged cluster is someone else's (issue 46, SPEC S3): answers that
+"""The API server of an engaged cluster is someone else's (SPEC S3): answers that
 never end, are too large, nest past any parser, a watch line without end, a watch that
 streams new objects forever, a watch refused with an answer without end, pages without end,
 a redirect to another origin. Each costs only its own cluster: a reason and an Event on its

@@ -1,4 +1,4 @@
-"""Charts from a real OCI registry (SPEC R6b, issue 28): the CNCF distribution registry of
+"""Charts from a real OCI registry (SPEC R6b): the CNCF distribution registry of
 the test bed, charts pushed with the real ``helm push`` and signed with the real ``cosign``,
 provenance made with ``helm package --sign`` and a gpg key of the test bed.
 

@@ -1,4 +1,4 @@
-"""The runtime's guarantees (issue 11) against the real test bed: no Tenant is reconciled from
+"""The runtime's guarantees against the real test bed: no Tenant is reconciled from
 a cache that has not synced; SIGTERM with helm running is bounded and leaves nothing behind."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_no_reconcile_before_the_release_records_are_listed(fleet: Fleet) -> Non
 
 def test_credentials_that_may_not_create_namespaces_install_into_one_made_for_them(
         fleet: Fleet) -> None:
-    """Issue 31: a first install creates its namespace without reading it first. Where
+    """A first install creates its namespace without reading it first. Where
     krypton's credentials may not create namespaces and they are made for it (annotated with
     their Tenant), the refused create is followed by a read, and the install goes ahead as
     when the namespace was read first; a Tenant whose namespace was not made says why."""

@@ -1,4 +1,4 @@
-"""Issue 25 / SPEC S2: what krypton and its CLI read from a cluster was written by someone
+"""SPEC S2: what krypton and its CLI read from a cluster was written by someone
 else. Each class of the issue, tried as an attacker would, with the outcome asserted from
 what happened (a marker file, a listener's request log, release records, helm process
 counts), not from what krypton says about it."""

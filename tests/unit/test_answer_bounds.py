@@ -1,4 +1,4 @@
-"""Answers written by others are bounded as they arrive (issue 46): an API server's answer,
+"""Answers written by others are bounded as they arrive: an API server's answer,
 a metric gate's, a registry's tag list; and none of them may send krypton elsewhere. Each
 against a server on loopback that answers one way."""
 

@@ -1,4 +1,4 @@
-"""Issue 12, item 2: the chart's crds/ directory under --chart-crds (decisions/chartcrds.py)."""
+"""The chart's crds/ directory under --chart-crds (decisions/chartcrds.py)."""
 
 from __future__ import annotations
 

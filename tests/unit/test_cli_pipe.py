@@ -1,4 +1,4 @@
-"""Issue 32.5: a reader that closed the pipe (``krypton diff | head``) ends the command
+"""A reader that closed the pipe (``krypton diff | head``) ends the command
 quietly, without a traceback."""
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ PHASES = [
                              c("ClusterError/a", "True", "ReadinessTimeout")], False, "Error"),
     ("degraded", [c("ClusterReady/b", "True"), c("ClusterError/a", "True", "Degraded")], True,
      "Error"),
-    # issue 13: paused by annotation is Suspended, whatever lies underneath
+    # Paused by annotation is Suspended, whatever lies underneath
     ("paused before any install", [c("Paused", "True", "Paused")], False, "Suspended"),
     ("paused while ready", [c("ClusterReady/a", "True"), c("Paused", "True", "Paused")], False,
      "Suspended"),

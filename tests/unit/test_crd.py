@@ -1,4 +1,4 @@
-"""Recognising a Tenant CRD older than krypton's (issue 16). Pure."""
+"""Recognising a Tenant CRD older than krypton's. Pure."""
 
 from __future__ import annotations
 

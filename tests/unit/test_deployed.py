@@ -1,4 +1,4 @@
-"""The CLI reading a running operator's settings from its Deployment (issue 13). Pure."""
+"""The CLI reading a running operator's settings from its Deployment. Pure."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_the_label_is_the_one_the_chart_puts_on_its_deployment() -> None:
 
 
 def test_the_cli_looks_for_the_operator_where_the_kube_context_points(tmp_path: Path) -> None:
-    """Issue 25.1: without --namespace, the namespace of the user's own context decides
+    """Without --namespace, the namespace of the user's own context decides
     where the operator Deployment is looked for; a context without one says nowhere."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""Metric gates of the progressive rollout (SPEC F7, issue 30): one evaluation's verdict
+"""Metric gates of the progressive rollout (SPEC F7): one evaluation's verdict
 from the Prometheus HTTP API's answer, and what a wave's evaluations add up to. The
 answers are shaped as the Prometheus documentation gives them (/api/v1/query)."""
 

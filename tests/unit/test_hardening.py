@@ -1,4 +1,4 @@
-"""Pure pieces of the hardening work (issue 9): bounded YAML, redaction, ownership, helm's
+"""Pure pieces of the hardening work: bounded YAML, redaction, ownership, helm's
 errors, the cached objects' forms."""
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
 def test_cached_objects_keep_only_what_krypton_reads() -> None:
     """Every engaged cluster's watch caches live in memory: managedFields are dropped from
     every object, and a Helm release record keeps its name, namespace, version, labels and
-    creation time only (issue 11: 1000 clusters)."""
+    creation time only (1000 clusters)."""
     from krypton.adapters.informer import release_record_metadata
     from krypton.adapters.kube import without_managed_fields
 
@@ -350,7 +350,7 @@ def test_a_failed_chart_load_is_answered_from_the_cache_with_growing_backoff(
 
 
 def test_a_credential_registered_later_is_masked_in_a_text_scrubbed_before() -> None:
-    """scrub remembers its answers for short texts (issue 31): registering a credential
+    """scrub remembers its answers for short texts: registering a credential
     must forget them, or a text scrubbed once before would keep the credential in clear."""
     from krypton.decisions import redact
 
@@ -370,7 +370,7 @@ def test_a_credential_registered_later_is_masked_in_a_text_scrubbed_before() -> 
 def test_the_environment_decides_whether_requests_look_for_a_proxy(
         env: dict[str, str], expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """aiohttp trusts the environment (proxy variables, ~/.netrc, looked up per request in a
-    thread) only when the operator's own environment names a proxy (issue 31)."""
+    thread) only when the operator's own environment names a proxy."""
     from krypton.adapters.kubeapi import proxy_in_environment
 
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy",
@@ -383,7 +383,7 @@ def test_the_environment_decides_whether_requests_look_for_a_proxy(
 
 def test_a_task_groups_failure_is_described_by_its_cause() -> None:
     """A worker failing inside its task group says what failed, not "unhandled errors in a
-    TaskGroup" (issue 46)."""
+    TaskGroup"."""
     group = ExceptionGroup("unhandled errors in a TaskGroup (1 sub-exception)", [
         ExceptionGroup("nested", [KeyError("status"), ValueError("b")])])
     assert redact.describe(group) == "KeyError: 'status' (and 1 more)"

@@ -161,7 +161,7 @@ DECISIONS = [
      Action.UNHEALTHY, "ReadinessTimeout"),
     ("timed out stays timed out", in_sync((False, "ReadinessTimeout"), NOT_READY, since=1.0),
      Action.UNHEALTHY, "ReadinessTimeout"),
-    # issue 32.5: a missing time never counts as elapsed
+    # A missing time never counts as elapsed
     ("no record of when it was applied", in_sync(None, NOT_READY, since=None),
      Action.AWAIT_READY, "WaitingForReadiness"),
 ]

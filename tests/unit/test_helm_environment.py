@@ -1,6 +1,6 @@
 """The environment helm runs in (krypton.adapters.helm.helm_environment): one Go processor
 unless the operator's own environment says otherwise, everything else passed through, the
-language included (issue 48: no message catalogue is chosen for helm)."""
+language included (no message catalogue is chosen for helm)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_operators_own_settings_pass_through(fake_helm: str,
 
 def test_the_operators_own_environment_is_never_written(fake_helm: str) -> None:
     """What helm needs is given to helm only: a credential plugin or any other child of the
-    operator inherits the operator's environment as it was started (issue 48)."""
+    operator inherits the operator's environment as it was started."""
     import os
 
     before = dict(os.environ)

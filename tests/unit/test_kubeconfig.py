@@ -81,7 +81,7 @@ BAD = [
     ("expired", config(user=pair(EXPIRED)), "expired"),
     ("not yet valid", config(user=pair(FUTURE)), "not valid before"),
     ("token not a string", config(user={"token": 12}), "not a string"),
-    # every field of an untrusted kubeconfig is checked inside the D3/D4 path (issue 9.1, 9.9)
+    # every field of an untrusted kubeconfig is checked inside the D3/D4 path
     ("unterminated ipv6", config(cluster={"server": "https://[::1"}), "cannot be parsed"),
     ("port out of range", config(cluster={"server": "https://h:99999"}), "cannot be parsed"),
     ("port not a number", config(cluster={"server": "https://h:port"}), "cannot be parsed"),
@@ -103,7 +103,7 @@ BAD = [
     ("username without password", config(user={"username": "admin"}), "together"),
     ("token over http", config(cluster={"server": "http://h:8080"}), "in clear"),
     ("current-context number", config(**{"current-context": 7}), "not a string"),
-    # helm would honour a proxy and krypton's client would not (issue 25.6): refused
+    # helm would honour a proxy and krypton's client would not: refused
     ("proxy-url", config(cluster={"server": "https://h", "proxy-url": "http://127.0.0.1:3128"}),
      "proxy-url"),
     ("alias bomb", "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"

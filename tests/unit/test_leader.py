@@ -1,4 +1,4 @@
-"""O4 / issue 11: the leader's fence. Leadership counts only while it was renewed within the
+"""O4: the leader's fence. Leadership counts only while it was renewed within the
 renew deadline, judged on the local clock without any request, so a process that was paused
 past its Lease starts nothing when it runs again."""
 
@@ -159,7 +159,7 @@ class _RecordingHelm:
 
 
 def test_a_quick_helm_run_costs_one_pass_and_one_status_write() -> None:
-    """Issue 31: the pass that decides an install runs helm itself and writes the status
+    """The pass that decides an install runs helm itself and writes the status
     once, with the outcome (R10 `Installed`) and its Event (R9 HelmInstalled). A run this
     quick is not announced (no HelmInstallStart), so no second pass is needed to run it."""
     helm = _RecordingHelm()
@@ -178,7 +178,7 @@ def test_a_quick_helm_run_costs_one_pass_and_one_status_write() -> None:
 
 def test_an_install_creates_the_namespace_first_and_an_upgrade_of_its_release_leaves_it(
         ) -> None:
-    """Issue 31: a first install does not read the namespace before creating it (here it
+    """A first install does not read the namespace before creating it (here it
     exists, is the Tenant's, and is read only then); an upgrade of the release labelled as
     the Tenant's neither reads nor creates it."""
     from krypton.decisions.planner import Action
@@ -255,8 +255,8 @@ def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
 @pytest.mark.parametrize("error", ["ReleaseLocked", "HelmFailed"])
 def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
     """helm refusing because another operation holds the release (ReleaseLocked) is a wait:
-    no failedFingerprint, so a progressive rollout never counts it as failed (issue 11,
-    item 6). A real failure still records the fingerprint that failed."""
+    no failedFingerprint, so a progressive rollout never counts it as failed. A real failure
+    still records the fingerprint that failed."""
     from krypton.decisions import errors
 
     class Helm:
@@ -278,7 +278,7 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
 
 
 def test_a_missing_applied_time_counts_from_when_it_was_first_seen() -> None:
-    """Issue 32.5: a Tenant whose lastAppliedTime has not reached the cache yet is judged
+    """A Tenant whose lastAppliedTime has not reached the cache yet is judged
     as just applied, not as applied at the epoch."""
 
     rt, _reconciler, _cluster = _runtime(object())
@@ -301,8 +301,8 @@ def time_ago(seconds: float) -> str:
 
 
 def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
-    """Issue 32.5 (45 uninstall processes for 40 Tenants): a pass over a deleting Tenant
-    whose release is already gone removes the finalizer without a helm uninstall."""
+    """A pass over a deleting Tenant whose release is already gone removes the finalizer
+    without a helm uninstall (once, 45 uninstall processes ran for 40 Tenants)."""
     calls: list[str] = []
 
     class Helm:
@@ -394,7 +394,7 @@ def test_a_locked_release_is_looked_at_again_when_the_lock_would_expire() -> Non
 
 def test_a_lease_renewed_into_the_future_again_and_again_is_warned_about_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 46: a holder writing another far-future renewTime at every renewal is one
+    """A holder writing another far-future renewTime at every renewal is one
     LeaseNotBelieved, not one a second."""
     warned: list[list[str]] = []
 

@@ -1,4 +1,4 @@
-"""Issue 25.4: a Lease is believed only within bounds (krypton.decisions.leases)."""
+"""A Lease is believed only within bounds (krypton.decisions.leases)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_the_holder_is_named() -> None:
 
 def test_a_renewtime_rewritten_into_the_future_is_one_doubt_not_one_a_second() -> None:
     """A holder that writes another far-future renewTime at every renewal changes the
-    words, not what is doubted: the warning is not repeated (issue 46)."""
+    words, not what is doubted: the warning is not repeated."""
     from krypton.decisions.leases import kinds
 
     first = doubts({"renewTime": "2099-01-01T00:00:00.000000Z"}, OWN, NOW)

@@ -97,7 +97,7 @@ def test_work_queue_deduplicates_and_never_hands_out_a_key_twice() -> None:
 
 def test_a_closed_queue_hands_out_no_key() -> None:
     """Draining (shutdown, lost lease, re-engage): keys still queued are not handed out, or
-    new helm runs would start after the decision to stop (issue 11)."""
+    new helm runs would start after the decision to stop."""
     async def scenario() -> bool:
         q: WorkQueue[str] = WorkQueue()
         q.add("a")
@@ -430,7 +430,7 @@ def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
     """Two names of one cluster (--allow-duplicate-clusters) install the same Tenant side by
     side: the pass whose create loses the race must not take the other's namespace for one
     krypton did not create (a permanent NamespaceConflict stopped that Tenant for good).
-    A first install that did not look the namespace up (issue 31) creates it and judges an
+    A first install that did not look the namespace up creates it and judges an
     existing one the same way."""
     from types import SimpleNamespace
 
@@ -479,7 +479,7 @@ def test_a_namespace_made_while_it_was_being_created_is_judged_like_any_other(
 ])
 def test_a_namespace_krypton_may_not_create_is_judged_when_it_exists(
         looked: bool, exists: str | None, outcome: str | None) -> None:
-    """A first install creates its namespace without reading it (issue 31). Credentials
+    """A first install creates its namespace without reading it. Credentials
     without the right to create namespaces, on a cluster where they are made for krypton,
     must still install into one that exists and is the Tenant's, as when it was read first."""
     from types import SimpleNamespace
@@ -517,7 +517,7 @@ def test_a_namespace_krypton_may_not_create_is_judged_when_it_exists(
 
 
 def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
-    """Issue 31: the watch events of the operator's own Tenant writes start no pass; an
+    """The watch events of the operator's own Tenant writes start no pass; an
     event at any other resourceVersion (someone else's write) does, and so does one that
     comes after a relist skipped the echoes."""
     from krypton.decisions.model import TenantKey
@@ -585,7 +585,7 @@ def test_a_pass_is_started_again_only_by_events_that_are_not_its_own_writes() ->
 
 
 def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes() -> None:
-    """Issue 48: one record per Tenant, made by its first event, dropped by its DELETED
+    """One record per Tenant, made by its first event, dropped by its DELETED
     event (at once, or when a pass of it that is running ends: the pass may still write),
     with its metric series and the workloads followed for it; the count is a metric."""
     from krypton.adapters import metrics

@@ -61,7 +61,7 @@ CASES = [
      "NotTargeted", False),
     ("targets this cluster", obs(replace(TENANT, target_cluster="c1")), Action.INSTALL,
      "Installing", False),
-    # issue 25.6: a clusterRef naming no discovered cluster is a Warning with the known ones
+    # A clusterRef naming no discovered cluster is a Warning with the known ones
     ("targets a known cluster", replace(obs(replace(TENANT, target_cluster="c2")),
                                         known_clusters=frozenset({"c1", "c2"})),
      Action.NOT_TARGETED, "NotTargeted", False),
@@ -72,7 +72,7 @@ CASES = [
      "InvalidTenantName", True),
     ("name too long", obs(replace(TENANT, key=TenantKey("ns", "a" * 64))), Action.BLOCKED,
      "InvalidTenantName", True),
-    # issue 16: the original operator's spec.workspace named the namespace
+    # The original operator's spec.workspace named the namespace
     ("workspace is the name", obs(replace(TENANT, workspace="acme")), Action.INSTALL,
      "Installing", False),
     ("workspace differs from the name", obs(replace(SYNCED, workspace="other"),
@@ -116,7 +116,7 @@ CASES = [
     ("shared release namespace, still a valid name needed", obs(
         replace(TENANT, key=TenantKey("ns", "a.b")), own_namespace=False), Action.BLOCKED,
      "InvalidTenantName", True),
-    # issue 9.11: a lost or failed annotation write is repaired by writing it, never by helm
+    # A lost or failed annotation write is repaired by writing it, never by helm
     ("annotation missing, release as recorded", obs(replace(RECORDED, applied_fingerprint=None),
                                                     release=DEPLOYED), Action.ANNOTATE,
      "NoChange", False),
@@ -157,7 +157,7 @@ CASES = [
         R.PENDING_UPGRADE, 1, False)), Action.UNINSTALL_THEN_INSTALL, "Installing", False),
     ("unknown status", obs(release=ReleaseObservation(R.UNKNOWN, 1, False)),
      Action.UNINSTALL_THEN_INSTALL, "Installing", False),
-    # issue 12: objects every release of the chart claims alike
+    # Objects every release of the chart claims alike
     ("shared objects not looked at", obs(shared=None), Need.OBSERVE_SHARED, "ObserveShared",
      False),
     ("shared objects owned by another release", obs(shared=(
@@ -168,7 +168,7 @@ CASES = [
      Action.BLOCKED, "SharedObjects", True),
     ("in sync needs no look", obs(SYNCED, release=DEPLOYED, shared=None), Action.SKIP,
      "NoChange", False),
-    # issue 25.2: a release belongs to one Tenant, by the UID on its record, else by the
+    # A release belongs to one Tenant, by the UID on its record, else by the
     # owner of its namespace; a Tenant of the same name elsewhere never adopts, annotates
     # or uninstalls it
     ("release labelled as another live Tenant's", obs(OWNED, release=THEIRS,
@@ -208,7 +208,7 @@ CASES = [
     ("annotate its own labelled release: no look", obs(
         replace(RECORDED, uid=UID, applied_fingerprint=None), release=MINE,
         namespace=NamespaceState.UNKNOWN), Action.ANNOTATE, "NoChange", False),
-    # issue 31: an upgrade of the release labelled as this Tenant's does not look the
+    # An upgrade of the release labelled as this Tenant's does not look the
     # namespace up again; any other release is judged by its namespace first
     ("upgrade its own labelled release: no look", obs(
         replace(OWNED, applied_fingerprint="0" * 64, applied_revision=1), release=MINE,
@@ -225,7 +225,7 @@ CASES = [
     ("install where the namespace is not looked at yet", obs(
         OWNED, namespace=NamespaceState.UNKNOWN), Need.OBSERVE_NAMESPACE, "ObserveNamespace",
      False),
-    # issue 31: the operator's first install creates the namespace without looking; a dry
+    # The operator's first install creates the namespace without looking; a dry
     # run (no create_namespace), a release that exists, or shared objects in the way look first
     ("operator's first install: the create looks", replace(obs(
         OWNED, namespace=NamespaceState.UNKNOWN), create_namespace=True), Action.INSTALL,
@@ -246,7 +246,7 @@ CASES = [
     ("operator's reinstall of a failed release: namespace first", replace(obs(
         OWNED, release=ReleaseObservation(R.FAILED, 1), namespace=NamespaceState.UNKNOWN),
         create_namespace=True), Need.OBSERVE_NAMESPACE, "ObserveNamespace", False),
-    # R18 / issue 26: a target whose helm runs failed before waits for its next attempt,
+    # R18: a target whose helm runs failed before waits for its next attempt,
     # and stalls past --max-retries; any change of the target starts a fresh budget
     ("failed before, next attempt not due", replace(obs(FAILING, release=FAILED2),
                                                     retry_wait=30.0),

@@ -1,4 +1,4 @@
-"""S2 / issue 25.5: no control character from a cluster or a chart reaches the terminal raw,
+"""S2: no control character from a cluster or a chart reaches the terminal raw,
 whatever the output path: status, status --watch --wide, plan's CHANGE column, diff."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_diff_keeps_lines_and_escapes_the_rest() -> None:
 
 
 def test_a_tenant_field_of_a_megabyte_is_quoted_short() -> None:
-    """Issue 46: spec.workspace of 1 MiB was written whole, twice, into the condition and
+    """spec.workspace of 1 MiB was written whole, twice, into the condition and
     one log line per retry."""
     from krypton.decisions.model import Observation, TenantKey, TenantView
     from krypton.decisions.planner import plan

@@ -1,4 +1,4 @@
-"""Every reason the code can emit has an entry in the reason table (issue 29): the docs'
+"""Every reason the code can emit has an entry in the reason table: the docs'
 reason reference is generated from that table, so a reason missing there is a reason a
 user cannot look up.
 

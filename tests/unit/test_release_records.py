@@ -1,5 +1,5 @@
 """Helm's release records: the format decoded without helm, within bounds, and which records
-krypton lets helm act on (decisions/records, issue 46). The encoding is helm's storage
+krypton lets helm act on (decisions/records). The encoding is helm's storage
 format: base64 of gzip of the release JSON, base64-encoded once more by the Secret driver
 (the Kubernetes data encoding)."""
 
@@ -241,7 +241,7 @@ def test_our_own_run_names_the_owner_of_a_release_the_watch_has_not_brought_yet(
 
 
 def test_a_relist_rebuilds_the_index_and_names_the_releases_that_changed() -> None:
-    """The release records are not kept (issue 31.2): a list hands every record to the
+    """The release records are not kept: a list hands every record to the
     index, which keeps one entry per release and says which releases differ from before:
     one upgraded meanwhile, one gone, one new; one unchanged is not named."""
     from krypton.decisions.model import ReleaseStatus
@@ -322,7 +322,7 @@ def test_records_settle_only_as_our_own_run_left_them() -> None:
 
 def test_a_lock_dated_in_the_future_ends_on_the_readers_clock() -> None:
     """A pending record whose modifiedAt lies in 2100 would hold the release for 74 years;
-    it is judged from when the reader saw it (issue 46)."""
+    it is judged from when the reader saw it."""
     from krypton.decisions.releases import ReleaseIndex
 
     index = ReleaseIndex()
@@ -336,7 +336,7 @@ def test_a_lock_dated_in_the_future_ends_on_the_readers_clock() -> None:
 def test_a_release_deleted_before_the_watch_brought_our_run_is_seen_gone() -> None:
     """krypton's own run is remembered until the watch brings its record; when the watch
     brings the record's deletion instead (deleted by hand right after the install), the
-    release is absent, not "deployed as noted" until the next resync (issue 46)."""
+    release is absent, not "deployed as noted" until the next resync."""
     from krypton.decisions.releases import ReleaseIndex
 
     index = ReleaseIndex()

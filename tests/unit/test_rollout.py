@@ -92,7 +92,7 @@ def test_failure_halts_and_keeps_the_rest_back() -> None:
 ])
 def test_a_failure_budget_is_a_count_or_a_share_of_the_wave(budget: str, unit: str,
                                                             failing: int, halts: bool) -> None:
-    """Issue 49.1: a wave of 4 clusters with 2 releases each; `failing` of them have one
+    """A wave of 4 clusters with 2 releases each; `failing` of them have one
     failed release."""
     policy = Policy(max_parallel=4, max_failures=budget, failure_unit=unit,
                     wave_deadline=100)
@@ -189,7 +189,7 @@ class _ConfigMaps:
 
 def test_rollout_state_is_never_written_over_another_writer() -> None:
     """Two leaders (or a person) writing the rollout state: a write based on an older read
-    fails instead of overwriting, and the state is read again (issue 11, item 4)."""
+    fails instead of overwriting, and the state is read again."""
     from krypton.runtime.rollout_controller import RolloutController
 
     home = _ConfigMaps()

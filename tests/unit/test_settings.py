@@ -25,7 +25,7 @@ def test_defaults_match_the_seed() -> None:
     assert s.kubeconfig_key == "kubeconfig"
     assert s.watch_kubeconfig_secret_key == "kubeconfig"
     assert s.ensure_watch_crds is False and s.helm_timeout == 180
-    # the one refined default (issue 14): Ready still waits for the workload, followed by
+    # the one refined default: Ready still waits for the workload, followed by
     # krypton's watches instead of a helm process held for it
     assert s.helm_wait is False
     assert s.health_probe_bind_address == ":8081" and s.metrics_bind_address == ":8080"
@@ -184,7 +184,7 @@ def test_run_help_groups_flags_by_topic() -> None:
 
 
 def test_the_pods_namespace_and_server_come_from_the_environment_given() -> None:
-    """decisions/settings reads no environment of its own (issue 48): what the pod's
+    """decisions/settings reads no environment of its own: what the pod's
     environment says arrives through `env`."""
     s = settings(["--chart-repo", "https://c.example", "--chart-name", "x",
                   "--chart-version", "1.0.0"],

@@ -84,7 +84,7 @@ def test_people_see_each_clusters_replica_and_whether_it_is_alive() -> None:
     members = [_lease("r0", "2026-01-01T11:59:50.000000Z"),  # 10 s ago, 15 s Lease: live
                _lease("r1", "2026-01-01T11:59:40.000000Z"),  # 20 s ago: expired
                _lease("r2", "garbage"),
-               # issue 25.4: what a hand-written Lease says is believed only within bounds
+               # What a hand-written Lease says is believed only within bounds
                _lease("r3", "2026-01-01T11:58:00.000000Z", seconds=2147483647),  # 120 s ago
                _lease("r4", "2099-01-01T00:00:00.000000Z"),  # renewed in the future
                _lease("r5", "2026-01-01T11:59:00.000000Z", seconds=60)]  # 4 x 15 s: believed

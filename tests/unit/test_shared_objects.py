@@ -1,4 +1,4 @@
-"""Issue 12: which objects of a chart every release claims alike (ownership.shared_candidates)."""
+"""Which objects of a chart every release claims alike (ownership.shared_candidates)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 32.2: an uninstall never deletes a cluster-scoped object that another live release's
+"""An uninstall never deletes a cluster-scoped object that another live release's
 manifest lists too (look._rendered_elsewhere), with fakes of krypton's own ports."""
 
 from __future__ import annotations

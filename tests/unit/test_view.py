@@ -1,4 +1,4 @@
-"""What krypton status prints: rows, progress bars, the frames of --watch (issue 13). Pure."""
+"""What krypton status prints: rows, progress bars, the frames of --watch. Pure."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_failing_clusters_are_recent_warnings_on_their_secrets() -> None:
               event("c", "Engaged", "2027-01-15T07:59:00Z"),  # not a failure
               event("d", "ClusterUnreachable", "2027-01-15T07:59:00Z", kind="Tenant"),
               event("e", "DuplicateCluster", "not a time"),
-              # forged: the newest, on a and on f, but not reported by krypton (issue 25)
+              # forged: the newest, on a and on f, but not reported by krypton
               event("a", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="mallory"),
               event("f", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="mallory"),
               event("f", "WorkerFailed", "2027-01-15T07:59:30Z", reporter="")]
