@@ -356,6 +356,34 @@ def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
     assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF
 
 
+def test_the_retry_record_holds_until_the_status_shows_it() -> None:
+    """R18: a pass that starts before the watch brought back the last failure's status
+    write (a release record's event right after the run) sees the status of the failure
+    before; the copy the process kept brakes it all the same. A status ahead of the copy
+    (more failures of the same target) is believed."""
+    from krypton.decisions import errors
+    from krypton.decisions.planner import Action
+
+    class Helm:
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            raise errors.HelmFailed("boom")
+
+    rt, reconciler, cluster = _runtime(Helm())
+    decided = asyncio.run(reconciler.decide(TENANT)).plan
+    rt.tenants[("ns", "t")] = {**TENANT, "status": {"conditions": [
+        {"type": "ClusterProgress/c1", "status": "True", "reason": decided.reason,
+         "message": decided.message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    written = cluster.written[-1]["clusters"]["c1"]
+    assert written["failures"] == 1
+    stale = {**TENANT, "status": {"clusters": {"c1": {"failures": 0, "failedTarget": ""}}}}
+    assert rt.observe(stale).tenant.failures == 1  # from the copy, not the stale status
+    assert asyncio.run(reconciler.decide(stale)).plan.action is Action.BACKOFF
+    ahead = {**TENANT, "status": {"clusters": {"c1": {
+        **written, "failures": 2, "nextAttemptTime": time_ago(-30)}}}}
+    assert rt.observe(ahead).tenant.failures == 2
+
+
 def test_a_next_attempt_far_away_is_not_believed() -> None:
     """Whoever may write a Tenant's status can set nextAttemptTime in 2099: the wait is held
     to the longest the schedule gives (--retry-backoff-max, jittered by a tenth)."""

@@ -249,9 +249,10 @@ class ClusterView:
         applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
         record = self.memory.peek(view.key)
         remembered = record.retry if record is not None else None
-        if remembered is not None and "failedTarget" not in applied:
-            # an older CRD dropped the retry record this process wrote: the brakes hold on
-            # the copy kept here (until a restart)
+        if remembered is not None and _behind(applied, remembered):
+            # the status does not show the failure this process wrote last: its write has
+            # not come back through the watch yet, or an older CRD dropped the retry record.
+            # The brakes hold on the copy kept here (until a success or a restart).
             applied = {**applied, **remembered}
             view = dataclasses.replace(view, failures=int(remembered["failures"]),
                                        failed_target=str(remembered["failedTarget"]))
@@ -294,6 +295,15 @@ class ClusterView:
             window_wait=0.0 if is_open else opens - now,
             window_first_install=self.settings.maintenance_window_first_install,
         )
+
+
+def _behind(applied: dict[str, Any], remembered: dict[str, Any]) -> bool:
+    """Whether a Tenant's status (`applied`) is older than the retry record this process
+    wrote last (`remembered`): it has none (a CRD that drops it), another target's, or
+    fewer failures of the same target."""
+    failures = applied.get("failures")
+    return applied.get("failedTarget") != remembered["failedTarget"] or \
+        (failures if isinstance(failures, int) else 0) < remembered["failures"]
 
 
 class OwnWrites:
