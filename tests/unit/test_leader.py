@@ -334,35 +334,10 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     assert calls == ["tenant-t-c1"]
 
 
-def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
-    """R18 on a cluster whose Tenant CRD prunes the record: the copy the process kept brakes
-    the next pass all the same (no attempt before the one scheduled)."""
+def _failed_once() -> tuple[Any, Any, dict[str, Any]]:
+    """A runtime whose first install of TENANT failed: it, its reconciler and the retry
+    record the failed pass wrote to the status."""
     from krypton.decisions import errors
-    from krypton.decisions.planner import Action
-
-    class Helm:
-        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
-            raise errors.HelmFailed("boom")
-
-    rt, reconciler, cluster = _runtime(Helm())
-    decided = asyncio.run(reconciler.decide(TENANT)).plan
-    rt.tenants[("ns", "t")] = {**TENANT, "status": {"conditions": [
-        {"type": "ClusterProgress/c1", "status": "True", "reason": decided.reason,
-         "message": decided.message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
-    asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
-    assert cluster.written[-1]["clusters"]["c1"]["failures"] == 1
-    pruned = {**TENANT, "status": {"clusters": {"c1": {"failedFingerprint": "x"}}}}
-    assert rt.observe(pruned).tenant.failures == 1  # from the copy, not the status
-    assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF
-
-
-def test_the_retry_record_holds_until_the_status_shows_it() -> None:
-    """R18: a pass that starts before the watch brought back the last failure's status
-    write (a release record's event right after the run) sees the status of the failure
-    before; the copy the process kept brakes it all the same. A status ahead of the copy
-    (more failures of the same target) is believed."""
-    from krypton.decisions import errors
-    from krypton.decisions.planner import Action
 
     class Helm:
         async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
@@ -376,6 +351,28 @@ def test_the_retry_record_holds_until_the_status_shows_it() -> None:
     asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
     written = cluster.written[-1]["clusters"]["c1"]
     assert written["failures"] == 1
+    return rt, reconciler, written
+
+
+def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
+    """R18 on a cluster whose Tenant CRD prunes the record: the copy the process kept brakes
+    the next pass all the same (no attempt before the one scheduled)."""
+    from krypton.decisions.planner import Action
+
+    rt, reconciler, _written = _failed_once()
+    pruned = {**TENANT, "status": {"clusters": {"c1": {"failedFingerprint": "x"}}}}
+    assert rt.observe(pruned).tenant.failures == 1  # from the copy, not the status
+    assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF
+
+
+def test_the_retry_record_holds_until_the_status_shows_it() -> None:
+    """R18: a pass that starts before the watch brought back the last failure's status
+    write (a release record's event right after the run) sees the status of the failure
+    before; the copy the process kept brakes it all the same. A status ahead of the copy
+    (more failures of the same target) is believed."""
+    from krypton.decisions.planner import Action
+
+    rt, reconciler, written = _failed_once()
     stale = {**TENANT, "status": {"clusters": {"c1": {"failures": 0, "failedTarget": ""}}}}
     assert rt.observe(stale).tenant.failures == 1  # from the copy, not the stale status
     assert asyncio.run(reconciler.decide(stale)).plan.action is Action.BACKOFF
