@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from aiohttp.http_exceptions import LineTooLong
 
 from krypton.adapters import metrics
 from krypton.adapters.budget import Budget
@@ -264,15 +263,10 @@ class Informer:
             while not self._relist:
                 try:
                     async with asyncio.timeout(self.stall_timeout):
-                        line = await resp.content.readline(
-                            max_line_length=self.kube.limits.watch_line)
+                        line = await resp.readline(self.kube.limits.watch_line)
                 except TimeoutError:
                     raise ClusterUnreachable(f"{what}: stalled, nothing received for "
                                              f"{self.stall_timeout:.0f}s") from None
-                except LineTooLong:
-                    raise TemporaryError(f"{what}: an event is over "
-                                         f"{self.kube.limits.watch_line} bytes",
-                                         reason="AnswerTooLarge") from None
                 except TRANSPORT_ERRORS as exc:
                     raise transport_error(exc, what) from exc
                 if not line:
@@ -280,7 +274,7 @@ class Informer:
                 self._apply(json.loads(line), len(line))
         finally:
             self._resp = None
-            resp.release()
+            resp.close()
 
     def _apply(self, event: Obj, size: int = 0) -> None:
         kind, obj = event.get("type"), event.get("object") or {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -22,11 +23,13 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import structlog
+from aiohttp.http_exceptions import LineTooLong
 
 from krypton import __version__
-from krypton.adapters import metrics
+from krypton.adapters import metrics, watchstream
 from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.http import read_answer
+from krypton.adapters.watchstream import WatchBody
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -52,6 +55,7 @@ MAX_PAGES = 100  # a list of more pages never completes (the store limit is reac
 LIST_RESTARTS = 2  # a list whose continued page expired (410) starts over this often
 OBJECT_COST = 2048  # bytes an object kept costs beyond its JSON (its dicts, keys, strings)
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
+IDLE_WATCH_CONNECTIONS = 2  # kept open between one watch and the next, per cluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +190,12 @@ class Transport:
         self.config = cfg
         self._pool: aiohttp.ClientSession | None = None  # made on first use
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
+        self._default_tls: ssl.SSLContext | None = None  # made on first use
+        self._idle: list[watchstream.Wire] = []  # connections ended watches left open
 
     async def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
         pool, self._pool = self._pool, None
         try:
             if pool is not None:
@@ -195,31 +203,38 @@ class Transport:
         except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
             pass
 
+    async def _headers(self, accept: str, content_type: str | None = None) -> dict[str, str]:
+        """A request's headers: what it accepts, as whom, in which encoding."""
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        if not self.config.compress:  # as client-go with the kubeconfig's disable-compression
+            headers["Accept-Encoding"] = "identity"
+        if content_type:
+            headers["Content-Type"] = content_type
+        authorization = await self.config.credentials.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
+
+    def _url(self, path: str, query: Query | None) -> str:
+        url = self.config.host + path
+        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
+        return url + "?" + urlencode(params, quote_via=quote) if params else url
+
     async def _send(self, method: str, path: str, *, query: Query | None = None,
                     body: Any = None, content_type: str | None = None,
                     accept: str = "application/json",
                     timeout: float | None = None) -> aiohttp.ClientResponse:
         """One HTTP exchange on the cluster's connection pool, with its credentials and its
         TLS context."""
-        cfg = self.config
-        headers = {"Accept": accept, "User-Agent": USER_AGENT}
-        if not cfg.compress:  # as client-go with the kubeconfig's disable-compression
-            headers["Accept-Encoding"] = "identity"
-        if content_type or body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        authorization = await cfg.credentials.authorization()
-        if authorization:
-            headers["Authorization"] = authorization
-        url = cfg.host + path
-        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
-        if params:
-            url += "?" + urlencode(params, quote_via=quote)
+        if body is not None:
+            content_type = content_type or "application/json"
+        headers = await self._headers(accept, content_type)
         data = body if body is None or isinstance(body, (bytes, str)) else json.dumps(body)
         extra: dict[str, Any] = {}
-        if cfg.tls_server_name:
-            extra["server_hostname"] = cfg.tls_server_name
+        if self.config.tls_server_name:
+            extra["server_hostname"] = self.config.tls_server_name
         return await self._session().request(
-            method, url, headers=headers, data=data, allow_redirects=False,
+            method, self._url(path, query), headers=headers, data=data, allow_redirects=False,
             timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
@@ -330,27 +345,101 @@ class Transport:
 
     async def watch(self, what: str, path: str, *, resource_version: str,
                     label_selector: str | None, accept: str, server_timeout: int,
-                    field_selector: str | None = None) -> aiohttp.ClientResponse:
-        """Open a watch from `resource_version`; the caller reads its lines and releases it."""
+                    field_selector: str | None = None) -> Watch:
+        """Open a watch from `resource_version`; the caller reads its lines and closes it.
+        It has a connection of its own (:mod:`krypton.adapters.watchstream`), or one of the
+        pool's when the operator's environment names a proxy."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
+        query: Query = {"watch": "true", "resourceVersion": resource_version,
+                        "allowWatchBookmarks": "true", "labelSelector": label_selector,
+                        "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
+        if proxy_in_environment():
+            return await self._pooled_watch(what, path, query, accept, server_timeout)
+        headers = await self._headers(accept)
+        headers["Accept-Encoding"] = "identity"  # an API server does not compress a watch
         try:
-            resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
-                                    query={"watch": "true", "resourceVersion": resource_version,
-                                           "allowWatchBookmarks": "true",
-                                           "labelSelector": label_selector,
-                                           "fieldSelector": field_selector,
-                                           "timeoutSeconds": server_timeout})
+            async with asyncio.timeout(self.timeout):
+                status, _, body = await watchstream.get(
+                    self._url(path, query), headers, self._tls(), self.config.tls_server_name,
+                    what, lifetime=server_timeout + 30,
+                    idle=self._idle.pop() if self._idle else None, keep=self._keep)
         except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, what) from exc
-        if resp.status == 401:
+        if status == 200:
+            return body
+        try:  # its answer bounded like any other, in size and in time
+            async with asyncio.timeout(self.timeout):
+                data = await body.read(self.limits.answer)
+        except (*TRANSPORT_ERRORS, TemporaryError):
+            data = b""
+        finally:
+            body.close()
+        raise self._refused(status, data, what)
+
+    def _keep(self, wire: watchstream.Wire) -> None:
+        """Keep the connection of a watch that ended cleanly for the next one (a watch
+        resumes at once): one for each informer of the cluster at most."""
+        if len(self._idle) < IDLE_WATCH_CONNECTIONS:
+            self._idle.append(wire)
+        else:
+            wire.close()
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """The TLS context of a watch's own connection; None for plain HTTP."""
+        if not self.config.host.startswith("https:"):
+            return None
+        if isinstance(self.config.ssl, ssl.SSLContext):
+            return self.config.ssl
+        if self._default_tls is None:
+            self._default_tls = ssl.create_default_context()
+            if self.config.ssl is False:
+                self._default_tls.check_hostname = False
+                self._default_tls.verify_mode = ssl.CERT_NONE
+        return self._default_tls
+
+    def _refused(self, status: int, data: bytes | bytearray, what: str) -> APIError:
+        if status == 401:
             self.config.credentials.rejected()
-        if resp.status != 200:  # its answer bounded like any other, in size and in time
-            try:
-                async with asyncio.timeout(self.timeout):
-                    data = await read_answer(resp, self.limits.answer, what)
-            except (*TRANSPORT_ERRORS, TemporaryError):
-                data = bytearray()
-            finally:
-                resp.release()
-            raise _status_error(resp.status, data, what)
-        return resp
+        return _status_error(status, data, what)
+
+    async def _pooled_watch(self, what: str, path: str, query: Query, accept: str,
+                            server_timeout: int) -> Watch:
+        try:
+            resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
+                                    query=query)
+        except TRANSPORT_ERRORS as exc:
+            raise transport_error(exc, what) from exc
+        if resp.status == 200:
+            return PooledWatch(resp, what)
+        try:  # its answer bounded like any other, in size and in time
+            async with asyncio.timeout(self.timeout):
+                data = await read_answer(resp, self.limits.answer, what)
+        except (*TRANSPORT_ERRORS, TemporaryError):
+            data = bytearray()
+        finally:
+            resp.release()
+        raise self._refused(resp.status, data, what)
+
+
+class PooledWatch:
+    """A watch on a connection of aiohttp's pool, read as :class:`WatchBody` is."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, what: str) -> None:
+        self._resp, self._what = resp, what
+
+    async def readline(self, limit: int) -> bytes:
+        try:
+            return await self._resp.content.readline(max_line_length=limit)
+        except LineTooLong:
+            raise TemporaryError(f"{self._what}: an event is over {limit} bytes",
+                                 reason="AnswerTooLarge") from None
+
+    def close(self) -> None:
+        """Ends the watch: its connection goes back to the pool once the server ended it."""
+        if self._resp.content.at_eof():
+            self._resp.release()
+        else:
+            self._resp.close()
+
+
+Watch = WatchBody | PooledWatch

@@ -220,8 +220,8 @@ class Worker:
         async with asyncio.TaskGroup() as group:
             # The guard looked at before the first pass (SPEC S4): what krypton makes under
             # it needs no seal; a cluster that does not answer in time is served without.
-            # Looked at before the watches open, its requests take the connection engaging
-            # left idle: once both watches hold one, each look would open a third.
+            # Its requests take the pool's connection that engaging left idle (the watches
+            # have connections of their own).
             looked = asyncio.Event()
             group.create_task(self._guard(looked), name=f"{self.name}-record-guard")
             with contextlib.suppress(TimeoutError):

@@ -321,7 +321,7 @@ def test_tls_server_name_is_the_name_verified(remote: ControlPlane) -> None:
                         watch = await kube.watch("watch namespaces", core_path("namespaces"),
                                                  resource_version="0", label_selector=None,
                                                  accept="application/json", server_timeout=5)
-                        watch.release()
+                        watch.close()
                         outcomes.append("watched")
                 except ClusterUnreachable as exc:
                     outcomes.append(f"unreachable: {exc}")

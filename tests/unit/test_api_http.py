@@ -102,9 +102,9 @@ def test_a_proxy_named_by_the_environment_is_used_unless_no_proxy_names_the_clus
                                          resource_version="1", label_selector=None,
                                          accept="application/json", server_timeout=5)
                 try:
-                    line = await watch.content.readline()
+                    line = await watch.readline(1 << 20)
                 finally:
-                    watch.release()
+                    watch.close()
             finally:
                 await kube.close()
         return proxy.requests, line

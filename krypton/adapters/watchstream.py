@@ -1,0 +1,303 @@
+"""A watch's own connection (SPEC S5): one HTTP/1.1 GET, its answer read line by line, over
+TLS kept on memory buffers.
+
+A watch holds its connection for minutes while nothing arrives, and an engaged cluster
+holds two. On asyncio's own TLS every connection keeps a receive buffer of 256 KiB, zeroed
+and resident, for as long as it is open: half a MiB for each idle cluster. Here TLS runs on
+:class:`ssl.MemoryBIO` over a plain TCP stream, which holds only what arrived and was not yet
+read. It speaks only what a watch needs: a GET, the answer's head, a chunked, sized or
+close-delimited body, each part bounded; requests keep aiohttp's pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from krypton.decisions.errors import TemporaryError
+
+HEAD_LIMIT = 64 << 10  # the answer's status line and headers together
+CHUNK_LINE = 1024  # a chunk's size line, its extensions included
+READ = 1 << 16  # bytes taken from the socket, or from TLS, at a time
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
+
+
+def bad_answer(what: str, detail: str) -> TemporaryError:
+    return TemporaryError(f"{what}: {detail}", reason="BadResponse")
+
+
+class Wire:
+    """Bytes to and from one server, plain or in TLS on memory buffers, with what arrived
+    and was not read yet."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 tls: ssl.SSLObject | None, what: str) -> None:
+        self._reader, self._writer, self._tls, self._what = reader, writer, tls, what
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._buf = bytearray()
+
+    @classmethod
+    async def open(cls, url: str, context: ssl.SSLContext | None, server_name: str | None,
+                   what: str) -> Wire:
+        """Connected to `url`'s host; TLS shaken hands when `context` is given."""
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        reader, writer = await asyncio.open_connection(parts.hostname, port, limit=READ)
+        wire = cls(reader, writer, None, what)
+        if context is not None:
+            try:
+                wire._tls = context.wrap_bio(wire._incoming, wire._outgoing,
+                                             server_hostname=server_name or parts.hostname)
+                await wire._handshake()
+            except BaseException:
+                wire.close()
+                raise
+        return wire
+
+    async def _handshake(self) -> None:
+        assert self._tls is not None
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            await self._flush()
+            data = await self._reader.read(READ)
+            if not data:
+                raise ConnectionResetError("the server closed the connection in the TLS "
+                                           "handshake")
+            self._incoming.write(data)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self._outgoing.pending:
+            self._writer.write(self._outgoing.read())
+            await self._writer.drain()
+
+    async def send(self, data: bytes) -> None:
+        if self._tls is None:
+            self._writer.write(data)
+            await self._writer.drain()
+            return
+        self._tls.write(data)
+        await self._flush()
+
+    async def _receive(self) -> bytes:
+        """What arrives next, b"" when the server has closed."""
+        if self._tls is None:
+            return await self._reader.read(READ)
+        while True:
+            try:
+                data = self._tls.read(READ)
+                await self._flush()  # a key update or a session ticket answered
+                return data
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                return b""
+            data = await self._reader.read(READ)
+            if not data:
+                return b""  # closed without TLS's close_notify: the body says if it ended
+            self._incoming.write(data)
+
+    async def _fill(self) -> bool:
+        data = await self._receive()
+        self._buf += data
+        return bool(data)
+
+    async def line(self, limit: int) -> bytes:
+        """The next line ended by CRLF, without it; at most `limit` bytes."""
+        start = 0
+        while (end := self._buf.find(b"\r\n", start)) < 0:
+            if len(self._buf) > limit:
+                raise bad_answer(self._what, f"a line of the answer's head or chunks is over "
+                                             f"{limit} bytes")
+            start = max(len(self._buf) - 1, 0)
+            if not await self._fill():
+                raise ConnectionResetError("the server closed the connection mid-answer")
+        if end > limit:
+            raise bad_answer(self._what, f"a line of the answer's head or chunks is over "
+                                         f"{limit} bytes")
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 2]
+        return line
+
+    async def some(self, most: int) -> bytes:
+        """Up to `most` bytes as they arrive, b"" when the server has closed."""
+        if not self._buf and not await self._fill():
+            return b""
+        piece = bytes(self._buf[:most])
+        del self._buf[:len(piece)]
+        return piece
+
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes arrived that no answer has read."""
+        return bool(self._buf) or bool(self._incoming.pending)
+
+    def close(self) -> None:
+        self._writer.close()  # its transport aborts nothing pending: a watch writes nothing
+
+
+class WatchBody:
+    """The body of one answer on its :class:`Wire`, read as lines or whole."""
+
+    def __init__(self, wire: Wire, headers: dict[str, str], what: str, deadline: float,
+                 keep: Callable[[Wire], None] | None = None) -> None:
+        self._wire, self._what = wire, what
+        self._keep = keep  # takes the connection back once the body has ended cleanly
+        self._deadline = deadline  # on the loop's clock: the watch ends by then at the latest
+        self._lines = bytearray()  # decoded, not yet handed out
+        self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        length = headers.get("content-length", "")
+        self._chunk_seen = False
+        self._ended = False
+        # bytes left of the current chunk, or of a sized body; -1: until the server closes
+        self._left = int(length) if length.isdigit() and not self._chunked else \
+            0 if self._chunked else -1
+        if not self._chunked and self._left == 0:
+            self._ended = True
+
+    async def _piece(self) -> bytes:
+        """The next part of the decoded body, b"" at its end."""
+        if self._ended:
+            return b""
+        if self._chunked and self._left == 0:
+            if self._chunk_seen and await self._wire.line(2):
+                raise bad_answer(self._what, "a chunk is not followed by CRLF")
+            size_line = (await self._wire.line(CHUNK_LINE)).split(b";", 1)[0].strip()
+            if not _CHUNK_SIZE.fullmatch(size_line):
+                raise bad_answer(self._what, "a chunk's size is not a hexadecimal number")
+            self._left, self._chunk_seen = int(size_line, 16), True
+            if self._left == 0:
+                while await self._wire.line(HEAD_LIMIT):  # trailers, unused
+                    pass
+                self._ended = True
+                return b""
+        piece = await self._wire.some(READ if self._left < 0 else min(self._left, READ))
+        if not piece:
+            if self._left >= 0:
+                raise ConnectionResetError("the server closed the connection mid-answer")
+            self._ended = True
+            return b""
+        if self._left > 0:
+            self._left -= len(piece)
+            if not self._chunked and self._left == 0:
+                self._ended = True
+        return piece
+
+    async def readline(self, limit: int) -> bytes:
+        """The next line, its newline included; the last without one; b"" at the end. A
+        line over `limit` bytes is refused (AnswerTooLarge) before more of it is read;
+        TimeoutError past the body's deadline."""
+        async with asyncio.timeout_at(self._deadline):
+            return await self._readline(limit)
+
+    async def _readline(self, limit: int) -> bytes:
+        start = 0
+        while (end := self._lines.find(b"\n", start)) < 0:
+            if len(self._lines) > limit:
+                raise TemporaryError(f"{self._what}: an event is over {limit} bytes",
+                                     reason="AnswerTooLarge")
+            start = len(self._lines)
+            piece = await self._piece()
+            if not piece:
+                line = bytes(self._lines)
+                self._lines.clear()
+                return line
+            self._lines += piece
+        if end >= limit:
+            raise TemporaryError(f"{self._what}: an event is over {limit} bytes",
+                                 reason="AnswerTooLarge")
+        line = bytes(self._lines[:end + 1])
+        del self._lines[:end + 1]
+        return line
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, refused (AnswerTooLarge) past `limit` bytes."""
+        body = bytearray(self._lines)
+        self._lines.clear()
+        while piece := await self._piece():
+            body += piece
+            if len(body) > limit:
+                raise TemporaryError(f"{self._what}: the answer is over {limit} bytes",
+                                     reason="AnswerTooLarge")
+        return bytes(body)
+
+    def close(self) -> None:
+        """Ends the body; its connection is kept for the next watch when the server said
+        all it had to say on it and keeps it open."""
+        if self._ended and self._left >= 0 and self._keep is not None and \
+                not self._wire.buffered:
+            self._keep(self._wire)
+        else:
+            self._wire.close()
+        self._ended, self._keep = True, None
+
+
+async def get(url: str, headers: dict[str, str], context: ssl.SSLContext | None,
+              server_name: str | None, what: str, *, lifetime: float, idle: Wire | None = None,
+              keep: Callable[[Wire], None] | None = None,
+              ) -> tuple[int, dict[str, str], WatchBody]:
+    """Send one GET for `url` and read the answer's head: its status, its headers (names in
+    lower case) and its body, to be read within `lifetime` seconds and closed by the
+    caller. It goes on the `idle` connection a body ended cleanly left, when there is one
+    and the server has not closed it meanwhile; a body that ends cleanly gives its
+    connection to `keep`."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
+             *(f"{name}: {value}" for name, value in headers.items())]
+    if any(c in line for line in lines for c in "\r\n\0"):
+        raise ValueError("a header or the path holds a line break")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    while True:
+        wire = idle or await Wire.open(url, context, server_name, what)
+        try:
+            await wire.send(request)
+            status, answer_headers, persistent = await _head(wire, what)
+            break
+        except OSError:
+            wire.close()
+            if idle is None:
+                raise
+            idle = None  # closed by the server while it was idle: on a new connection
+        except BaseException:
+            wire.close()
+            raise
+    deadline = asyncio.get_running_loop().time() + lifetime
+    return status, answer_headers, WatchBody(wire, answer_headers, what, deadline,
+                                             keep if persistent else None)
+
+
+async def _head(wire: Wire, what: str) -> tuple[int, dict[str, str], bool]:
+    """The status and headers of the answer, and whether its connection persists after it
+    (RFC 9112 section 9.3)."""
+    while True:  # informational answers (1xx) come before the answer
+        match = _STATUS.fullmatch(await wire.line(HEAD_LIMIT))
+        if not match:
+            raise bad_answer(what, "the answer does not start with an HTTP/1.1 status line")
+        headers: dict[str, str] = {}
+        used = 0
+        while line := await wire.line(HEAD_LIMIT):
+            used += len(line)
+            if used > HEAD_LIMIT:
+                raise bad_answer(what, f"the answer's headers are over {HEAD_LIMIT} bytes")
+            name, colon, value = line.decode("latin-1").partition(":")
+            if not colon:
+                raise bad_answer(what, "a header of the answer has no colon")
+            headers[name.strip().lower()] = value.strip()
+        status = int(match.group(2))
+        if status >= 200:
+            encoding = headers.get("content-encoding", "identity").lower()
+            if encoding != "identity":
+                raise bad_answer(what, f"the answer is encoded ({encoding[:40]}), though "
+                                       "asked for as it is")
+            persistent = match.group(1) == b"1" and \
+                "close" not in headers.get("connection", "").lower()
+            return status, headers, persistent
