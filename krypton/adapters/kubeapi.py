@@ -29,7 +29,6 @@ from krypton import __version__
 from krypton.adapters import metrics, watchstream
 from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.http import read_answer
-from krypton.adapters.watchstream import WatchBody
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -353,28 +352,34 @@ class Transport:
         query: Query = {"watch": "true", "resourceVersion": resource_version,
                         "allowWatchBookmarks": "true", "labelSelector": label_selector,
                         "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
-        if proxy_in_environment():
-            return await self._pooled_watch(what, path, query, accept, server_timeout)
-        headers = await self._headers(accept)
-        headers["Accept-Encoding"] = "identity"  # an API server does not compress a watch
+        body: Watch
         try:
-            async with asyncio.timeout(self.timeout):
-                status, _, body = await watchstream.get(
-                    self._url(path, query), headers, self._tls(), self.config.tls_server_name,
-                    what, lifetime=server_timeout + 30,
-                    idle=self._idle.pop() if self._idle else None, keep=self._keep)
+            if proxy_in_environment():
+                status, body = await self._pooled_watch(what, path, query, accept,
+                                                        server_timeout)
+            else:
+                headers = await self._headers(accept)
+                headers["Accept-Encoding"] = "identity"  # an API server compresses no watch
+                async with asyncio.timeout(self.timeout):
+                    status, _, body = await watchstream.get(
+                        self._url(path, query), headers, self._tls(),
+                        self.config.tls_server_name, what, lifetime=server_timeout + 30,
+                        idle=self._idle.pop() if self._idle else None, keep=self._keep)
         except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, what) from exc
         if status == 200:
             return body
+        data: bytes | bytearray = b""
         try:  # its answer bounded like any other, in size and in time
             async with asyncio.timeout(self.timeout):
                 data = await body.read(self.limits.answer)
         except (*TRANSPORT_ERRORS, TemporaryError):
-            data = b""
+            pass
         finally:
             body.close()
-        raise self._refused(status, data, what)
+        if status == 401:
+            self.config.credentials.rejected()
+        raise _status_error(status, data, what)
 
     def _keep(self, wire: watchstream.Wire) -> None:
         """Keep the connection of a watch that ended cleanly for the next one (a watch
@@ -397,28 +402,11 @@ class Transport:
                 self._default_tls.verify_mode = ssl.CERT_NONE
         return self._default_tls
 
-    def _refused(self, status: int, data: bytes | bytearray, what: str) -> APIError:
-        if status == 401:
-            self.config.credentials.rejected()
-        return _status_error(status, data, what)
-
     async def _pooled_watch(self, what: str, path: str, query: Query, accept: str,
-                            server_timeout: int) -> Watch:
-        try:
-            resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
-                                    query=query)
-        except TRANSPORT_ERRORS as exc:
-            raise transport_error(exc, what) from exc
-        if resp.status == 200:
-            return PooledWatch(resp, what)
-        try:  # its answer bounded like any other, in size and in time
-            async with asyncio.timeout(self.timeout):
-                data = await read_answer(resp, self.limits.answer, what)
-        except (*TRANSPORT_ERRORS, TemporaryError):
-            data = bytearray()
-        finally:
-            resp.release()
-        raise self._refused(resp.status, data, what)
+                            server_timeout: int) -> tuple[int, PooledWatch]:
+        resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
+                                query=query)
+        return resp.status, PooledWatch(resp, what)
 
 
 class PooledWatch:
@@ -434,6 +422,9 @@ class PooledWatch:
             raise TemporaryError(f"{self._what}: an event is over {limit} bytes",
                                  reason="AnswerTooLarge") from None
 
+    async def read(self, limit: int) -> bytearray:
+        return await read_answer(self._resp, limit, self._what)
+
     def close(self) -> None:
         """Ends the watch: its connection goes back to the pool once the server ended it."""
         if self._resp.content.at_eof():
@@ -442,4 +433,4 @@ class PooledWatch:
             self._resp.close()
 
 
-Watch = WatchBody | PooledWatch
+Watch = watchstream.WatchBody | PooledWatch

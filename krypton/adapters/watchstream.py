@@ -156,12 +156,9 @@ class WatchBody:
         self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         length = headers.get("content-length", "")
         self._chunk_seen = False
-        self._ended = False
         # bytes left of the current chunk, or of a sized body; -1: until the server closes
-        self._left = int(length) if length.isdigit() and not self._chunked else \
-            0 if self._chunked else -1
-        if not self._chunked and self._left == 0:
-            self._ended = True
+        self._left = 0 if self._chunked else int(length) if length.isdigit() else -1
+        self._ended = not self._chunked and self._left == 0
 
     async def _piece(self) -> bytes:
         """The next part of the decoded body, b"" at its end."""
