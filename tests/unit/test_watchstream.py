@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from krypton.adapters import watchstream
 from krypton.adapters.clientconfig import ClientConfig, tls_context
 from krypton.adapters.kube import Kube
 from krypton.decisions.errors import ClusterUnreachable, Forbidden, TemporaryError
@@ -53,17 +54,17 @@ async def watched(answer: Answer, *, limit: int = 1 << 20, tls: Path | None = No
             writer.close()
 
     context = None
-    config = {}
+    trust: ssl.SSLContext | bool = True
     if tls is not None:
         ca = pki.make_ca("watch-test")
         crt, key = pki.write(tls, "serving", pki.issue(ca, "127.0.0.1", server=True))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(crt, key)
-        config["ssl"] = tls_context(ca.cert, None, None)
+        trust = tls_context(ca.cert, None, None)
     server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
     port = server.sockets[0].getsockname()[1]
     scheme = "https" if tls else "http"
-    kube = Kube(ClientConfig(host=f"{scheme}://127.0.0.1:{port}", **config), name="c",
+    kube = Kube(ClientConfig(host=f"{scheme}://127.0.0.1:{port}", ssl=trust), name="c",
                 timeout=timeout)
     lines = []
     try:
@@ -242,3 +243,39 @@ def test_the_next_watch_takes_the_connection_a_clean_end_left_or_a_new_one(persi
     connections, seen = asyncio.run(watches_on(persist, 3))
     assert all([json.loads(line) for line in lines] == EVENTS for lines in seen), seen
     assert connections == (1 if persist else 3)
+
+
+def test_a_watch_that_streams_past_its_lifetime_ends_there() -> None:
+    """A server that keeps the watch alive with an event every 50 ms, past what was asked
+    (timeoutSeconds): the body ends in a TimeoutError at its lifetime, the informer's cue
+    to start again, not in an answer read for ever."""
+    async def run_watch() -> tuple[int, BaseException | None]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(head("200 OK", "Transfer-Encoding: chunked"))
+            try:
+                while True:
+                    writer.write(chunked(BODY.splitlines(keepends=True)[0], [])[:-5])
+                    await writer.drain()
+                    await asyncio.sleep(0.05)  # the server's pace, nothing waited for
+            except (ConnectionError, asyncio.CancelledError):
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, _, body = await watchstream.get(f"http://127.0.0.1:{port}/w", {}, None, None, "w",
+                                           lifetime=0.5)
+        lines, ended = 0, None
+        try:
+            while await body.readline(1 << 20):
+                lines += 1
+        except TimeoutError as exc:
+            ended = exc
+        finally:
+            body.close()
+            server.close()
+        return lines, ended
+
+    lines, ended = asyncio.run(run_watch())
+    assert isinstance(ended, TimeoutError)
+    assert lines >= 2  # it streamed, and was ended by the deadline, not refused at once
