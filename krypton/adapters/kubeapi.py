@@ -3,8 +3,9 @@ bounded and translated into krypton's error types (the typed resource calls are
 :class:`krypton.adapters.kube.Kube`'s; how a cluster is reached is
 :mod:`krypton.adapters.clientconfig`).
 
-krypton speaks to API servers with aiohttp, on the event loop, and builds its own requests:
-every cluster gets its own connection pool, with its own TLS context and credentials. No
+krypton speaks to API servers on the event loop, over HTTP/1.1 connections of its own
+(:mod:`krypton.adapters.wire`), or aiohttp's pool when the operator's environment names a
+proxy: every cluster gets its own connections, with its own TLS context and credentials. No
 thread per watch, no executor for requests, so a cluster that never answers holds nothing
 but its own coroutine for at most ``timeout`` seconds. :meth:`Transport.request` reads the
 body as JSON into plain dicts.
@@ -26,7 +27,7 @@ import structlog
 from aiohttp.http_exceptions import LineTooLong
 
 from krypton import __version__
-from krypton.adapters import metrics, watchstream
+from krypton.adapters import metrics, wire
 from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.http import read_answer
 from krypton.decisions.errors import (
@@ -54,7 +55,9 @@ MAX_PAGES = 100  # a list of more pages never completes (the store limit is reac
 LIST_RESTARTS = 2  # a list whose continued page expired (410) starts over this often
 OBJECT_COST = 2048  # bytes an object kept costs beyond its JSON (its dicts, keys, strings)
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner is resumed only after a backoff
-IDLE_WATCH_CONNECTIONS = 2  # kept open between one watch and the next, per cluster
+CONNECTIONS = 16  # a cluster's requests under way at once; more wait for one to end
+IDLE_CONNECTIONS = 4  # kept open, per cluster, for the next request or watch
+IDLE_SECONDS = 30.0  # a kept connection unused this long is closed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,14 +190,19 @@ class Transport:
         self.timeout = timeout
         self.limits = limits
         self.config = cfg
-        self._pool: aiohttp.ClientSession | None = None  # made on first use
+        self._pool: aiohttp.ClientSession | None = None  # only with a proxy; made on first use
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
         self._default_tls: ssl.SSLContext | None = None  # made on first use
-        self._idle: list[watchstream.Wire] = []  # connections ended watches left open
+        self._slots = asyncio.Semaphore(CONNECTIONS)
+        # connections an answer that ended cleanly left open, newest last, each with the
+        # timer that closes it
+        self._idle: list[tuple[wire.Wire, asyncio.TimerHandle]] = []
 
     async def close(self) -> None:
         while self._idle:
-            self._idle.pop().close()
+            connection, timer = self._idle.pop()
+            timer.cancel()
+            connection.close()
         pool, self._pool = self._pool, None
         try:
             if pool is not None:
@@ -219,33 +227,62 @@ class Transport:
         params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
         return url + "?" + urlencode(params, quote_via=quote) if params else url
 
-    async def _send(self, method: str, path: str, *, query: Query | None = None,
-                    body: Any = None, content_type: str | None = None,
-                    accept: str = "application/json",
-                    timeout: float | None = None) -> aiohttp.ClientResponse:
-        """One HTTP exchange on the cluster's connection pool, with its credentials and its
-        TLS context."""
+    async def _exchange(self, what: str, method: str, path: str, query: Query | None,
+                        body: Any, content_type: str | None,
+                        accept: str) -> tuple[int, str | None, bytearray]:
+        """One HTTP exchange with the cluster's credentials and TLS context: the answer's
+        status, its Retry-After and its body, read within the cluster's bounds. The whole
+        of it, connecting included, is bounded by the client timeout."""
         if body is not None:
             content_type = content_type or "application/json"
         headers = await self._headers(accept, content_type)
-        data = body if body is None or isinstance(body, (bytes, str)) else json.dumps(body)
+        data = body if body is None or isinstance(body, bytes) else \
+            (body if isinstance(body, str) else json.dumps(body)).encode()
+        if proxy_in_environment():
+            return await self._pooled_exchange(what, method, path, query, headers, data)
+        if self.config.compress:
+            headers["Accept-Encoding"] = "gzip"  # as client-go asks, and only that
+        async with self._slots, asyncio.timeout(self.timeout):
+            status, answer_headers, answer = await wire.exchange(
+                self._url(path, query), headers, self._tls(), self.config.tls_server_name,
+                what, lifetime=self.timeout, method=method, body=data, idle=self._take(),
+                keep=self._keep)
+            try:
+                return status, answer_headers.get("retry-after"), \
+                    await answer.read(self.limits.answer)
+            finally:
+                answer.close()
+
+    async def _pooled_exchange(self, what: str, method: str, path: str, query: Query | None,
+                               headers: dict[str, str], data: bytes | None,
+                               ) -> tuple[int, str | None, bytearray]:
+        """:meth:`_exchange` through the proxy the environment names, on aiohttp's pool."""
+        resp = await self._send(method, path, query, headers, data, self.timeout)
+        try:
+            return resp.status, resp.headers.get("Retry-After"), \
+                await read_answer(resp, self.limits.answer, what)
+        finally:
+            resp.release()
+
+    async def _send(self, method: str, path: str, query: Query | None,
+                    headers: dict[str, str], data: bytes | None,
+                    timeout: float) -> aiohttp.ClientResponse:
         extra: dict[str, Any] = {}
         if self.config.tls_server_name:
             extra["server_hostname"] = self.config.tls_server_name
         return await self._session().request(
             method, self._url(path, query), headers=headers, data=data, allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=timeout or self.timeout), **extra)
+            timeout=aiohttp.ClientTimeout(total=timeout), **extra)
 
     def _session(self) -> aiohttp.ClientSession:
-        """The connection pool, made on first use (in the event loop): up to 16 connections.
-        It keeps no cookies, as client-go keeps none: a server of a cluster krypton does not
-        control could otherwise grow the jar with every answer and see every cookie back.
-        aiohttp's ``trust_env`` looks the proxy variables up and parses ~/.netrc on every
-        request, in a thread: taken only when the environment names a proxy."""
+        """The connection pool of a cluster reached through a proxy, made on first use (in
+        the event loop): up to 16 connections. It keeps no cookies, as client-go keeps none:
+        a server of a cluster krypton does not control could otherwise grow the jar with
+        every answer and see every cookie back."""
         if self._pool is None:
             self._pool = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=16, ssl=self.config.ssl),
-                cookie_jar=aiohttp.DummyCookieJar(), trust_env=proxy_in_environment())
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self.config.ssl),
+                cookie_jar=aiohttp.DummyCookieJar(), trust_env=True)
         return self._pool
 
     async def request(self, what: str, method: str, path: str, *, query: Query | None = None,
@@ -263,25 +300,21 @@ class Transport:
         for attempt in range(THROTTLED_RETRIES + 1):
             metrics.API_REQUESTS.labels(self.name, what.split(" ", 1)[0].lower()).inc()
             try:
-                resp = await self._send(method, path, query=query, body=body,
-                                        content_type=content_type, accept=accept)
-                try:
-                    data = await read_answer(resp, self.limits.answer, what)
-                finally:
-                    resp.release()
+                status, wait, data = await self._exchange(what, method, path, query, body,
+                                                          content_type, accept)
             except TRANSPORT_ERRORS as exc:
                 raise transport_error(exc, what) from exc
-            if resp.status == 401:
+            if status == 401:
                 self.config.credentials.rejected()
-            if resp.status != 429 or attempt == THROTTLED_RETRIES:
+            if status != 429 or attempt == THROTTLED_RETRIES:
                 break
             # "Too many requests" (priority and fairness) or "storage is (re)initializing"
             # (a CRD just created): the server says when to come back; not an error yet.
-            delay = retry_after(resp.headers.get("Retry-After"))
+            delay = retry_after(wait)
             log.debug("api throttled, retrying", cluster=self.name, what=what, delay=delay)
             await asyncio.sleep(delay)
-        if not 200 <= resp.status < 300:
-            raise _status_error(resp.status, data, what)
+        if not 200 <= status < 300:
+            raise _status_error(status, data, what)
         try:
             answer = json.loads(data)
         except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
@@ -346,25 +379,25 @@ class Transport:
                     label_selector: str | None, accept: str, server_timeout: int,
                     field_selector: str | None = None) -> Watch:
         """Open a watch from `resource_version`; the caller reads its lines and closes it.
-        It has a connection of its own (:mod:`krypton.adapters.watchstream`), or one of the
-        pool's when the operator's environment names a proxy."""
+        It has a connection of its own (:mod:`krypton.adapters.wire`), or one of the pool's
+        when the operator's environment names a proxy."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
         query: Query = {"watch": "true", "resourceVersion": resource_version,
                         "allowWatchBookmarks": "true", "labelSelector": label_selector,
                         "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
         body: Watch
         try:
+            headers = await self._headers(accept)
+            headers["Accept-Encoding"] = "identity"  # an API server compresses no watch
             if proxy_in_environment():
-                status, body = await self._pooled_watch(what, path, query, accept,
-                                                        server_timeout)
+                resp = await self._send("GET", path, query, headers, None, server_timeout + 30)
+                status, body = resp.status, PooledWatch(resp, what)
             else:
-                headers = await self._headers(accept)
-                headers["Accept-Encoding"] = "identity"  # an API server compresses no watch
                 async with asyncio.timeout(self.timeout):
-                    status, _, body = await watchstream.get(
+                    status, _, body = await wire.exchange(
                         self._url(path, query), headers, self._tls(),
                         self.config.tls_server_name, what, lifetime=server_timeout + 30,
-                        idle=self._idle.pop() if self._idle else None, keep=self._keep)
+                        idle=self._take(), keep=self._keep)
         except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, what) from exc
         if status == 200:
@@ -381,16 +414,32 @@ class Transport:
             self.config.credentials.rejected()
         raise _status_error(status, data, what)
 
-    def _keep(self, wire: watchstream.Wire) -> None:
-        """Keep the connection of a watch that ended cleanly for the next one (a watch
-        resumes at once): one for each informer of the cluster at most."""
-        if len(self._idle) < IDLE_WATCH_CONNECTIONS:
-            self._idle.append(wire)
-        else:
-            wire.close()
+    def _take(self) -> wire.Wire | None:
+        """The connection kept last that the server has not closed meanwhile, if any."""
+        while self._idle:
+            connection, timer = self._idle.pop()
+            timer.cancel()
+            if connection.usable:
+                return connection
+            connection.close()
+        return None
+
+    def _keep(self, connection: wire.Wire) -> None:
+        """Keep the connection of an answer that ended cleanly for the next request or watch
+        (a watch resumes at once; a pass asks again soon): a few per cluster, each for
+        IDLE_SECONDS at most."""
+        if len(self._idle) >= IDLE_CONNECTIONS:
+            connection.close()
+            return
+        timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._expire, connection)
+        self._idle.append((connection, timer))
+
+    def _expire(self, connection: wire.Wire) -> None:
+        self._idle = [kept for kept in self._idle if kept[0] is not connection]
+        connection.close()
 
     def _tls(self) -> ssl.SSLContext | None:
-        """The TLS context of a watch's own connection; None for plain HTTP."""
+        """The TLS context of krypton's own connections; None for plain HTTP."""
         if not self.config.host.startswith("https:"):
             return None
         if isinstance(self.config.ssl, ssl.SSLContext):
@@ -402,15 +451,9 @@ class Transport:
                 self._default_tls.verify_mode = ssl.CERT_NONE
         return self._default_tls
 
-    async def _pooled_watch(self, what: str, path: str, query: Query, accept: str,
-                            server_timeout: int) -> tuple[int, PooledWatch]:
-        resp = await self._send("GET", path, accept=accept, timeout=server_timeout + 30,
-                                query=query)
-        return resp.status, PooledWatch(resp, what)
-
 
 class PooledWatch:
-    """A watch on a connection of aiohttp's pool, read as :class:`WatchBody` is."""
+    """A watch on a connection of aiohttp's pool, read as :class:`wire.Body` is."""
 
     def __init__(self, resp: aiohttp.ClientResponse, what: str) -> None:
         self._resp, self._what = resp, what
@@ -433,4 +476,4 @@ class PooledWatch:
             self._resp.close()
 
 
-Watch = watchstream.WatchBody | PooledWatch
+Watch = wire.Body | PooledWatch

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters import watchstream
+from krypton.adapters import wire
 from krypton.adapters.clientconfig import ClientConfig, tls_context
 from krypton.adapters.kube import Kube
 from krypton.decisions.errors import ClusterUnreachable, Forbidden, TemporaryError
@@ -263,7 +263,7 @@ def test_a_watch_that_streams_past_its_lifetime_ends_there() -> None:
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        _, _, body = await watchstream.get(f"http://127.0.0.1:{port}/w", {}, None, None, "w",
+        _, _, body = await wire.exchange(f"http://127.0.0.1:{port}/w", {}, None, None, "w",
                                            lifetime=0.5)
         lines, ended = 0, None
         try:

@@ -1,12 +1,13 @@
-"""A watch's own connection (SPEC S5): one HTTP/1.1 GET, its answer read line by line, over
-TLS kept on memory buffers.
+"""krypton's own HTTP/1.1 connections to an API server (SPEC S5): one request at a time on
+each, its answer read whole or line by line, over TLS kept on memory buffers.
 
-A watch holds its connection for minutes while nothing arrives, and an engaged cluster
-holds two. On asyncio's own TLS every connection keeps a receive buffer of 256 KiB, zeroed
-and resident, for as long as it is open: half a MiB for each idle cluster. Here TLS runs on
-:class:`ssl.MemoryBIO` over a plain TCP stream, which holds only what arrived and was not yet
-read. It speaks only what a watch needs: a GET, the answer's head, a chunked, sized or
-close-delimited body, each part bounded; requests keep aiohttp's pool.
+A watch holds its connection for minutes while nothing arrives, and an engaging cluster's
+requests hold theirs until the last one is answered. On asyncio's own TLS every connection
+keeps a receive buffer of 256 KiB, zeroed and resident, for as long as it is open. Here TLS
+runs on :class:`ssl.MemoryBIO` over a plain TCP stream, which holds only what arrived and was
+not yet read. It speaks only what krypton's client needs: a request with or without a body,
+the answer's head, a chunked, sized or close-delimited body, gzip when asked for, each part
+bounded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import zlib
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -26,8 +28,15 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
 
 
+REPLAYABLE = frozenset({"GET", "HEAD"})  # sent again on a new connection if a kept one fails
+
+
 def bad_answer(what: str, detail: str) -> TemporaryError:
     return TemporaryError(f"{what}: {detail}", reason="BadResponse")
+
+
+def too_large(what: str, limit: int) -> TemporaryError:
+    return TemporaryError(f"{what}: the answer is over {limit} bytes", reason="AnswerTooLarge")
 
 
 class Wire:
@@ -140,25 +149,32 @@ class Wire:
         """Whether bytes arrived that no answer has read."""
         return bool(self._buf) or bool(self._incoming.pending)
 
+    @property
+    def usable(self) -> bool:
+        """Whether a kept connection can carry the next request: open, and the server has
+        neither closed it nor sent anything while it was idle."""
+        return not (self._writer.is_closing() or self._reader.at_eof() or self.buffered)
+
     def close(self) -> None:
-        self._writer.close()  # its transport aborts nothing pending: a watch writes nothing
+        self._writer.close()  # nothing is pending: a request was drained before its answer
 
 
-class WatchBody:
+class Body:
     """The body of one answer on its :class:`Wire`, read as lines or whole."""
 
     def __init__(self, wire: Wire, headers: dict[str, str], what: str, deadline: float,
-                 keep: Callable[[Wire], None] | None = None) -> None:
+                 keep: Callable[[Wire], None] | None = None, *, empty: bool = False) -> None:
         self._wire, self._what = wire, what
         self._keep = keep  # takes the connection back once the body has ended cleanly
-        self._deadline = deadline  # on the loop's clock: the watch ends by then at the latest
+        self._deadline = deadline  # on the loop's clock: the answer ends by then at the latest
         self._lines = bytearray()  # decoded, not yet handed out
-        self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-        length = headers.get("content-length", "")
+        self._chunked = not empty and headers.get("transfer-encoding", "").lower() == "chunked"
+        length = "0" if empty else headers.get("content-length", "")
         self._chunk_seen = False
         # bytes left of the current chunk, or of a sized body; -1: until the server closes
         self._left = 0 if self._chunked else int(length) if length.isdigit() else -1
         self._ended = not self._chunked and self._left == 0
+        self._gzip = headers.get("content-encoding", "").lower() == "gzip"
 
     async def _piece(self) -> bytes:
         """The next part of the decoded body, b"" at its end."""
@@ -215,20 +231,31 @@ class WatchBody:
         del self._lines[:end + 1]
         return line
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body, refused (AnswerTooLarge) past `limit` bytes."""
-        body = bytearray(self._lines)
-        self._lines.clear()
-        while piece := await self._piece():
-            body += piece
-            if len(body) > limit:
-                raise TemporaryError(f"{self._what}: the answer is over {limit} bytes",
-                                     reason="AnswerTooLarge")
-        return bytes(body)
+    async def read(self, limit: int) -> bytearray:
+        """The whole body, inflated when it came in gzip; refused (AnswerTooLarge) as soon as
+        it passes `limit` bytes, inflated or not; TimeoutError past the body's deadline."""
+        async with asyncio.timeout_at(self._deadline):
+            if not self._chunked and self._left > limit:
+                raise too_large(self._what, limit)
+            inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16) if self._gzip else None
+            body = bytearray(self._lines)
+            self._lines.clear()
+            while piece := await self._piece():
+                if inflate is not None:
+                    try:  # never more than one byte past the bound, however well it packs
+                        piece = inflate.decompress(piece, limit + 1 - len(body))
+                    except zlib.error:
+                        raise bad_answer(self._what, "the answer is not valid gzip") from None
+                body += piece
+                if len(body) > limit:
+                    raise too_large(self._what, limit)
+            if inflate is not None and not inflate.eof:
+                raise bad_answer(self._what, "the answer's gzip stream is cut short")
+            return body  # no second copy of a large answer
 
     def close(self) -> None:
-        """Ends the body; its connection is kept for the next watch when the server said
-        all it had to say on it and keeps it open."""
+        """Ends the body; its connection is kept for the next request or watch when the
+        server said all it had to say on it and keeps it open."""
         if self._ended and self._left >= 0 and self._keep is not None and \
                 not self._wire.buffered:
             self._keep(self._wire)
@@ -237,42 +264,48 @@ class WatchBody:
         self._ended, self._keep = True, None
 
 
-async def get(url: str, headers: dict[str, str], context: ssl.SSLContext | None,
-              server_name: str | None, what: str, *, lifetime: float, idle: Wire | None = None,
-              keep: Callable[[Wire], None] | None = None,
-              ) -> tuple[int, dict[str, str], WatchBody]:
-    """Send one GET for `url` and read the answer's head: its status, its headers (names in
-    lower case) and its body, to be read within `lifetime` seconds and closed by the
-    caller. It goes on the `idle` connection a body ended cleanly left, when there is one
-    and the server has not closed it meanwhile; a body that ends cleanly gives its
-    connection to `keep`."""
+async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | None,
+                   server_name: str | None, what: str, *, lifetime: float, method: str = "GET",
+                   body: bytes | None = None, idle: Wire | None = None,
+                   keep: Callable[[Wire], None] | None = None,
+                   ) -> tuple[int, dict[str, str], Body]:
+    """Send one request for `url` and read the answer's head: its status, its headers (names
+    in lower case) and its body, to be read within `lifetime` seconds and closed by the
+    caller. The answer may come in gzip only when `headers` ask for it. The request goes on
+    the `idle` connection an earlier answer left, when there is one; if that fails, a GET
+    is sent again on a new connection (the server may have closed the kept one meanwhile).
+    A body that ends cleanly gives its connection to `keep`."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
              *(f"{name}: {value}" for name, value in headers.items())]
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
     if any(c in line for line in lines for c in "\r\n\0"):
         raise ValueError("a header or the path holds a line break")
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+    gzip = "gzip" in headers.get("Accept-Encoding", "")
     while True:
         wire = idle or await Wire.open(url, context, server_name, what)
         try:
             await wire.send(request)
-            status, answer_headers, persistent = await _head(wire, what)
+            status, answer_headers, persistent = await _head(wire, what, gzip)
             break
         except OSError:
             wire.close()
-            if idle is None:
+            if idle is None or method not in REPLAYABLE:
                 raise
             idle = None  # closed by the server while it was idle: on a new connection
         except BaseException:
             wire.close()
             raise
     deadline = asyncio.get_running_loop().time() + lifetime
-    return status, answer_headers, WatchBody(wire, answer_headers, what, deadline,
-                                             keep if persistent else None)
+    empty = method == "HEAD" or status in (204, 304)  # answers without a body (RFC 9110)
+    return status, answer_headers, Body(wire, answer_headers, what, deadline,
+                                        keep if persistent else None, empty=empty)
 
 
-async def _head(wire: Wire, what: str) -> tuple[int, dict[str, str], bool]:
+async def _head(wire: Wire, what: str, gzip: bool) -> tuple[int, dict[str, str], bool]:
     """The status and headers of the answer, and whether its connection persists after it
     (RFC 9112 section 9.3)."""
     while True:  # informational answers (1xx) come before the answer
@@ -292,9 +325,9 @@ async def _head(wire: Wire, what: str) -> tuple[int, dict[str, str], bool]:
         status = int(match.group(2))
         if status >= 200:
             encoding = headers.get("content-encoding", "identity").lower()
-            if encoding != "identity":
+            if encoding not in (("identity", "gzip") if gzip else ("identity",)):
                 raise bad_answer(what, f"the answer is encoded ({encoding[:40]}), though "
-                                       "asked for as it is")
+                                       "not asked for so")
             persistent = match.group(1) == b"1" and \
                 "close" not in headers.get("connection", "").lower()
             return status, headers, persistent
