@@ -190,7 +190,10 @@ class Transport:
         self.timeout = timeout
         self.limits = limits
         self.config = cfg
-        self._pool: aiohttp.ClientSession | None = None  # only with a proxy; made on first use
+        # the operator's environment names a proxy: aiohttp's pool, made on first use, goes
+        # through it; decided once: looking scans the whole environment (0.14 ms here)
+        self._proxied = proxy_in_environment()
+        self._pool: aiohttp.ClientSession | None = None
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
         self._default_tls: ssl.SSLContext | None = None  # made on first use
         self._slots = asyncio.Semaphore(CONNECTIONS)
@@ -238,7 +241,7 @@ class Transport:
         headers = await self._headers(accept, content_type)
         data = body if body is None or isinstance(body, bytes) else \
             (body if isinstance(body, str) else json.dumps(body)).encode()
-        if proxy_in_environment():
+        if self._proxied:
             return await self._pooled_exchange(what, method, path, query, headers, data)
         if self.config.compress:
             headers["Accept-Encoding"] = "gzip"  # as client-go asks, and only that
@@ -389,7 +392,7 @@ class Transport:
         try:
             headers = await self._headers(accept)
             headers["Accept-Encoding"] = "identity"  # an API server compresses no watch
-            if proxy_in_environment():
+            if self._proxied:
                 resp = await self._send("GET", path, query, headers, None, server_timeout + 30)
                 status, body = resp.status, PooledWatch(resp, what)
             else:

@@ -26,8 +26,6 @@ CHUNK_LINE = 1024  # a chunk's size line, its extensions included
 READ = 1 << 16  # bytes taken from the socket, or from TLS, at a time
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
-
-
 REPLAYABLE = frozenset({"GET", "HEAD"})  # sent again on a new connection if a kept one fails
 
 
