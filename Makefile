@@ -30,7 +30,7 @@ testbin:
 # Then hack/e2e-kind.sh on two kind clusters (SPEC T9).
 test: install lint docs image runtime
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
-	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 e2e-kind
+	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 && $(KIND_LANE)
 
 test-helm3: install
 	KRYPTON_TEST_HELM=3 KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
@@ -47,9 +47,10 @@ e2e: install
 
 # hack/e2e-kind.sh as users run it, here with podman as kind's provider and a node image
 # built here (krypton/testing/kind.py); with Docker and kind's own images, run the script.
-e2e-kind: install image runtime
-	KRYPTON_TESTBIN_DIR=$$(bash hack/testbin.sh kind 2>/dev/null | tail -n1) \
+KIND_LANE = KRYPTON_TESTBIN_DIR=$$(bash hack/testbin.sh kind 2>/dev/null | tail -n1) \
 	  $(BIN)/python -m krypton.testing.kind
+e2e-kind: install image runtime
+	$(KIND_LANE)
 
 demo: install
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.demo
