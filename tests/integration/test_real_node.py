@@ -36,9 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_REPOSITORY = "ghcr.io/openkcm/krypton"  # the chart's default image
 SELF = "self-cluster"
 
-# a node changes the machine's kernel settings and writes them back: one node at a time
-pytestmark = pytest.mark.xdist_group("real-node")
-
 
 @dataclass
 class Bed:
