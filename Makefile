@@ -8,6 +8,10 @@ TESTBIN_DIR = $(shell bash hack/testbin.sh 2>/dev/null | tail -n1)
 PIDFILE ?= /tmp/krypton-operator.pid
 RUN_ARGS ?=
 PYTEST_ARGS ?=
+# make test's pytest workers, each with control planes of its own (most of a test is
+# waiting); a module's tests stay on one worker, in their order
+PYTEST_WORKERS ?= 2
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime docs figures
 
@@ -26,11 +30,11 @@ testbin:
 # The whole suite runs on Helm 4; the tests marked helm3lane run again on Helm 3 (SPEC H1).
 # Then hack/e2e-kind.sh on two kind clusters (SPEC T9).
 test: install lint docs image runtime
-	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
-	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 e2e-kind
+	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; \
+	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 && $(KIND_LANE)
 
 test-helm3: install
-	KRYPTON_TEST_HELM=3 KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(PYTEST_ARGS); \
+	KRYPTON_TEST_HELM=3 KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 unit: $(STAMP)
@@ -44,9 +48,11 @@ e2e: install
 
 # hack/e2e-kind.sh as users run it, here with podman as kind's provider and a node image
 # built here (krypton/testing/kind.py); with Docker and kind's own images, run the script.
-e2e-kind: install image runtime
-	KRYPTON_TESTBIN_DIR=$$(bash hack/testbin.sh kind 2>/dev/null | tail -n1) \
+# (make test runs the lane's command itself: its image and runtime are made by then)
+KIND_LANE = KRYPTON_TESTBIN_DIR=$$(bash hack/testbin.sh kind 2>/dev/null | tail -n1) \
 	  $(BIN)/python -m krypton.testing.kind
+e2e-kind: install image runtime
+	$(KIND_LANE)
 
 demo: install
 	KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/python -m krypton.testing.demo

@@ -122,13 +122,23 @@ def _our_control_plane_pids() -> list[int]:
     return pids
 
 
+def _worker(config: pytest.Config) -> bool:
+    """A worker of ``pytest -n``: it inherits the mark of the run that started it, and that
+    run looks for leaks once every worker is done (a worker's exit status is not the run's)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _worker(session.config):
+        return
     os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
     session.config._krypton_preexisting = set(_our_control_plane_pids())  # type: ignore[attr-defined]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if a control-plane process started by this session outlived it."""
+    if _worker(session.config):
+        return
     before = getattr(session.config, "_krypton_preexisting", set())
     leaked = sorted(set(_our_control_plane_pids()) - before)
     if leaked:

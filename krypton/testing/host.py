@@ -1,19 +1,23 @@
-"""What the test bed takes from this machine: free loopback ports for its servers, and the
-end of the processes it starts."""
+"""What the test bed takes from this machine: free loopback ports for its servers, the end
+of the processes it starts, and its kernel settings one real node at a time."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import secrets
 import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import IO
 
 # Ports handed out by free_port: below the kernel's ephemeral range, starting at a random
 # place so that two test processes on one machine do not walk the same way.
 _LOWEST_PORT = 10000
 _next_port = _LOWEST_PORT + secrets.randbelow(20000)
+# held by the real node that runs (a file lock: any process of this machine's test bed)
+SETTINGS_LOCK = Path("/tmp/krypton-node-settings.lock")
 
 
 @functools.cache
@@ -62,3 +66,13 @@ def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:
             popen.kill()
             popen.wait(5)
     return int(popen.returncode)
+
+
+def hold_kernel_settings() -> IO[bytes]:
+    """Wait until no other real node of this machine runs, and hold it so until the file
+    returned is closed. A node changes the machine's kernel settings and iptables chains and
+    writes back, when it stops, what it found when it started: two at once (two test
+    processes) would undo what the other still needs, or leave its changes behind."""
+    held = SETTINGS_LOCK.open("ab")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held

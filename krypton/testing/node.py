@@ -19,6 +19,9 @@ its own and goes when it stops:
   the iptables chains the kubelet makes in the machine's tables (``KUBE-FIREWALL``,
   ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``) when they were not there before.
 
+Those settings and chains are the machine's: one node runs at a time on it, whichever test
+process starts it (the others wait, :func:`~krypton.testing.host.hold_kernel_settings`).
+
 Images are never pulled: every image a pod runs is imported from an OCI archive built here
 (:meth:`Node.import_image`); the pod sandbox's pause image is :func:`testpod_image`, built
 from the test bed's own Go program. The kubelet serves on the bridge, to clients of the
@@ -43,11 +46,11 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import yaml
 
-from .host import free_port, terminate
+from .host import free_port, hold_kernel_settings, terminate
 
 TESTPOD_SOURCE = Path(__file__).resolve().parent / "testpod"
 CNI_BIN = Path("/usr/lib/cni")
@@ -178,6 +181,7 @@ class Node:
         self.cgroup_root = f"/krypton-{self.id}"
         self.comment = f"krypton-node-{self.id}"
         self.kubelet_port, self.healthz_port = free_port(), free_port()
+        self._held: IO[bytes] | None = None  # the machine's kernel settings, while it runs
         self._sysctls: dict[str, str] = {}
         self._chains_before: set[tuple[str, str, str]] = set()
         self._rules: list[list[str]] = []
@@ -190,6 +194,7 @@ class Node:
     def start(self) -> Node:
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
+            self._held = hold_kernel_settings()
             for key in SYSCTLS:
                 with contextlib.suppress(OSError):
                     self._sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
@@ -234,6 +239,9 @@ class Node:
             with contextlib.suppress(OSError):
                 if (Path("/proc/sys") / key).read_text().strip() != value:
                     (Path("/proc/sys") / key).write_text(value)
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def import_image(self, archive: Path, *, base_name: str | None = None) -> None:
         """Import the OCI archive into containerd's ``k8s.io`` namespace (no registry)."""
