@@ -1,7 +1,8 @@
 """The only module that imports `pyhelm3`: helm runs per cluster, errors mapped to ours.
 
 Each cluster gets its own kubeconfig file (mode 0600, in the cluster's private directory,
-removed on disengage); tokens never appear on a command line. Values go to helm on stdin.
+removed on disengage) and its own client-go cache there; tokens never appear on a command
+line. Values go to helm on stdin.
 pyhelm3's ``Command`` is used directly: its ``Client`` runs a blocking ``helm version`` in
 its constructor and passes tokens as flags.
 """
@@ -152,6 +153,7 @@ class _Command(Command):
 
     EXTRA = {"upgrade": ("--disable-openapi-validation",)}
     driver = ""  # helm's storage driver (HELM_DRIVER); "" leaves helm's default
+    cache_dir: Path | None = None  # client-go's cache of this cluster's answers (KUBECACHEDIR)
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:  # noqa: A002
         argv = [self._executable, *command, *self.EXTRA.get(str(command[0]), ()),
@@ -162,7 +164,7 @@ class _Command(Command):
             *(str(a) for a in argv),
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=helm_environment(os.environ, self.driver))
+            env=helm_environment(os.environ, self.driver, self.cache_dir))
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
@@ -179,22 +181,34 @@ class _Command(Command):
 GO_PROCESSORS = ("GOMAXPROCS", "1")  # helm's, unless the operator's environment names its own
 
 
-def helm_environment(environ: Mapping[str, str], driver: str = "") -> dict[str, str]:
+def helm_environment(environ: Mapping[str, str], driver: str = "",
+                     cache_dir: Path | None = None) -> dict[str, str]:
     """The environment helm runs in, built for each run and given to helm only (nothing is
     written into the operator's own environment, which other children, such as a
     credential plugin, inherit): the operator's, with ``GOMAXPROCS=1`` where it names none
-    (its own value then passes through), and ``HELM_DRIVER`` set to `driver`.
+    (its own value then passes through), ``HELM_DRIVER`` set to `driver`, and
+    ``KUBECACHEDIR`` set to `cache_dir`.
 
     helm is a Go program that spends most of its run waiting for the API server. With more
     than one processor, Go's runtime fills the idle ones with garbage-collection marking and
     with threads spinning for work: CPU a short command does not need. With one, a helm
     upgrade of the bench chart took 23 % less CPU run alone and 7-12 % less four at a time,
     at the same peak memory and in the same time (docs, Benchmarks, "Throughput");
-    several helm processes still run side by side (``--max-concurrent-helm``)."""
+    several helm processes still run side by side (``--max-concurrent-helm``).
+
+    client-go inside helm keeps what an API server answers to discovery under
+    ``KUBECACHEDIR`` (by default ``$HOME/.kube/cache``, one directory for every cluster,
+    keyed by the server's URL alone, kept for ever), and serves an answer its server marked
+    fresh without asking again. Each cluster's helm gets a directory of its own instead, in
+    the cluster's private directory: what one cluster answered is never served to another
+    cluster's helm that shares its URL (two servers behind one address, told apart by
+    ``tls-server-name``), and it goes when the cluster does (SPEC S3, S5)."""
     env = dict(environ)
     env.setdefault(*GO_PROCESSORS)
     if driver:
         env["HELM_DRIVER"] = driver
+    if cache_dir is not None:
+        env["KUBECACHEDIR"] = str(cache_dir)
     return env
 
 
@@ -217,7 +231,8 @@ class Helm:
     """helm against one cluster (or none, for pulling charts)."""
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
-                 wait: bool = True, driver: str = "", history_max: int = 10) -> None:
+                 wait: bool = True, driver: str = "", history_max: int = 10,
+                 cache_dir: Path | None = None) -> None:
         self.timeout = timeout
         self.wait = wait
         # --history-max of upgrades and rollbacks: the records helm keeps, reads at every run
@@ -225,6 +240,7 @@ class Helm:
                                 default_timeout=f"{int(timeout)}s",
                                 history_max_revisions=history_max)
         self._command.driver = driver
+        self._command.cache_dir = cache_dir
 
     async def _run(self, operation: str, coro: Any) -> Any:
         metrics.HELM_RUNS.labels(operation).inc()

@@ -5,7 +5,8 @@ Engaging means: probe ``/version``, ensure the Tenant CRD, start the watches, in
 the guard of the release records (SPEC S4: a cluster without it is engaged and reported). A
 failure is reported (Warning Event on the cluster's Secret, log line) and retried with capped
 exponential backoff; the worker never takes the process down. Cancelling the worker's task
-disengages it; its private directory (kubeconfig and certificates) is removed.
+disengages it; its private directory (kubeconfig, certificates and helm's client-go cache)
+is removed.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ class Worker:
         kubeconfig.write_text(self.kc.to_yaml())
         helm = Helm(settings.helm_path or settings.helm_executable, kubeconfig=kubeconfig,
                     timeout=settings.helm_timeout, wait=settings.helm_wait,
-                    driver=settings.helm_driver, history_max=settings.helm_history_max)
+                    driver=settings.helm_driver, history_max=settings.helm_history_max,
+                    cache_dir=self._dir / "kube-cache")
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,

@@ -148,6 +148,79 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere
         hostile.close()
 
 
+# -- what one cluster answers helm is never another cluster's (SPEC S3) ----------------------
+
+# The core group as a forger serves it to helm's discovery: namespaces only, no ConfigMaps,
+# marked fresh for an hour (an honest API server says "Cache-Control: public" and an ETag,
+# so client-go asks again, with If-None-Match, at every run)
+FORGED_CORE = json.dumps({
+    "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+    "items": [{"metadata": {}, "versions": [{"version": "v1", "freshness": "Current",
+        "resources": [{"resource": "namespaces", "singularResource": "namespace",
+                       "scope": "Cluster", "verbs": ["create", "get", "list"],
+                       "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}}]}]}],
+}).encode()
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def test_what_one_cluster_answers_helms_discovery_is_never_another_clusters(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """Two clusters behind one address, told apart by their credentials (a gateway in front
+    of several API servers): one answers helm's discovery with a core group of its own
+    making, marked fresh for an hour. The other's helm never believes it: each cluster's
+    helm keeps client-go's cache in the cluster's private directory, not in the operator's
+    HOME, keyed by the address alone; and the cache goes when its cluster does."""
+    honest = HostileAPI(fleet.remote.cp.kubeconfig, lambda _method, _path: None)
+
+    def route(method: str, path: str) -> Answer:
+        def send(h: BaseHTTPRequestHandler) -> None:
+            if h.headers.get("Authorization") == "Bearer honest-token-0000":
+                honest.forward(h)
+            elif method == "GET" and path.split("?")[0] == "/api":
+                h.send_response(200)
+                h.send_header("Content-Type", AGGREGATED)
+                h.send_header("Cache-Control", "max-age=3600")
+                h.send_header("Content-Length", str(len(FORGED_CORE)))
+                h.end_headers()
+                h.wfile.write(FORGED_CORE)
+            else:
+                front.forward(h)
+        return send
+
+    front = HostileAPI(fleet.home.cp.kubeconfig, route)
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    try:
+        forger_kubeconfig = front.kubeconfig()
+        fleet.register("forger", kubeconfig=forger_kubeconfig)
+        fleet.register("honest", kubeconfig=forger_kubeconfig.replace(
+            "hostile-api-token-0000", "honest-token-0000"))
+        fleet.start(env={"HOME": str(home), "TMPDIR": str(tmp)})
+        forged = fleet.tenant(fleet.home, unique("forged"))
+        failed = fleet.home.wait_condition(fleet.tenant_ns, forged, "ClusterError/forger",
+                                           "True", "InstallFailed")
+        assert "ConfigMap" in failed["message"]  # its own helm believed its own answer
+        served = fleet.tenant(fleet.remote, unique("served"))
+        wait_for(lambda: fleet.remote.condition(fleet.tenant_ns, served,
+                                                "ClusterReady/honest") or
+                 fleet.remote.condition(fleet.tenant_ns, served, "ClusterError/honest"),
+                 90, what="the honest cluster's Tenant installed or failed")
+        ready = fleet.remote.wait_condition(fleet.tenant_ns, served, "ClusterReady/honest",
+                                            "True", timeout=30)
+        assert ready["reason"] == "Installed", ready
+        assert not (home / ".kube").exists()
+        cache = list(tmp.glob("krypton-run-*/clusters/honest/kube-cache"))
+        assert cache and any(cache[0].rglob("*")), "the honest cluster's helm kept no cache"
+        fleet.unregister("honest")
+        wait_for(lambda: not list(tmp.glob("krypton-run-*/clusters/honest")), 60,
+                 what="the honest cluster's private directory removed")
+        assert list(tmp.glob("krypton-run-*/clusters/forger/kube-cache"))
+    finally:
+        front.close()
+        honest.close()
+
+
 # -- a cluster over its budget is backed off as a whole (SPEC S5) -------------------------------
 
 def _small_tenants(namespace: str) -> Answer:

@@ -55,3 +55,11 @@ def test_the_operators_own_environment_is_never_written(fake_helm: str) -> None:
     assert dict(os.environ) == before
     env = helm_environment({"KRYPTON_PROBE": "kept"}, "configmap")
     assert env == {"KRYPTON_PROBE": "kept", "GOMAXPROCS": "1", "HELM_DRIVER": "configmap"}
+
+
+def test_each_clusters_helm_keeps_client_gos_cache_where_it_is_told(tmp_path: Path) -> None:
+    """A cluster's cache directory, whatever the operator's own environment names: one
+    cluster's answers are never another's (the reliability test shows it with real helm)."""
+    env = helm_environment({"KUBECACHEDIR": "/shared"}, cache_dir=tmp_path / "kube-cache")
+    assert env["KUBECACHEDIR"] == str(tmp_path / "kube-cache")
+    assert helm_environment({"KUBECACHEDIR": "/shared"})["KUBECACHEDIR"] == "/shared"
