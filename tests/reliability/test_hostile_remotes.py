@@ -163,6 +163,7 @@ FORGED_CORE = json.dumps({
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
+@pytest.mark.helm3lane  # Helm 3's client-go keeps the same cache
 def test_what_one_cluster_answers_helms_discovery_is_never_another_clusters(
         fleet: Fleet, tmp_path: Path) -> None:
     """Two clusters behind one address, told apart by their credentials (a gateway in front
