@@ -201,8 +201,8 @@ def helm_environment(environ: Mapping[str, str], driver: str = "",
     keyed by the server's URL alone, kept for ever), and serves an answer its server marked
     fresh without asking again. Each cluster's helm gets a directory of its own instead, in
     the cluster's private directory: what one cluster answered is never served to another
-    cluster's helm that shares its URL (two servers behind one address, told apart by
-    ``tls-server-name``), and it goes when the cluster does (SPEC S3, S5)."""
+    cluster's helm that shares its URL (servers behind one address, told apart by a gateway
+    from the name or the credential), and it goes when the cluster does (SPEC S3, S5)."""
     env = dict(environ)
     env.setdefault(*GO_PROCESSORS)
     if driver:
