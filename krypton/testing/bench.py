@@ -51,6 +51,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -112,6 +113,14 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     """(own CPU seconds, CPU seconds of waited-for children such as helm)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs: an orphan that ended stays a zombie where nothing reaps it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def status_field(pid: int, field: str) -> int:
@@ -447,8 +456,17 @@ class Flux:
         return sum(cpu_seconds(p)[0] for p in spawned(self.proc.pid))
 
     def stop(self) -> None:
+        """SIGTERM to the controllers and their shell, then SIGKILL to a controller that
+        still runs 30 s later (seen: helm-controller running on, orphaned, after its shell
+        and the run had ended)."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
+            controllers = descendants(self.proc.pid)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and any(map(running, controllers)):
+                time.sleep(0.2)
+            for pid in filter(running, controllers):
+                os.kill(pid, signal.SIGKILL)
             self.proc.wait(30)
         if self.storage:
             shutil.rmtree(self.storage, ignore_errors=True)  # its artifacts and its log
