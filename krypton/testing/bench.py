@@ -109,16 +109,21 @@ def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the program's name, from the state on."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """(own CPU seconds, CPU seconds of waited-for children such as helm)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
 
-def running(pid: int) -> bool:
+def still_runs(pid: int) -> bool:
     """Whether `pid` still runs: an orphan that ended stays a zombie where nothing reaps it."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return _stat(pid)[0] != "Z"
     except OSError:
         return False
 
@@ -463,9 +468,9 @@ class Flux:
             controllers = descendants(self.proc.pid)
             os.killpg(self.proc.pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and any(map(running, controllers)):
+            while time.monotonic() < deadline and any(map(still_runs, controllers)):
                 time.sleep(0.2)
-            for pid in filter(running, controllers):
+            for pid in filter(still_runs, controllers):
                 os.kill(pid, signal.SIGKILL)
             self.proc.wait(30)
         if self.storage:

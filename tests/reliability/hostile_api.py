@@ -152,9 +152,8 @@ def stream(h: BaseHTTPRequestHandler, head: bytes, filler: bytes, total: int, *,
 def answer(h: BaseHTTPRequestHandler, status: int, body: bytes,
            headers: dict[str, str] | None = None) -> None:
     h.send_response(status)
-    for name, value in (headers or {}).items():
+    for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
         h.send_header(name, value)
-    h.send_header("Content-Type", "application/json")
     h.send_header("Content-Length", str(len(body)))
     h.end_headers()
     h.wfile.write(body)
