@@ -189,6 +189,19 @@ def since(binding: Mapping[str, Any], key: str) -> float:
     return (epoch_seconds(when) or 0.0) if recorded == key else 0.0
 
 
+def changed_at(*objects: Mapping[str, Any]) -> float:
+    """When the last of `objects` was made or changed, by the API server's clock: the latest
+    of their creation times and of the times on their managed fields (0 when none is given)."""
+    times = []
+    for o in objects:
+        meta = o.get("metadata") or {}
+        times.append(meta.get("creationTimestamp"))
+        fields = meta.get("managedFields")
+        if isinstance(fields, list):
+            times.extend(f.get("time") for f in fields if isinstance(f, Mapping))
+    return max((epoch_seconds(t) or 0.0 for t in times), default=0.0)
+
+
 def since_annotation(when: float, key: str) -> dict[str, Any]:
     return {"metadata": {"annotations": {SINCE_ANNOTATION: f"{rfc3339(when)} {key}"}}}
 

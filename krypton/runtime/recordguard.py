@@ -43,35 +43,42 @@ def _probe_namespace(settings: Settings) -> str:
 
 
 async def _ensure(kube: Kube, what: str, collection: str, want: dict[str, Any],
-                  install: bool) -> str | None:
-    """The object `want` as the cluster holds it: written when absent or different and
-    `install` (None: written); "" when it was as wanted, else why it is not."""
+                  install: bool) -> tuple[str, dict[str, Any] | None]:
+    """The object `want` as the cluster holds it, written when absent or different and
+    `install`: "" and the object found as wanted (None: written), else why it is not."""
     name = want["metadata"]["name"]
     found = await kube.cluster_object(what, collection, name)
     where = "absent" if found is None else guard.differs(want["spec"], found.get("spec"))
     if not where:
-        return ""
+        return "", found
     if not install:
-        return f"{what} {name} is {where if found is None else f'not as krypton would make it ({where})'}"
+        said = where if found is None else f"not as krypton would make it ({where})"
+        return f"{what} {name} is {said}", found
     version = None if found is None else str((found.get("metadata") or {}).get(
         "resourceVersion") or "")
     await kube.write_cluster_object(what, collection, want, version)
-    return None
+    return "", None
 
 
-async def _in_force(kube: Kube, settings: Settings, *, settle: float) -> str:
-    """"" once the API server refuses the guard's probe with the guard's own message (a
-    policy just written gets `settle` seconds), else why the guard is not in force."""
+async def _in_force(kube: Kube, settings: Settings, *, changed: float | None) -> str:
+    """"" once the API server refuses the guard's probe with the guard's own message, else
+    why the guard is not in force. The API server takes a moment to enforce a policy made or
+    changed: one changed less than SETTLE seconds before the probe (`changed` by the
+    server's clock, as the accepted probe tells it; None: krypton just wrote it) is asked
+    again until then, never for longer than SETTLE seconds."""
     namespace = _probe_namespace(settings)
-    deadline = time.monotonic() + settle
+    deadline = time.monotonic() + SETTLE
     while True:
         try:
-            await kube.dry_run_create(namespace, guard.probe(namespace, settings.watch_namespace))
+            accepted = await kube.dry_run_create(
+                namespace, guard.probe(namespace, settings.watch_namespace))
         except Forbidden as exc:
             if guard.probe_refused(str(exc), settings.watch_namespace):
                 return ""
             return f"krypton's guard probe was refused by something else: {exc}"
-        if time.monotonic() >= deadline:
+        now = epoch_seconds((accepted.get("metadata") or {}).get("creationTimestamp"))
+        settling = changed is None or now is None or now < changed + SETTLE
+        if not settling or time.monotonic() >= deadline:
             return ("the API server accepted krypton's guard probe: the policy is not in force "
                     "(is the ValidatingAdmissionPolicy admission plugin turned off?)")
         await asyncio.sleep(PROBE_EVERY)
@@ -93,15 +100,17 @@ async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
                                       release_namespace=settings.shared_release_namespace)
     install = mode == "install"
     try:
-        found = [await _ensure(kube, "validatingadmissionpolicy", guard.POLICIES, policy,
-                               install),
-                 await _ensure(kube, "validatingadmissionpolicybinding", guard.BINDINGS,
-                               binding, install)]
-        missing = "; ".join(f for f in found if f)
+        looked = [await _ensure(kube, "validatingadmissionpolicy", guard.POLICIES, policy,
+                                install),
+                  await _ensure(kube, "validatingadmissionpolicybinding", guard.BINDINGS,
+                                binding, install)]
+        missing = "; ".join(why for why, _found in looked if why)
         if missing:
             return GuardState(False, f"{missing}; an admin installs it with `krypton guard "
                               f"--print --user {user} | kubectl apply -f -`", user)
-        why = await _in_force(kube, settings, settle=SETTLE if None in found else 0.0)
+        found = [o for _why, o in looked if o is not None]
+        why = await _in_force(kube, settings, changed=guard.changed_at(*found)
+                              if len(found) == len(looked) else None)
     except Forbidden as exc:
         return GuardState(False, f"krypton may not {'install' if install else 'read'} the "
                           f"guard here ({exc}); an admin installs it with `krypton guard "

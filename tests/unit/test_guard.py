@@ -5,6 +5,8 @@ since. What the policy refuses and lets through is tried on a real API server
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from krypton.decisions import guard
@@ -79,3 +81,66 @@ def test_a_guard_found_again_keeps_the_time_first_known_for_the_same_objects() -
     assert carried(first, remade).since == 700.0  # other objects: a new time
     gone = GuardState(False, "absent", "u")
     assert carried(first, gone) == gone
+
+
+def test_a_guard_changed_counts_from_its_last_change() -> None:
+    made = {"metadata": {"creationTimestamp": "2026-12-01T10:00:00Z", "managedFields": [
+        {"manager": "kubectl", "time": "2026-12-01T10:05:00Z"}, "not a field", {"time": 7}]}}
+    other = {"metadata": {"creationTimestamp": "2026-12-01T10:01:00Z", "managedFields": "x"}}
+    at = dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC).timestamp()
+    assert guard.changed_at(made, other) == guard.changed_at(made) == at + 300
+    assert guard.changed_at(other) == at + 60
+    assert guard.changed_at({}, {"metadata": None}) == 0.0
+
+
+class _Cluster:
+    """The guard's objects as an admin applied them `age` seconds before the first probe,
+    on an API server that enforces them from `enforced` seconds after they were made; each
+    probe moves the server's clock on a second."""
+
+    def __init__(self, age: float, enforced: float) -> None:
+        from krypton.decisions.model import rfc3339
+
+        self.clock, self.made, self.enforced, self.probes = 1_000_000.0, 1_000_000.0 - age, \
+            enforced, 0
+        policy, binding = guard.manifests("krypton")
+        self.objects = {o["metadata"]["name"] + o["kind"]: {
+            **o, "metadata": {**o["metadata"], "creationTimestamp": rfc3339(self.made)}}
+            for o in (policy, binding)}
+
+    async def cluster_object(self, what: str, collection: str, name: str) -> object:
+        kind = "ValidatingAdmissionPolicy" + ("Binding" if "binding" in what else "")
+        return self.objects.get(name + kind)
+
+    async def dry_run_create(self, namespace: str, body: dict[str, object]) -> object:
+        from krypton.decisions.errors import Forbidden
+        from krypton.decisions.model import rfc3339
+
+        self.probes += 1
+        self.clock += 1.0
+        if self.clock >= self.made + self.enforced:
+            raise Forbidden(f"ValidatingAdmissionPolicy '{guard.policy_name('')}' denied "
+                            f"request: {guard.PROBED}")
+        return {"metadata": {"creationTimestamp": rfc3339(self.clock)}}
+
+
+@pytest.mark.parametrize("age, enforced, guarded, probes", [
+    (1, 4, True, 3),  # applied a moment ago, in force three probes later
+    (100, 4, True, 1),  # long in force
+    (100, 10**9, False, 1),  # never enforced: said at once, not asked again
+    (1, 10**9, False, 14),  # never enforced though just applied: asked until 15 s after
+])
+def test_a_guard_an_admin_just_applied_is_given_time_to_come_into_force(
+        monkeypatch: pytest.MonkeyPatch, age: float, enforced: float, guarded: bool,
+        probes: int) -> None:
+    import asyncio
+
+    from krypton.decisions.settings import Settings
+    from krypton.runtime import recordguard
+
+    monkeypatch.setattr(recordguard, "PROBE_EVERY", 0.0)
+    monkeypatch.setattr(recordguard, "_since", lambda *_a: asyncio.sleep(0, (0.0, "")))
+    cluster = _Cluster(age, enforced)
+    settings = Settings(record_guard="check")
+    state = asyncio.run(recordguard.ensure(cluster, settings, "krypton"))  # type: ignore[arg-type]
+    assert (state.guarded, cluster.probes) == (guarded, probes), state
