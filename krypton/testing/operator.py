@@ -192,11 +192,12 @@ class OperatorProcess:
             "--log-format", "json",
             *args,
         ]
-        self.env = dict(os.environ)
-        self.env["PATH"] = f"{helm_dir}{os.pathsep}{self.env.get('PATH', '')}"
-        self.env.update(env or {})
         tmp = Path(tempfile.mkdtemp(prefix="krypton-op-"))
         _WORKDIRS.append(tmp)
+        # its work directory goes with its logs: one the suite kills is removed all the same
+        self.env = {**os.environ, "TMPDIR": str(tmp)}
+        self.env["PATH"] = f"{helm_dir}{os.pathsep}{self.env.get('PATH', '')}"
+        self.env.update(env or {})
         self.log_path = log_path or tmp / "operator.log"
         self.pid_file = pid_file or tmp / "operator.pid"
         self.metrics_path = self.log_path.with_name("metrics.txt")
