@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import time
+from collections.abc import Callable
 from urllib.parse import quote
 
 from krypton.adapters.kubeapi import (
@@ -30,7 +31,7 @@ from krypton.decisions.errors import (
     NotFound,
     TemporaryError,
 )
-from krypton.decisions.model import CRD_NAME, GROUP, TenantKey
+from krypton.decisions.model import CRD_NAME, TenantKey
 
 
 class Kube(Transport):
@@ -78,8 +79,9 @@ class Kube(Transport):
         body = dict(body, metadata=dict(body["metadata"], resourceVersion=resource_version))
         return await self.request(f"replace CRD {name}", "PUT", f"{CRDS_PATH}/{name}", body=body)
 
-    async def ensure_crd(self, manifest: Obj, *, upgrade: bool) -> tuple[str, Obj]:
-        """Create the CRD when absent; replace it only when `upgrade` and its revision differs.
+    async def ensure_crd(self, manifest: Obj, *, replace: Callable[[Obj], bool]
+                         ) -> tuple[str, Obj]:
+        """Create the CRD when absent; replace it only when `replace(served)` says so.
 
         Returns "created", "upgraded" or "present", and the CRD now served (as far as
         known). Raises CRDEnsureFailed.
@@ -98,10 +100,7 @@ class Kube(Transport):
                 raise CRDEnsureFailed(str(exc)) from exc
             await self._wait_established(f"{crds}/{CRD_NAME}")
             return "created", manifest
-        key = f"{GROUP}/crd-revision"
-        have = (current["metadata"].get("annotations") or {}).get(key)
-        want = manifest["metadata"].get("annotations", {}).get(key)
-        if not upgrade or have == want:
+        if not replace(current):
             return "present", current
         body = dict(manifest)
         body["metadata"] = dict(manifest["metadata"],
@@ -281,6 +280,13 @@ class Kube(Transport):
                                    label_selector: str, *, page_size: int = PAGE_SIZE) -> list[Obj]:
         return (await self.list_all("list release records", release_records_path(driver, namespace),
                                     label_selector=label_selector, page_size=page_size))["items"]
+
+    async def release_record_labels(self, driver: str, namespace: str,
+                                    label_selector: str) -> list[Obj]:
+        """The metadata of the release records `label_selector` selects, without their
+        bodies."""
+        return (await self.list_all("list release records", release_records_path(driver, namespace),
+                                    label_selector=label_selector, accept=METADATA_ONLY))["items"]
 
     async def release_record(self, driver: str, namespace: str, name: str) -> Obj | None:
         """One Helm release record (``sh.helm.release.v1.<release>.v<revision>``)."""

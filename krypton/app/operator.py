@@ -28,7 +28,8 @@ from krypton.app.discovery import Discovery
 from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import ensure_record_key, ensure_self_cluster, watch_cluster
-from krypton.decisions import retry, sharding
+from krypton.app.writer import Writer
+from krypton.decisions import crd, retry, sharding
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.discovery import ClusterSpec
 from krypton.decisions.errors import SettingsError, TemporaryError
@@ -159,8 +160,8 @@ class Operator:
             await self.shards.join()
             self._lease_task = asyncio.create_task(self._hold(self.shards.hold(self.drained)))
         if s.ensure_watch_crds:
-            result, _ = await self.home.ensure_crd(crd_manifest(),
-                                                   upgrade=s.crd_policy == "upgrade")
+            result, _ = await self.home.ensure_crd(
+                crd_manifest(), replace=lambda live: crd.replaces(live, s.crd_policy))
             log.info("watch cluster CRD ensured", result=result)
         if not s.no_self_cluster:
             await ensure_self_cluster(self.home, s)
@@ -171,10 +172,13 @@ class Operator:
                             index_ttl=s.chart_index_ttl,
                             access=chart_access(s, self.home.get_secret))
         home_events = EventRecorder(self.home)
+        writer = Writer(self.home, s)
+        await writer.warn_if_unleased(home_events)
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
-                        record_keys=record_keys)
+                        record_keys=record_keys, writer=writer.name,
+                        writer_active=writer.active)
         shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds

@@ -38,6 +38,17 @@ def revision(crd: dict[str, Any]) -> int | None:
         return None
 
 
+def replaces(live: dict[str, Any], policy: str) -> bool:
+    """Whether krypton replaces the served Tenant CRD `live` with the one it ships (SPEC R2,
+    S6): krypton's own older revision (the revision annotation is krypton's mark) by
+    default, and with --crd-policy=upgrade also a CRD without that mark (the prototype's,
+    an admin's copy); never a newer revision, never with --crd-policy=skip. Pure."""
+    want, have = revision(crd_manifest()), revision(live)
+    if policy == "skip" or want is None:
+        return False
+    return policy == "upgrade" if have is None else have < want
+
+
 def outdated(live: dict[str, Any]) -> str | None:
     """Why a cluster's Tenant CRD is older than the one this krypton ships (SPEC R2), None
     when it is not: an older or missing revision annotation, or a schema without fields

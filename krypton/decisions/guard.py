@@ -180,6 +180,17 @@ def held(policy: Mapping[str, Any], binding: Mapping[str, Any]) -> str:
                     for o in (policy, binding) for k in ("uid", "generation"))
 
 
+def keeps(key: str, which: int, obj: Mapping[str, Any]) -> bool:
+    """Whether `obj`, the policy (`which` 0) or the binding (1) as a watch delivers it, is
+    still the very object the guard held by `key` (:func:`held`) names: the same uid and
+    generation. A change of its metadata alone (the time krypton records on the binding)
+    or of its status keeps the guard; a change of its spec, or a new object, does not."""
+    meta = obj.get("metadata") or {}
+    parts = key.split("/")
+    return len(parts) == 4 and parts[2 * which:2 * which + 2] == [
+        str(meta.get("uid", "")), str(meta.get("generation", ""))]
+
+
 def since(binding: Mapping[str, Any], key: str) -> float:
     """When the guard came into force, as recorded on `binding` for the objects `key`
     names; 0 when not recorded for them."""

@@ -30,6 +30,9 @@ REPORTING_CONTROLLER = f"{GROUP}/krypton"
 # (a release of a cluster name no longer discovered is reported as orphaned, SPEC S2).
 RELEASE_OWNER_LABEL = f"{GROUP}/tenant-uid"
 RELEASE_CLUSTER_LABEL = f"{GROUP}/cluster"
+# ... and which krypton instance wrote it, and whether a drift repair made it (SPEC S6)
+RELEASE_WRITER_LABEL = f"{GROUP}/writer"
+RELEASE_REPAIR_LABEL = f"{GROUP}/repair"
 HELM_RELEASE_NAME_MAX = 53
 ADOPTED_ANNOTATION = f"{GROUP}/adopted"  # set on namespaces krypton took over (never deleted)
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
@@ -142,6 +145,9 @@ class ReleaseObservation:
     locked: bool = False  # pending/uninstalling and recent: another helm run may still be at work
     unlocks_in: float = 0.0  # seconds until a locked record counts as a leftover to recover
     owner_uid: str | None = None  # RELEASE_OWNER_LABEL of the latest record (None: unlabelled)
+    # RELEASE_WRITER_LABEL of the latest record (None: unlabelled) and when it was written
+    writer: str | None = None
+    written: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -270,3 +276,10 @@ class Observation:
     window_opens: str = ""
     window_wait: float = 0.0
     window_first_install: bool = True  # --maintenance-window-first-install
+    # this krypton instance's name on the records it writes ("": not said, no check), and
+    # whether the other writer of the latest record is still at work (None: not looked at)
+    writer: str = ""
+    writer_active: bool | None = None
+    # the drift repairs of the release in the last hour (None: not counted yet, as the
+    # operator's and krypton plan's observation leaves it)
+    repairs: int | None = 0

@@ -163,8 +163,10 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("release_namespace", "Where a Tenant's release goes: tenant (a namespace named after "
         "the Tenant, created by krypton) or watch (the --watch-namespace itself; namespaced "
         "mode under a Role only)", "tenant", choice("tenant", "watch")),
-    Opt("crd_policy", "create: only create a missing CRD; upgrade: also replace an older one; "
-        "skip: never read or write CRDs (they are applied beforehand)",
+    Opt("crd_policy", "create: create a missing CRD and replace krypton's own older revision "
+        "(never a newer one); upgrade: also replace a CRD without krypton's revision "
+        "annotation (the prototype's); skip: never read or write CRDs (they are applied "
+        "beforehand)",
         "create", choice("create", "upgrade", "skip")),
     Opt("chart_crds", "The chart's crds/ directory, applied by krypton once per cluster and "
         "chart version before tenant releases (helm runs with --skip-crds): skip, create "

@@ -65,7 +65,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from krypton.decisions import retry
+from krypton.decisions import retry, writers
 from krypton.decisions.health import UNHEALTHY, WAITING
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
@@ -153,6 +153,7 @@ class Action(enum.Enum):
     BACKOFF = "backoff"
     STALLED = "stalled"
     OUTSIDE_WINDOW = "outside-window"
+    YIELD = "yield"  # another krypton instance wrote the release and is at work (SPEC S6)
     NOTHING = "nothing"
 
 
@@ -163,6 +164,8 @@ class Need(enum.Enum):
     RESOLVE_CHART = "resolve-chart"
     OBSERVE_NAMESPACE = "observe-namespace"
     OBSERVE_SHARED = "observe-shared"
+    OBSERVE_WRITER = "observe-writer"
+    COUNT_REPAIRS = "count-repairs"
 
 
 INSTALLING = {Action.INSTALL, Action.UNINSTALL_THEN_INSTALL}
@@ -193,9 +196,47 @@ def attempt_target(fingerprint: str, t: TenantView) -> str:
 def plan(obs: Observation) -> Plan:
     """The next step for `obs`; see the module docstring for the order of the rules."""
     decided = _plan(obs)
+    if decided.action in HELM_ACTIONS or decided.action is Action.REVERT:
+        decided = _yielded(obs, decided)
     if decided.action in HELM_ACTIONS and isinstance(obs.chart, ChartTarget):
         decided = _braked(obs, decided)
+    if decided.action in HELM_ACTIONS and decided.drift:
+        decided = _repairs_braked(obs, decided)
     return _windowed(obs, decided)
+
+
+def _yielded(obs: Observation, decided: Plan) -> Plan:
+    """A release whose newest record another krypton instance wrote, while that instance
+    is at work, is left alone (SPEC S6; :mod:`krypton.decisions.writers`)."""
+    rel = obs.release
+    if not obs.writer or not rel.writer or rel.writer == obs.writer:
+        return decided
+    if obs.writer_active is None:
+        return Plan(Need.OBSERVE_WRITER, "ObserveWriter",
+                    "look whether the writer of the release's newest record is at work")
+    if not obs.writer_active:
+        return decided
+    return Plan(Action.YIELD, "AnotherWriter",
+                f"revision {rel.revision} of the release was written by {short(rel.writer)}, "
+                f"another krypton instance that is at work; this one ({obs.writer}) leaves "
+                "the release alone instead of changing it back, until the other stops. Run "
+                "one krypton per fleet (with --leader-elect, as the chart does)")
+
+
+def _repairs_braked(obs: Observation, decided: Plan) -> Plan:
+    """More than REPAIRS_MAX drift repairs of one release in an hour: something keeps
+    changing it behind krypton's back (a person's helm in a loop, another tool acting as
+    krypton), and repairing it again would only go on (SPEC S6)."""
+    if obs.repairs is None:
+        return Plan(Need.COUNT_REPAIRS, "CountRepairs",
+                    "count the release's drift repairs in the last hour")
+    if obs.repairs < writers.REPAIRS_MAX:
+        return decided
+    return Plan(Action.STALLED, "DriftRepairsExhausted",
+                f"the release was repaired {obs.repairs} times in the last hour and changed "
+                f"behind krypton's back again ({decided.message}); no repair until the first "
+                "of them is an hour old. Something else writes it (a person's helm, another "
+                "tool with krypton's credentials): stop it")
 
 
 # what waits for the cluster's maintenance window (F8)

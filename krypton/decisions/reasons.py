@@ -109,6 +109,24 @@ REASONS: dict[str, Reason] = {
     "Finalizer": _r(PLAN, "the release-cleanup finalizer is added first (internal step)"),
     "ObserveNamespace": _r(PLAN, "the pass looks at the Tenant's namespace first (internal)"),
     "ObserveShared": _r(PLAN, "the pass looks at the chart's shared objects first (internal)"),
+    "ObserveWriter": _r(PLAN, "the pass looks whether the krypton instance that wrote the "
+                        "release's newest record is at work (internal)"),
+    "CountRepairs": _r(PLAN, "the pass counts the release's drift repairs in the last hour "
+                       "(internal)"),
+    "AnotherWriter": _r("Event,plan", "another krypton instance wrote the release and is at "
+                        "work: this one leaves the release alone (no helm run, no write to the "
+                        "Tenant) until it stops (SPEC S6)",
+                        "run one krypton per fleet: stop the other instance, or give both the "
+                        "same Lease (--leader-elect, as the chart does)"),
+    "AnotherInstance": _r(E, "krypton started without a Lease (--leader-elect off) while "
+                          "another instance holds the fleet's Lease: two instances write the "
+                          "same releases (an Event on that Lease, SPEC S6)",
+                          "stop one of them, or start this one with --leader-elect"),
+    "DriftRepairsExhausted": _r(CEP, "the release was repaired 3 times in an hour "
+                                "and changed behind krypton's back again: no repair until the "
+                                "first of them is an hour old (SPEC S6)",
+                                "find and stop what else writes the release (a person's helm, "
+                                "a tool with krypton's credentials)"),
     "InvalidTenantName": _r(CEP, "the Tenant's name is not a valid namespace name",
                             "rename the Tenant", fatal=True),
     "ReservedNamespace": _r(CEP, "the Tenant is named like a system namespace or the "

@@ -16,11 +16,13 @@ from typing import Any, NamedTuple
 from krypton.decisions.model import (
     RELEASE_CLUSTER_LABEL,
     RELEASE_OWNER_LABEL,
+    RELEASE_WRITER_LABEL,
     ReleaseObservation,
     ReleaseStatus,
     epoch_seconds,
 )
 
+LABEL_MAX = 63  # a label value is at most this long (a longer one is no label of krypton's)
 GOOD = {ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED}
 BUSY = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
         ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
@@ -45,13 +47,15 @@ def _modified(meta: dict[str, Any], now: float) -> float:
 
 class Entry(NamedTuple):
     """What the index keeps of one release: its revisions, each packed with its status
-    (sorted), when its latest record was written (only while that one is busy: the lock
-    timeout is all it is read for) and the latest record's owner and cluster labels."""
+    (sorted), when its latest record was written (while that one is busy, for the lock
+    timeout; else when it was made, if labelled with its writer, SPEC S6) and the latest
+    record's owner, cluster and writer labels."""
 
     revisions: tuple[int, ...]
     modified: float | None
     owner: str | None
     cluster: str | None
+    writer: str | None = None
 
     def statuses(self) -> dict[int, ReleaseStatus]:
         mask = (1 << _BITS) - 1
@@ -72,11 +76,16 @@ def _record(type_: str, meta: dict[str, Any], entry: Entry | None, now: float) -
     revisions = tuple(sorted((*kept, revision << _BITS | _CODE[status])))
     if entry is not None and revisions[-1] >> _BITS != revision:
         return entry._replace(revisions=revisions)  # an older revision changed
-    return Entry(revisions, _modified(meta, now) if status in BUSY else None,
+    # a record of a writer is dated by its creation (helm carries the modifiedAt label of
+    # the record before into an upgrade's)
+    writer = labels.get(RELEASE_WRITER_LABEL)
+    made = min(epoch_seconds(meta.get("creationTimestamp")) or 0.0, now) if writer else None
+    return Entry(revisions, _modified(meta, now) if status in BUSY else made,
                  sys.intern(str(labels[RELEASE_OWNER_LABEL])) if labels.get(RELEASE_OWNER_LABEL)
                  else None,
                  sys.intern(str(labels[RELEASE_CLUSTER_LABEL]))
-                 if labels.get(RELEASE_CLUSTER_LABEL) else None)
+                 if labels.get(RELEASE_CLUSTER_LABEL) else None,
+                 sys.intern(str(writer)[:LABEL_MAX]) if writer else None)
 
 
 def _key(meta: dict[str, Any]) -> Key | None:
@@ -197,7 +206,8 @@ class ReleaseIndex:
         status = revisions[latest]
         unlocks_in = lock_timeout - (now - (entry.modified or 0.0)) if status in BUSY else 0.0
         return ReleaseObservation(status, latest, good, unlocks_in > 0,
-                                  max(unlocks_in, 0.0), owner_uid=owner)
+                                  max(unlocks_in, 0.0), owner_uid=owner, writer=entry.writer,
+                                  written=entry.modified or 0.0)
 
 
 def orphaned(releases: Mapping[Key, str | None], this: str, known: set[str] | frozenset[str],

@@ -160,10 +160,11 @@ class ClusterHealth:
                               "the Tenant CRD on this cluster is krypton's now; its Tenants are "
                               "listed again")
 
-    async def judge_guard(self, state: GuardState) -> None:
-        """The guard of the cluster's release records (SPEC S4), as last found: a cluster
+    def judge_guard(self, state: GuardState) -> None:
+        """The guard of the cluster's release records (SPEC S4, S6), as last found: a cluster
         without it is a Warning Event when that starts or its reason changes, and a Normal
-        Event when it is guarded again; the gauge and /readyz always say it."""
+        Event when it is guarded again; the gauge and /readyz always say it, from the moment
+        it is judged."""
         was = self.guard
         self.guard = state = carried(was, state)
         first, self.guard_known = not self.guard_known, True
@@ -172,13 +173,13 @@ class ClusterHealth:
             if first or not was.guarded:
                 self.log.info("release records guarded", detail=state.message)
             if not first and not was.guarded:
-                await self.report(self.name, "Normal", "RecordsGuarded", state.message)
+                self._spawn(self.report(self.name, "Normal", "RecordsGuarded", state.message))
         elif first or was.guarded or was.message != state.message:
             self.log.warning("release records unguarded", detail=state.message)
-            await self.report(self.name, "Warning", "RecordsUnguarded",
-                              f"{state.message}; a tenant admin who may write Secrets or "
-                              "ConfigMaps in a Tenant's namespace can forge the release's "
-                              "history here")
+            self._spawn(self.report(self.name, "Warning", "RecordsUnguarded",
+                                    f"{state.message}; a tenant admin who may write Secrets "
+                                    "or ConfigMaps in a Tenant's namespace can forge the "
+                                    "release's history here"))
 
     async def look_for_orphans(self, releases: ReleaseIndex, known: frozenset[str] | None,
                                changes: int, *, own_namespace: bool) -> None:

@@ -1,5 +1,7 @@
-"""The guard of krypton's release records on one engaged cluster (SPEC S4): installed (or
-found, where an admin installed it), then known to be in force, or the reason it is not.
+"""The guard of krypton's release records on one engaged cluster (SPEC S4, S6): installed (or
+found, where an admin installed it), then known to be in force, or the reason it is not; and
+kept (:class:`Keeper`): followed while the cluster is engaged, and looked at again when a
+record is trusted by it.
 
 The manifests and the rules are :mod:`krypton.decisions.guard`'s. "In force" is asked of the
 API server, not inferred from the objects: a dry-run create of the guard's probe must be
@@ -11,19 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import structlog
+
+from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.decisions import guard
 from krypton.decisions.errors import Forbidden, KryptonError
 from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
 
+if TYPE_CHECKING:
+    from krypton.runtime.clusterhealth import ClusterHealth
+
 SETTLE = 15.0  # seconds a new or changed policy gets to come into force on the API server
 PROBE_EVERY = 0.5
-CHECK_EVERY = 600.0  # seconds between checks of an engaged cluster's guard
+CHECK_EVERY = 600.0  # seconds between probes of an engaged cluster's guard
+LOOK_AFTER = 1.0  # seconds from a change of the guard seen by its watches to the look at it
+WATCHED = (("validatingadmissionpolicy", guard.POLICIES),
+           ("validatingadmissionpolicybinding", guard.BINDINGS))
 
 
 @dataclass(frozen=True)
@@ -84,10 +96,13 @@ async def _in_force(kube: Kube, settings: Settings, *, changed: float | None) ->
         await asyncio.sleep(PROBE_EVERY)
 
 
-async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
+async def ensure(kube: Kube, settings: Settings, user: str = "", *, anew: bool = False
+                 ) -> GuardState:
     """Install (--record-guard=install) or find (check) the guard of this cluster's records
     for the user krypton acts as (`user`, asked of the cluster when ""), and say whether it
-    is in force. Never raises for what the cluster answers: a guard that cannot be had is a
+    is in force. `anew`: krypton found it not in force since its time was recorded (the
+    same objects, an API server that stopped enforcing them), so it holds from now on
+    only. Never raises for what the cluster answers: a guard that cannot be had is a
     state, reported, not a failure of the engagement."""
     mode = settings.record_guard
     if mode == "off":
@@ -120,7 +135,7 @@ async def ensure(kube: Kube, settings: Settings, user: str = "") -> GuardState:
     if why:
         return GuardState(False, why, user)
     try:
-        since, held = await _since(kube, settings, policy["metadata"]["name"], install)
+        since, held = await _since(kube, settings, policy["metadata"]["name"], install, anew)
     except KryptonError:
         since, held = 0.0, ""  # in force since an unknown time: the seals judge alone
     return GuardState(True, f"ValidatingAdmissionPolicy {policy['metadata']['name']} lets only "
@@ -143,18 +158,28 @@ def carried(was: GuardState, now: GuardState) -> GuardState:
     return now
 
 
-async def _since(kube: Kube, settings: Settings, name: str, install: bool
+async def _guard_objects(kube: Kube, name: str) -> tuple[dict[str, Any] | None, ...]:
+    return tuple([await kube.cluster_object(what, collection, name)
+                  for what, collection in WATCHED])
+
+
+async def holds(kube: Kube, settings: Settings, key: str) -> bool:
+    """Whether the guard's policy and binding are still the very objects `key` names
+    (:func:`guard.held`): neither deleted, made again nor changed since."""
+    policy, binding = await _guard_objects(kube, guard.policy_name(settings.watch_namespace))
+    return policy is not None and binding is not None and guard.held(policy, binding) == key
+
+
+async def _since(kube: Kube, settings: Settings, name: str, install: bool, anew: bool
                  ) -> tuple[float, str]:
     """When the guard, in force now, came into force, and the objects that holds for: as
-    recorded on its binding for these very objects, else now by the API server's clock
-    (recorded there when krypton may)."""
-    policy = await kube.cluster_object("validatingadmissionpolicy", guard.POLICIES, name)
-    binding = await kube.cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
-                                        name)
+    recorded on its binding for these very objects (unless `anew`), else now by the API
+    server's clock (recorded there when krypton may)."""
+    policy, binding = await _guard_objects(kube, name)
     if policy is None or binding is None:
         return 0.0, ""
     key = guard.held(policy, binding)
-    since = guard.since(binding, key)
+    since = 0.0 if anew else guard.since(binding, key)
     if since:
         return since, key
     since = await _server_time(kube, settings)
@@ -167,3 +192,113 @@ async def _since(kube: Kube, settings: Settings, name: str, install: bool
         await kube.patch_cluster_object("validatingadmissionpolicybinding", guard.BINDINGS,
                                         name, guard.since_annotation(since, key))
     return since, key
+
+
+class Keeper:
+    """The guard of one engaged cluster's records, believed only while it holds (SPEC S6).
+
+    Judged when the cluster engages, then followed: its policy and binding are watched, and
+    a delete or a change of either (another uid or generation) makes the cluster unguarded
+    at once and brings a new look within LOOK_AFTER seconds (installed again, or said); it
+    is probed anew every CHECK_EVERY seconds (an API server that stopped enforcing it).
+    Where the watches are not allowed, the periodic probe and the look at use remain.
+
+    A record is trusted by the guard's time only if the guard held from before the record
+    was made until helm runs on it: :meth:`since_now` looks at the objects again at that
+    moment, and a guard that came back after a gap holds from its return only.
+    """
+
+    def __init__(self, kube: Kube, settings: Settings, health: ClusterHealth) -> None:
+        self.kube, self.settings, self.health = kube, settings, health
+        self.name = guard.policy_name(settings.watch_namespace)
+        self.log = structlog.get_logger("krypton.worker").bind(cluster=kube.name)
+        self._wake = asyncio.Event()
+        self._watches: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self, looked: asyncio.Event) -> None:
+        """Judge the guard now (`looked` set then), then keep it, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            woken = False
+            while True:
+                if not (woken and await self._still_held()):
+                    state = self.health.guard
+                    self.health.judge_guard(await ensure(
+                        self.kube, self.settings, state.user,
+                        anew=self.health.guard_known and not state.guarded))
+                looked.set()
+                if self.settings.record_guard == "off":
+                    return
+                if not self._watches:
+                    for which, (what, collection) in enumerate(WATCHED):
+                        self._watches[what] = group.create_task(
+                            self._informer(which, what, collection).run(),
+                            name=f"{self.kube.name}-{what}")
+                woken = await self._woken()
+
+    def _informer(self, which: int, what: str, collection: str) -> Informer:
+        def changed(kind: str, obj: dict[str, Any]) -> None:
+            self._changed(which, what, kind, obj)
+
+        def failed(exc: Exception) -> None:
+            # the probe and the look at use still stand; a watch krypton may not make (a
+            # ClusterRole of before the watch, an admin's own) is not asked again
+            if isinstance(exc, Forbidden):
+                self.log.info("guard not watched: forbidden", what=what, error=str(exc))
+                self._watches[what].cancel()
+            else:
+                self.log.info("guard watch failed, retrying", what=what, error=str(exc))
+
+        return Informer(self.kube, what, collection, changed,
+                        field_selector=f"metadata.name={self.name}", metadata_only=True,
+                        on_error=failed, budget=self.health.budget)
+
+    async def _woken(self) -> bool:
+        """Wait for a change of the guard (True) or the next probe (False)."""
+        try:
+            async with asyncio.timeout(CHECK_EVERY * random.uniform(1.0, 1.2)):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        self._wake.clear()
+        await asyncio.sleep(LOOK_AFTER)  # the changes that come together, looked at once
+        return True
+
+    async def _still_held(self) -> bool:
+        """Whether the guard in force is still held by the same objects (the changes seen
+        were of its metadata, or krypton's own reinstall); no look without a key."""
+        state = self.health.guard
+        if not (state.guarded and state.held):
+            return False
+        try:
+            return await holds(self.kube, self.settings, state.held)
+        except KryptonError:
+            return False
+
+    def _changed(self, which: int, what: str, kind: str, obj: dict[str, Any]) -> None:
+        state = self.health.guard
+        if state.guarded and state.held and kind != "DELETED" and \
+                guard.keeps(state.held, which, obj):
+            return
+        if state.guarded:
+            self._lost(f"{what} {self.name} was {'deleted' if kind == 'DELETED' else 'changed'}")
+        self._wake.set()
+
+    def _lost(self, why: str) -> None:
+        self.health.judge_guard(GuardState(False, f"{why}; krypton looks at it again",
+                                           self.health.guard.user))
+
+    async def since_now(self) -> float:
+        """Since when the records have been guarded without a break, at this moment: the
+        time of the guard in force, once its policy and binding are found to be still the
+        objects it was judged by; 0 when they are not (the cluster unguarded at once) or
+        no guard is in force. Raises what the look meets: trust is not given in doubt."""
+        state = self.health.guard
+        if not (state.guarded and state.since and state.held):
+            return 0.0
+        if await holds(self.kube, self.settings, state.held):
+            return state.since
+        if self.health.guard is state:
+            self._lost(f"the guard's policy or binding {self.name} is no longer the one "
+                       "found in force")
+            self._wake.set()
+        return 0.0

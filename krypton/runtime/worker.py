@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,10 @@ CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluste
 CRD_CHECK = 10.0  # seconds between looks at a Tenant CRD found outdated (applied since?)
 
 
+async def _inactive() -> bool:
+    return False
+
+
 @dataclass
 class Shared:
     """What all workers share: settings, the chart, the helm cap, a reporter, a workdir."""
@@ -77,6 +80,10 @@ class Shared:
     first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
     # seal and check the release records krypton's helm runs make (SPEC S3)
     record_keys: Keys = field(default_factory=lambda: Keys(b""))
+    # this instance's name on the records it writes, and whether another writer is at
+    # work (SPEC S6; "": no name, no check)
+    writer: str = ""
+    writer_active: Callable[[str, float], Awaitable[bool]] = lambda _w, _at: _inactive()
 
 
 class Worker:
@@ -94,6 +101,7 @@ class Worker:
         self.health = ClusterHealth(name, shared.report, shared.settings.api_timeout)
         self.kube: Kube | None = None
         self.runtime: ClusterRuntime | None = None
+        self.guard: recordguard.Keeper | None = None  # its release records' guard, kept
         self._dir = shared.workdir / name
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.draining = False  # set by stop(): no key handed out, no helm started
@@ -156,8 +164,8 @@ class Worker:
                 by_uid=settings.shared_release_namespace is None))
         result, phases = "not checked (--crd-policy=skip)", None
         if settings.crd_policy != "skip":
-            result, served = await self.kube.ensure_crd(crd_manifest(),
-                                                        upgrade=settings.crd_policy == "upgrade")
+            result, served = await self.kube.ensure_crd(
+                crd_manifest(), replace=lambda live: crd.replaces(live, settings.crd_policy))
             phases = crd.served_phases(served)
             await self.health.judge_crd(served)
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -168,6 +176,7 @@ class Worker:
                     timeout=settings.helm_timeout, wait=settings.helm_wait,
                     driver=settings.helm_driver, history_max=settings.helm_history_max,
                     cache_dir=self._dir / "kube-cache")
+        self.guard = recordguard.Keeper(self.kube, settings, self.health)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
@@ -181,7 +190,9 @@ class Worker:
                 self.kube, self.consumer.workload_turned, settings.health_rules,
                 self.health.budget, self.health.answer_refused),
             record_keys=self.shared.record_keys,
-            guarded_since=lambda: self.health.guard.since if self.health.guard.guarded else 0.0,
+            guarded_since=self.guard.since_now,
+            crd_outdated=lambda: self.health.crd_outdated,
+            writer=self.shared.writer, writer_active=self.shared.writer_active,
             record_guard=lambda: (self.health.guard.guarded, self.health.guard.message)
             if self.health.guard_known else None)
         readiness = self.runtime.readiness
@@ -225,7 +236,8 @@ class Worker:
             # Its requests take the pool's connection that engaging left idle (the watches
             # have connections of their own).
             looked = asyncio.Event()
-            group.create_task(self._guard(looked), name=f"{self.name}-record-guard")
+            assert self.guard is not None
+            group.create_task(self.guard.run(looked), name=f"{self.name}-record-guard")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2 * settings.api_timeout):
                     await looked.wait()
@@ -302,18 +314,6 @@ class Worker:
             return False
         self.runtime.phases = crd.served_phases(served)
         return True
-
-    async def _guard(self, looked: asyncio.Event) -> None:
-        """The guard of the cluster's release records (SPEC S4), installed or found and
-        judged now (`looked` set then), then every recordguard.CHECK_EVERY seconds (deleted
-        or changed since: installed again, or said)."""
-        assert self.kube is not None
-        while True:
-            await self.health.judge_guard(await recordguard.ensure(
-                self.kube, self.shared.settings, self.health.guard.user))
-            looked.set()
-            # spread: clusters engaged together do not all look (and connect) at once
-            await asyncio.sleep(recordguard.CHECK_EVERY * random.uniform(1.0, 1.2))
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
                           ) -> None:

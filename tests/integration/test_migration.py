@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from krypton.decisions.crd import REVISION_ANNOTATION, crd_manifest
 from krypton.decisions.fingerprint import sha256_hex
@@ -175,22 +176,64 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     assert "CRDOutdated" not in op.readyz()
 
 
-def test_a_paused_tenant_on_an_older_krypton_crd_is_written_as_pending(
-        fleet: Fleet, proto: Cluster) -> None:
-    """krypton's revision 5 CRD has no phase Suspended: the API server would refuse every
-    status write of a paused Tenant. It is written as Pending, its Ready reason Suspended."""
-    older = copy.deepcopy(crd_manifest())
-    older["metadata"]["annotations"][REVISION_ANNOTATION] = "5"
-    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    schema["properties"]["status"]["properties"]["phase"]["enum"] = ["Pending", "Ready", "Error"]
+def _apply_crd(fleet: Fleet, proto: Cluster, crd: dict[str, Any]) -> None:
     kubectl = (str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig))
-    subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump(older), check=True,
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump(crd), check=True,
                    capture_output=True, text=True)
     _run(*kubectl, "wait", "--for=condition=Established", "crd/tenants.mesh.openkcm.io",
          "--timeout=60s")
+
+
+def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
+                                                               proto: Cluster) -> None:
+    """SPEC S6: the CRD of krypton 7803cdc (revision 7, without status.clusters.<c>.records)
+    on the cluster, as the default --crd-policy used to keep it. krypton replaces its own
+    older revision when it engages, so the seal of a new Tenant's install sticks and the
+    chart bump upgrades from it, with nothing done by hand, on a cluster without the guard
+    (where only the seals judge). Before, the seal was dropped and the bump refused."""
+    older = copy.deepcopy(crd_manifest())
+    older["metadata"]["annotations"][REVISION_ANNOTATION] = "7"
+    clusters = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"]["properties"]["clusters"]["additionalProperties"]["properties"]
+    del clusters["records"], clusters["newerVersion"]
+    _apply_crd(fleet, proto, older)
     proto.ensure_namespace(fleet.tenant_ns)
     fleet.register("proto", proto)
-    op = fleet.start("--resync-period", "2s")  # --crd-policy=create keeps the older CRD
+    op = fleet.start("--record-guard=off")
+    name = fleet.tenant(proto, unique("sealed"))
+    proto.wait_phase(fleet.tenant_ns, name, "Ready")
+    served = client.ApiextensionsV1Api(proto.api).read_custom_resource_definition(
+        "tenants.mesh.openkcm.io")
+    assert served.metadata.annotations[REVISION_ANNOTATION] == \
+        crd_manifest()["metadata"]["annotations"][REVISION_ANNOTATION]
+    wait_for(lambda: proto.tenant(fleet.tenant_ns, name)["status"]["clusters"]["proto"].get(
+        "records"), 30, what="the install's seal kept in the status")
+    op.stop()
+    op = fleet.start("--record-guard=off", version="0.3.0")
+    release = f"tenant-{name}-proto"
+    wait_for(lambda: proto.release_records(name, release) == [(1, "superseded"),
+                                                               (2, "deployed")] or
+             proto.phase(fleet.tenant_ns, name) == "Error", 120, what="the bump upgraded")
+    assert proto.release_records(name, release) == [(1, "superseded"), (2, "deployed")]
+    proto.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert not [e for e in fleet.home.events(fleet.discovery_ns, "proto")
+                if e.reason == "CRDOutdated"]
+
+
+def test_a_paused_tenant_on_an_older_crd_is_written_as_pending(
+        fleet: Fleet, proto: Cluster) -> None:
+    """A Tenant CRD without phase Suspended that is not krypton's to replace (no revision
+    annotation: an admin's own copy, kept by the default --crd-policy): the API server
+    would refuse every status write of a paused Tenant. It is written as Pending, its Ready
+    reason Suspended."""
+    older = copy.deepcopy(crd_manifest())
+    del older["metadata"]["annotations"]
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["status"]["properties"]["phase"]["enum"] = ["Pending", "Ready", "Error"]
+    _apply_crd(fleet, proto, older)
+    proto.ensure_namespace(fleet.tenant_ns)
+    fleet.register("proto", proto)
+    op = fleet.start("--resync-period", "2s")  # --crd-policy=create keeps a CRD not krypton's
     name = fleet.tenant(proto, unique("p"), annotations={"mesh.openkcm.io/paused": "true"})
     ready = proto.wait_condition(fleet.tenant_ns, name, "Ready", "False", "Suspended")
     assert proto.phase(fleet.tenant_ns, name) == "Pending"

@@ -186,3 +186,72 @@ def _kubectl(fleet: Fleet, *args: str) -> str:
     return subprocess.run([str(fleet.testbin / "kubectl"), "--kubeconfig",
                            str(fleet.remote.cp.kubeconfig), *args], check=True,
                           capture_output=True, text=True).stdout
+
+
+# -- another writer, and drift repaired in a loop (SPEC S6) ---------------------------------
+
+
+def _helm_runs(*ops: OperatorProcess) -> float:
+    return sum(runs(op, o) or 0 for op in ops for o in ("install", "upgrade", "rollback"))
+
+
+def _passes(op: OperatorProcess) -> float:
+    return op.metric("krypton_reconciles_total", cluster="remote") or 0
+
+
+def test_two_instances_on_one_fleet_take_turns_a_few_times_not_without_end(
+        fleet: Fleet) -> None:
+    """A second krypton started by hand beside the first, no Lease on either, another chart
+    version, resync every 3 s. Each changes a release back only once the other's change is
+    three resync periods old, and says so once (AnotherWriter): over ten resync periods of
+    each, a handful of helm runs per Tenant, not a run per pass. The first one stopped, the
+    second has every Tenant Ready on its version."""
+    fleet.register("remote", fleet.remote)
+    first = fleet.start("--resync-period", "3s")
+    names = [fleet.tenant(fleet.remote, unique("two")) for _ in range(2)]
+    for name in names:
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    second = fleet.start("--resync-period", "3s", version="0.3.0")
+    before = _helm_runs(first, second)
+    passes = (_passes(first), _passes(second))
+    wait_for(lambda: _passes(first) >= passes[0] + 10 * len(names) and
+             _passes(second) >= passes[1] + 10 * len(names), 120, interval=0.5,
+             what="ten resync periods of each")
+    ran = _helm_runs(first, second) - before
+    assert ran <= 5 * len(names), ran  # a fight runs helm at every pass of either side
+    assert first.metric("krypton_releases_yielded_total", cluster="remote") >= 1
+    assert second.metric("krypton_releases_yielded_total", cluster="remote") >= 1
+    said = fleet.remote.wait_event(fleet.tenant_ns, names[0], "AnotherWriter")
+    assert "another krypton instance that is at work" in said.message, said.message
+    first.stop()
+    def version(name: str) -> str:
+        return str(fleet.remote.core.read_namespaced_config_map(
+            f"tenant-{name}-remote", name).data.get("chartVersion"))
+
+    wait_for(lambda: all(version(n) == "0.3.0" for n in names), 60,
+             what="the second instance's version everywhere")
+    for name in names:
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+
+
+def test_drift_repaired_again_and_again_is_braked(fleet: Fleet) -> None:
+    """The release's object deleted behind krypton's back, again and again (something else
+    at work on it): three repairs within the hour, then no fourth but
+    DriftRepairsExhausted, said once; no helm run after that."""
+    fleet.register("remote", fleet.remote)
+    op = fleet.start("--resync-period", "2s")
+    name = fleet.tenant(fleet.remote, unique("loop"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    for revision in (2, 3, 4):
+        fleet.remote.core.delete_namespaced_config_map(release, name)
+        wait_for(lambda r=revision: fleet.remote.release_records(name, release)[-1] == (
+            r, "deployed"), 60, what=f"repair {revision - 1}")
+    fleet.remote.core.delete_namespaced_config_map(release, name)
+    said = fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
+                                       "DriftRepairsExhausted")
+    assert "repaired 3 times in the last hour" in said["message"], said["message"]
+    passes = _passes(op)
+    wait_for(lambda: _passes(op) >= passes + 3, 30, what="three passes more")
+    assert runs(op, "upgrade") == 3
+    assert fleet.remote.release_records(name, release)[-1] == (4, "deployed")

@@ -452,14 +452,8 @@ def test_a_cluster_without_the_guard_is_reported_until_an_admin_applies_it(
     assert op.metric("krypton_cluster_records_guarded", cluster="remote") == 0
     event = fleet.home.wait_event(fleet.discovery_ns, "remote", "RecordsUnguarded")
     assert event.type == "Warning" and "krypton guard --print" in event.message, event.message
-    user = client.AuthenticationV1Api(fleet.remote.api).create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    ).status.user_info.username
-    printed = subprocess.run([sys.executable, "-m", "krypton", "guard", "--print", "--user",
-                              user, "--watch-namespace", fleet.tenant_ns],
-                             check=True, capture_output=True, text=True).stdout
     adm = client.AdmissionregistrationV1Api(fleet.remote.api)
-    policy, binding = yaml.safe_load_all(printed)
+    policy, binding = _printed_guard(fleet)
     adm.create_validating_admission_policy(policy)
     adm.create_validating_admission_policy_binding(binding)
     op.stop()
@@ -472,6 +466,126 @@ def test_a_cluster_without_the_guard_is_reported_until_an_admin_applies_it(
     writer = _secret_writer(fleet.remote, name)
     _forbidden_by_guard(fleet, lambda: writer.delete_namespaced_secret(
         f"sh.helm.release.v1.tenant-{name}-remote.v1", name))
+
+
+def _printed_guard(fleet: Fleet) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guard of this test's krypton as `krypton guard --print` gives it to an admin, for
+    the user the cluster says krypton is there."""
+    user = client.AuthenticationV1Api(fleet.remote.api).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    ).status.user_info.username
+    printed = subprocess.run([sys.executable, "-m", "krypton", "guard", "--print", "--user",
+                              user, "--watch-namespace", fleet.tenant_ns],
+                             check=True, capture_output=True, text=True).stdout
+    policy, binding = yaml.safe_load_all(printed)
+    return policy, binding
+
+
+def _said(fleet: Fleet, reason: str, text: str) -> bool:
+    """Whether an Event `reason` on the cluster's Secret says `text`."""
+    return any(e.reason == reason and text in e.message
+               for e in fleet.home.events(fleet.discovery_ns, "remote"))
+
+
+def _guarded(op: OperatorProcess) -> bool:
+    return op.metric("krypton_cluster_records_guarded", cluster="remote") == 1
+
+
+def test_a_guard_gone_for_a_moment_is_not_believed_after_it(fleet: Fleet) -> None:
+    """SPEC S6. An admin's guard (--record-guard=check) is in force; the Tenant's record is
+    made under it. The binding is deleted by mistake and the tenant's admin, who may write
+    Secrets in the Tenant's namespace, rewrites that record meanwhile to list a ConfigMap
+    in kube-system and one in another namespace; then the admin applies the binding again.
+    krypton says the cluster unguarded at once and guarded again; the guard's time starts
+    anew, so the rewritten record (made before it, matching no seal) is refused when drift
+    repair would upgrade from it: no helm run, both ConfigMaps stay."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    policy, binding = _printed_guard(fleet)
+    adm.create_validating_admission_policy(policy)
+    adm.create_validating_admission_policy_binding(binding)
+    op = fleet.start("--record-guard=check", "--resync-period", "2s")
+    wait_for(lambda: _guarded(op), 30, what="the admin's guard found in force")
+    found = _server_time(fleet.remote, fleet.tenant_ns)  # the guard holds since before this
+    wait_for(lambda: _server_time(fleet.remote, fleet.tenant_ns) >= found + 1, 5,
+             interval=0.1, what="the API server's clock past the guard's second")
+    name = fleet.tenant(fleet.remote, unique("gap"))
+    release = f"tenant-{name}-remote"
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    ours = _decoded(_record(fleet.remote, name, release, 1))
+    ns, victim = _bystander(fleet.remote)
+    system = unique("precious")
+    fleet.remote.core.create_namespaced_config_map("kube-system", {"metadata": {"name": system}})
+    writer = _secret_writer(fleet.remote, name)
+    runs = _helm_runs(op)
+    forged = _with_objects(ours, *({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": n, "namespace": where}}
+                                   for where, n in ((ns, victim), ("kube-system", system))))
+    rewritten = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(forged).encode())))
+
+    def rewrite() -> bool:
+        try:
+            writer.patch_namespaced_secret(f"sh.helm.release.v1.{release}.v1", name,
+                                           {"data": {"release": rewritten.decode()}})
+            return True
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            return False
+
+    adm.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+    wait_for(lambda: not _guarded(op), 10, interval=0.1, what="the cluster said unguarded")
+    wait_for(rewrite, 30, interval=0.2, what="the rewrite passing once the guard is gone")
+    adm.create_validating_admission_policy_binding(binding)
+    wait_for(lambda: _guarded(op), 30, what="the guard found in force again")
+    fleet.remote.core.delete_namespaced_config_map(release, name)  # drift: a repair is due
+    wait_for(lambda: _refused(fleet, name) or not _exists_configmap(fleet.remote, ns, victim),
+             90, what="the rewritten record refused (or acted on)")
+    assert _exists_configmap(fleet.remote, ns, victim)
+    assert _exists_configmap(fleet.remote, "kube-system", system)
+    assert _helm_runs(op) == runs
+    cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+    assert f"{release}.v1 (deployed) that the upgrade would start from was not written by " \
+           "krypton" in cond["message"], cond["message"]
+    assert _said(fleet, "RecordsUnguarded", f"validatingadmissionpolicybinding {GUARD}."
+                 f"{fleet.tenant_ns} was deleted"), fleet.home.events(fleet.discovery_ns, "remote")
+    assert _said(fleet, "RecordsGuarded", GUARD)
+    fleet.remote.core.delete_namespaced_config_map(system, "kube-system")
+
+
+def test_a_guard_deleted_or_changed_is_put_back_within_seconds(fleet: Fleet) -> None:
+    """SPEC S6, --record-guard=install: the policy deleted, then the binding weakened to
+    Audit. Each time the cluster is said unguarded at once (Event, metric) and the guard
+    is put back by its watches within seconds, not at the next check ten minutes on."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start()
+    wait_for(lambda: _guarded(op), 30, what="the guard in force")
+    adm = client.AdmissionregistrationV1Api(fleet.remote.api)
+    name = f"{GUARD}.{fleet.tenant_ns}"
+    first = adm.read_validating_admission_policy(name).metadata.uid
+    adm.delete_validating_admission_policy(name)
+
+    def put_back() -> bool:
+        try:
+            made = adm.read_validating_admission_policy(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return bool(made.metadata.uid != first and _guarded(op))
+    wait_for(put_back, 20, interval=0.2, what="the policy put back and in force")
+    assert _said(fleet, "RecordsUnguarded", f"validatingadmissionpolicy {name} was deleted")
+    adm.patch_validating_admission_policy_binding(
+        name, {"spec": {"validationActions": ["Audit"]}})
+    wait_for(lambda: adm.read_validating_admission_policy_binding(
+        name).spec.validation_actions == ["Deny"] and _guarded(op), 20, interval=0.2,
+             what="the binding put back as krypton makes it")
+    assert _said(fleet, "RecordsUnguarded", f"validatingadmissionpolicybinding {name} was "
+                 "changed")
+    assert _said(fleet, "RecordsGuarded", name)
+    assert "RecordsUnguarded" not in op.readyz()
 
 
 def _status_writes_refused(fleet: Fleet) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 import yaml
 
 from krypton.decisions.conditions import PHASES
-from krypton.decisions.crd import crd_manifest, outdated, revision, served_phases
+from krypton.decisions.crd import crd_manifest, outdated, replaces, revision, served_phases
 
 PROTOTYPE = yaml.safe_load((Path(__file__).parents[1] / "prototype" / "tenants-crd.yaml")
                            .read_text())
@@ -63,3 +64,23 @@ def test_an_older_crd_lacks_suspended_and_a_crd_without_enum_takes_any() -> None
     del schema["properties"]["status"]["properties"]["phase"]["enum"]
     assert served_phases(older) is None
     assert served_phases(None) is None
+
+
+@pytest.mark.parametrize("have, policy, replaced", [
+    ("7", "create", True),  # krypton's own older revision: upgraded by default (SPEC S6)
+    ("7", "upgrade", True),
+    ("7", "skip", False),
+    ("8", "create", False),  # the same: nothing to do
+    ("9", "upgrade", False),  # a newer krypton's: never downgraded
+    (None, "create", False),  # not krypton's (the prototype's, an admin's copy)
+    (None, "upgrade", True),
+    ("x", "create", False),
+])
+def test_krypton_replaces_only_its_own_older_crd_unless_told(have: str | None, policy: str,
+                                                            replaced: bool) -> None:
+    live = copy.deepcopy(crd_manifest())
+    if have is None:
+        del live["metadata"]["annotations"]
+    else:
+        live["metadata"]["annotations"]["mesh.openkcm.io/crd-revision"] = have
+    assert replaces(live, policy) is replaced

@@ -144,3 +144,88 @@ def test_a_guard_an_admin_just_applied_is_given_time_to_come_into_force(
     settings = Settings(record_guard="check")
     state = asyncio.run(recordguard.ensure(cluster, settings, "krypton"))  # type: ignore[arg-type]
     assert (state.guarded, cluster.probes) == (guarded, probes), state
+
+
+def test_a_watched_object_keeps_the_guard_only_as_the_same_uid_and_generation() -> None:
+    key = guard.held(POLICY, BINDING)
+    annotated = {"metadata": {**BINDING["metadata"], "annotations": {"a": "b"}}}
+    assert guard.keeps(key, 0, POLICY) and guard.keeps(key, 1, annotated)
+    assert not guard.keeps(key, 1, POLICY)  # the policy's uid is not the binding's
+    assert not guard.keeps(key, 0, {"metadata": {"uid": "p1", "generation": 2}})
+    assert not guard.keeps(key, 1, {"metadata": {"uid": "b2", "generation": 2}})
+    assert not guard.keeps("", 0, POLICY)
+
+
+def _kept(cluster: _Cluster) -> tuple[object, list[tuple[str, str]]]:
+    """A Keeper of `cluster` whose guard was judged in force since 100.0 for the objects
+    the cluster holds now, and the Events its cluster's health says."""
+    from krypton.decisions.settings import Settings
+    from krypton.runtime.clusterhealth import ClusterHealth
+    from krypton.runtime.recordguard import GuardState, Keeper
+
+    said: list[tuple[str, str]] = []
+
+    async def report(_cluster: str, kind: str, reason: str, _message: str) -> None:
+        said.append((kind, reason))
+
+    health = ClusterHealth("c1", report, 5.0)
+    cluster.name = "c1"  # type: ignore[attr-defined]
+    policy, binding = (cluster.objects[guard.policy_name("") + k]
+                       for k in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))
+    health.judge_guard(GuardState(True, "in force", "krypton", 100.0,
+                                  guard.held(policy, binding)))
+    return Keeper(cluster, Settings(), health), said  # type: ignore[arg-type]
+
+
+def _remade(cluster: _Cluster, kind: str) -> dict[str, object]:
+    """The cluster's guard object of `kind` deleted and made again (another uid)."""
+    name = guard.policy_name("") + kind
+    obj = cluster.objects[name]
+    cluster.objects[name] = {**obj, "metadata": {**obj["metadata"], "uid": "again"}}
+    return cluster.objects[name]
+
+
+def test_a_record_is_trusted_by_the_guard_only_if_it_still_holds_when_used() -> None:
+    """The look at use (SPEC S6): the guard's time is given while its policy and binding are
+    the objects it was judged by; a binding made again since (a gap the watch may not have
+    told yet) gives none, and the cluster is unguarded at once."""
+    import asyncio
+
+    cluster = _Cluster(100, 0)
+    keeper, said = _kept(cluster)
+
+    async def used() -> tuple[float, float]:
+        before = await keeper.since_now()  # type: ignore[attr-defined]
+        _remade(cluster, "ValidatingAdmissionPolicyBinding")
+        after = await keeper.since_now()  # type: ignore[attr-defined]
+        await asyncio.sleep(0)  # the Warning Event's task
+        return before, after
+
+    assert asyncio.run(used()) == (100.0, 0.0)
+    assert not keeper.health.guard.guarded  # type: ignore[attr-defined]
+    assert said == [("Warning", "RecordsUnguarded")]
+
+
+@pytest.mark.parametrize("kind, event, kept", [
+    ("ValidatingAdmissionPolicy", "MODIFIED", True),  # its status or metadata: the same
+    ("ValidatingAdmissionPolicyBinding", "DELETED", False),
+    ("ValidatingAdmissionPolicy", "ADDED", False),  # made again
+])
+def test_a_change_the_watch_sees_makes_the_cluster_unguarded_at_once(
+        kind: str, event: str, kept: bool) -> None:
+    import asyncio
+
+    cluster = _Cluster(100, 0)
+    keeper, said = _kept(cluster)
+    obj = cluster.objects[guard.policy_name("") + kind]
+    if not kept:
+        obj = _remade(cluster, kind)
+
+    async def seen() -> None:
+        keeper._changed(int(kind.endswith("Binding")), kind.lower(), event, obj)  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+
+    asyncio.run(seen())
+    assert keeper.health.guard.guarded is kept  # type: ignore[attr-defined]
+    assert keeper._wake.is_set() is not kept  # type: ignore[attr-defined]
+    assert said == ([] if kept else [("Warning", "RecordsUnguarded")])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from krypton.adapters.kube import Kube
-from krypton.decisions import records
+from krypton.decisions import crd, records
 from krypton.decisions.errors import ReleaseRecordUntrusted
 from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
 from krypton.decisions.records import Record, Trust, Use, Verdict
@@ -51,13 +51,19 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
                        rt.record_keys)
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                             rollback_to=rollback_to)
-    since = rt.guarded_since()
-    if verdict.trust is not Trust.TRUSTED and since and not await _adopted(rt, p.namespace):
-        # a namespace krypton adopted was not guarded before it labelled it: its records
-        # are judged by their seals alone
+    if verdict.trust is not Trust.TRUSTED and (since := await rt.guarded_since()) and \
+            not await _adopted(rt, p.namespace):
+        # the guard's time, looked at now (SPEC S6); a namespace krypton adopted was not
+        # guarded before it labelled it: its records are judged by their seals alone
         verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                                 rollback_to=rollback_to, guarded_since=since)
     if verdict.trust is Trust.UNTRUSTED:
+        outdated = rt.crd_outdated()
+        if outdated and not p.obs.tenant.record_seals:
+            # the cause is the CRD, not a forger: it drops every seal krypton writes
+            raise ReleaseRecordUntrusted(
+                f"the Tenant CRD on this cluster is outdated ({outdated}) and drops the seals "
+                f"krypton keeps of this release's records; fix: {crd.FIX}. {verdict.message}")
         raise ReleaseRecordUntrusted(verdict.message)
     return verdict
 

@@ -201,7 +201,7 @@ async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str
     chart = p.chart
     run = functools.partial(rt.helm.install_or_upgrade, p.release, chart.path,
                             namespace, chart.values, operation=verb.lower(), skip_crds=True,
-                            labels=release_labels(rt.name, p),
+                            labels=release_labels(rt.name, p, rt.writer),
                             take_ownership=bool(p.obs.adopt))
     try:
         return await run(), None

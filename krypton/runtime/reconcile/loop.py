@@ -26,7 +26,7 @@ from krypton.runtime.reconcile.view import ClusterRuntime
 
 # no Resumed with these: they do not act on the Tenant
 QUIET = {Action.NOTHING, Action.WAIT, Action.PAUSE, Action.UNINSTALL, Action.DROP_FINALIZER,
-         Action.ADD_FINALIZER, Action.OUTSIDE_WINDOW}
+         Action.ADD_FINALIZER, Action.OUTSIDE_WINDOW, Action.YIELD}
 
 # the helm runs that write or act on the release's history (SPEC S4)
 HELM_ON_HISTORY = {Action.INSTALL, Action.UPGRADE, Action.UNINSTALL_THEN_INSTALL,
@@ -39,6 +39,7 @@ ACTIONS: dict[Action, Act] = {
     Action.HOLD: reports.hold, Action.SKIP: reports.skip, Action.ANNOTATE: reports.annotate,
     Action.AWAIT_READY: reports.await_ready, Action.UNHEALTHY: reports.unhealthy,
     Action.BACKOFF: reports.backoff, Action.STALLED: reports.stalled,
+    Action.YIELD: reports.another_writer,
     Action.OUTSIDE_WINDOW: reports.outside_window,
     Action.REVERT: revert.revert, Action.ADD_FINALIZER: reports.add_finalizer,
     Action.UNINSTALL: uninstall.uninstall, Action.DROP_FINALIZER: uninstall.drop_finalizer,

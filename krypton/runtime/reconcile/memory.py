@@ -35,6 +35,8 @@ class TenantRecord:
     gone: tuple[str, ...] = ()
     # the labels of its info metric (krypton_tenant_release), while it has a series
     published: tuple[str, ...] | None = None
+    # the other krypton instance its release was last left to (said once), "" when none
+    yielded_to: str = ""
 
 
 class Memory:

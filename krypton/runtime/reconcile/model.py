@@ -19,6 +19,8 @@ from krypton.decisions.model import (
     PAUSED_ANNOTATION,
     RELEASE_CLUSTER_LABEL,
     RELEASE_OWNER_LABEL,
+    RELEASE_REPAIR_LABEL,
+    RELEASE_WRITER_LABEL,
     RETRY_ANNOTATION,
     ChartTarget,
     NamespaceState,
@@ -179,9 +181,14 @@ def condition_true(obj: dict[str, Any], type_: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-def release_labels(cluster: str, p: Pass) -> dict[str, str]:
-    """The labels a helm run puts on the release record: whose it is, for which cluster."""
-    labels = {RELEASE_CLUSTER_LABEL: cluster}
+def release_labels(cluster: str, p: Pass, writer: str = "") -> dict[str, str]:
+    """The labels a helm run puts on the release record: whose it is, for which cluster,
+    which krypton instance wrote it and whether it repairs drift (SPEC S6; helm keeps the
+    labels of the record before, so each is set every time)."""
+    labels = {RELEASE_CLUSTER_LABEL: cluster,
+              RELEASE_REPAIR_LABEL: "true" if p.plan.drift else "false"}
+    if writer:
+        labels[RELEASE_WRITER_LABEL] = writer
     if p.obs.tenant.uid:
         labels[RELEASE_OWNER_LABEL] = p.obs.tenant.uid
     return labels

@@ -90,6 +90,21 @@ async def backoff(rt: ClusterRuntime, p: Pass) -> Report:
 
 
 
+async def another_writer(rt: ClusterRuntime, p: Pass) -> Report:
+    """Another krypton instance wrote the release and is at work (SPEC S6): no helm run and
+    no write to the Tenant, whose status is that writer's (two writers of it would take
+    turns without end). Said once per writer: an Event, a log line; counted every pass.
+    The key comes back with the resync."""
+    metrics.RELEASES_YIELDED.labels(rt.name).inc()
+    record, writer = rt.memory.of(p.key), p.obs.release.writer or ""
+    if record.yielded_to == writer:
+        return Report(outcome=Outcome(reason=p.plan.reason))
+    record.yielded_to = writer
+    p.log.warning("release left to another writer", writer=writer, detail=p.plan.message)
+    return Report(events=[("Warning", p.plan.reason, p.plan.message)],
+                  outcome=Outcome(reason=p.plan.reason))
+
+
 async def stalled(rt: ClusterRuntime, p: Pass) -> Report:
     """More failures of the target than --max-retries: no helm run until it changes or a
     retry is asked for. Said once (the status is only written when it differs)."""

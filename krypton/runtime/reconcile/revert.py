@@ -94,7 +94,7 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass
         fenced(rt)
         result = await rt.helm.install_or_upgrade(
             p.release, old.path, p.namespace, chart.values, operation="revert",
-            skip_crds=True, labels=release_labels(rt.name, p))
+            skip_crds=True, labels=release_labels(rt.name, p, rt.writer))
         return (result, fingerprint(old.repo, old.name, old.fingerprinted, chart.values),
                 old.version, f"chart {old.version} applied again", history.sealed(rt, p, result))
 

@@ -22,7 +22,7 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.decisions import conditions as cond
-from krypton.decisions import ownership, retry
+from krypton.decisions import ownership, retry, writers
 from krypton.decisions.errors import ChartNotLoaded, Fenced, HelmFailed, VersionInvalid, VersionNotFound
 from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
@@ -53,6 +53,14 @@ SHARED_PROBES = ("krypton-probe-a", "krypton-probe-b")  # two releases, two name
 LOOKUPS = 8  # the needs a plan can have, each satisfied at most once per pass
 
 
+async def _unguarded() -> float:
+    return 0.0
+
+
+async def _inactive(_writer: str, _written: float) -> bool:
+    return False
+
+
 @dataclass(kw_only=True)
 class ClusterView:
     """What is needed to observe a Tenant on a cluster and decide about it, with nothing
@@ -73,6 +81,10 @@ class ClusterView:
     memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
     known_clusters: Callable[[], frozenset[str] | None] = lambda: None
+    # this krypton instance's name on the records it writes, and whether another writer
+    # (its name, when it wrote) is at work (SPEC S6); "": no such check
+    writer: str = ""
+    writer_active: Callable[[str, float], Awaitable[bool]] = _inactive
 
     async def desired_chart(self) -> ChartTarget | ChartProblem:
         try:
@@ -193,6 +205,14 @@ class ClusterView:
                 assert isinstance(obs.chart, ChartTarget)
                 shared, adopt = await self.shared_conflicts(obs.chart, release, namespace, key)
                 obs = dataclasses.replace(obs, shared=shared, adopt=adopt)
+            elif decided.action is Need.OBSERVE_WRITER:
+                rel = obs.release
+                obs = dataclasses.replace(obs, writer_active=await self.writer_active(
+                    rel.writer or "", rel.written))
+            elif decided.action is Need.COUNT_REPAIRS:
+                found = await self.kube.release_record_labels(
+                    self.settings.helm_driver, namespace, f"owner=helm,name={release}")
+                obs = dataclasses.replace(obs, repairs=writers.repairs(found, time.time()))
             elif decided.action is Action.SKIP and look is not None and not looked:
                 looked = True
                 seen = await look(obs)
@@ -294,6 +314,8 @@ class ClusterView:
             window_opens="" if is_open else rfc3339(opens),
             window_wait=0.0 if is_open else opens - now,
             window_first_install=self.settings.maintenance_window_first_install,
+            writer=self.writer,
+            repairs=None,
         )
 
 
@@ -375,8 +397,11 @@ class ClusterRuntime(ClusterView):
     running: set[tuple[str, str]] = field(default_factory=set)
     # the operator's keys that seal and check release records (SPEC S3)
     record_keys: Keys = field(default_factory=lambda: Keys(b""))
-    # since when the cluster's records are guarded at admission (SPEC S4), 0: they are not
-    guarded_since: Callable[[], float] = lambda: 0.0
+    # since when the cluster's records have been guarded at admission without a break,
+    # looked at now (SPEC S4, S6); 0: they are not
+    guarded_since: Callable[[], Awaitable[float]] = _unguarded
+    # why the cluster's Tenant CRD is older than krypton's ("" when it is not)
+    crd_outdated: Callable[[], str] = lambda: ""
     # whether the records are guarded, and how or why not; None: not known yet
     record_guard: Callable[[], tuple[bool, str] | None] = lambda: None
 
