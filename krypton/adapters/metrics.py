@@ -94,6 +94,9 @@ LEASE_NOT_BELIEVED = Gauge("krypton_lease_not_believed",
                            "1 while a Lease says what krypton does not believe (a duration over 4 \u00d7 "
                            "`--lease-duration`, a `renewTime` in the future) and is judged with "
                            "krypton's own duration", ["lease"])
+RECORDS_ADOPTED = Counter("krypton_records_adopted_total",
+                          "Release records krypton kept no seal of, adopted by their content "
+                          "(`ReleaseRecordAdopted`, SPEC S6)", ["cluster"])
 RELEASES_YIELDED = Counter("krypton_releases_yielded_total",
                            "Passes that left a release to another krypton instance at work, "
                            "which wrote it (`AnotherWriter`, SPEC S6)", ["cluster"])

@@ -157,9 +157,10 @@ REASONS: dict[str, Reason] = {
     "NamespaceTerminating": _r(CE, "the Tenant's namespace was deleted by hand and is still "
                                "going: no helm run until it is gone, then the release is "
                                "installed again (retried on the queue's backoff)"),
-    "ReleaseRecordAdopted": _r(E, "an administrator adopted the release's records as they "
-                               "are (`krypton adopt-records`): their seals are kept in the "
-                               "Tenant's status"),
+    "ReleaseRecordAdopted": _r(E, "a release record krypton kept no seal of was adopted: by "
+                               "its content (exactly what krypton's chart renders for it, "
+                               "SPEC S6), or by an administrator (`krypton adopt-records`); "
+                               "its seal is kept in the Tenant's status"),
     "UnknownCluster": _r(CEP, "spec.clusterRef.secretName names no discovered cluster",
                          "fix the name, or register that cluster"),
     "NotTargeted": _r(CP, "the Tenant targets another cluster"),

@@ -18,11 +18,14 @@ made it:
 - a record over helm's own size, or that inflates past `INFLATED_MAX`, is refused before helm
   starts: helm decodes every record of a release at every run.
 
-A Tenant whose status holds no seal for the cluster (a release of an older krypton or of the
-prototype, a Tenant CRD that drops the field, a status cleared when the cluster left the
-fleet) adopts nothing by itself: its records are sealed as found only by an administrator's
-explicit act (``krypton adopt-records``, :func:`adoptable`). On a cluster whose records are
-guarded at admission (SPEC S4), what krypton made under the guard needs no seal.
+A record krypton keeps no seal of (a release of an older krypton or of the prototype, a
+Tenant CRD that drops the field, a status cleared when the cluster left the fleet) is
+adopted by itself only by its content (SPEC S6, :func:`rendered_alike`): when its manifest
+and hooks hold exactly the objects krypton's chart renders for that record's chart version
+with the values krypton gives the release, helm acting on it does nothing krypton's own
+record would not. Anything else is sealed as found only by an administrator's explicit act
+(``krypton adopt-records``, :func:`adoptable`). On a cluster whose records are guarded at
+admission (SPEC S4), what krypton made under the guard needs no seal.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ import hashlib
 import hmac
 import io
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.decisions import safeyaml
 from krypton.decisions.model import ReleaseStatus
 
 SEALS_KEPT = 4  # contents krypton made, newest first, kept per Tenant x cluster
@@ -53,8 +58,9 @@ ADOPT_COMMAND = "krypton adopt-records NAMESPACE/NAME --cluster CLUSTER"
 NO_SEALS = ("krypton keeps no seal of this release for this cluster (a release of an older "
             "krypton or of the prototype, a Tenant CRD that drops status.clusters.<cluster>."
             "records, a status cleared when the cluster left the fleet), and nothing is adopted "
-            "by itself. If the records are krypton's, an administrator adopts them as they are: "
-            f"{ADOPT_COMMAND}")
+            "by itself unless its content is exactly what krypton's chart renders for it, which "
+            "this record's is not. If the records are krypton's, an administrator adopts them "
+            f"as they are: {ADOPT_COMMAND}")
 KEY_LOST = ("No record of the release matches any seal the Tenant keeps, as when the Secret "
             "krypton-record-key was replaced. If nobody else wrote the records, an administrator "
             f"adopts them as they are: {ADOPT_COMMAND}. On a cluster whose records are guarded "
@@ -302,21 +308,17 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
                        + way_out)
 
     if use is Use.UPGRADE:
-        deployed = [r for r in records if r.status is ReleaseStatus.DEPLOYED]
-        current = newest if newest.status is ReleaseStatus.DEPLOYED or not deployed else \
-            max(deployed, key=lambda r: r.revision)
+        current = acted_on(records, use)
+        assert current is not None
         if sealed(current):
             return Verdict(Trust.TRUSTED)
         return untrusted(current, "that the upgrade would start from")
     if use is Use.ROLLBACK:
-        good = [r for r in records if r.status in GOOD and r.revision < newest.revision
-                and (not rollback_to or r.revision == rollback_to)]
-        target = max((r for r in good if sealed(r)), key=lambda r: r.revision, default=None)
+        target = max((r for r in _good_below(records, newest, rollback_to) if sealed(r)),
+                     key=lambda r: r.revision, default=None)
         if target is not None:
             return Verdict(Trust.TRUSTED, rollback_to=target.revision, seal=target.seal or "")
-        wanted = by_revision.get(rollback_to) if rollback_to else None
-        if wanted is None and good:
-            wanted = max(good, key=lambda r: r.revision)
+        wanted = acted_on(records, use, rollback_to)
         if wanted is None:
             return Verdict(Trust.UNTRUSTED, f"release {release} has no earlier revision to "
                            "roll back to; helm is not run on it")
@@ -326,6 +328,56 @@ def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release:
     return Verdict(Trust.UNSEALED, f"release record {release}.v{newest.revision} was not "
                    "sealed by krypton: uninstalled without its hooks, deleting only objects "
                    "that are this release's own")
+
+
+def _good_below(records: Sequence[Record], newest: Record, rollback_to: int) -> list[Record]:
+    return [r for r in records if r.status in GOOD and r.revision < newest.revision
+            and (not rollback_to or r.revision == rollback_to)]
+
+
+def acted_on(records: Sequence[Record], use: Use, rollback_to: int = 0) -> Record | None:
+    """The record helm would act on for `use` when none is sealed: the deployed record an
+    upgrade starts from, the revision a rollback goes to (`rollback_to`, else the newest
+    good one below the newest record); None for an uninstall, or when there is none."""
+    if not records or use is Use.UNINSTALL:
+        return None
+    newest = max(records, key=lambda r: r.revision)
+    if use is Use.UPGRADE:
+        deployed = [r for r in records if r.status is ReleaseStatus.DEPLOYED]
+        return newest if newest.status is ReleaseStatus.DEPLOYED or not deployed else \
+            max(deployed, key=lambda r: r.revision)
+    by_revision = {r.revision: r for r in records}
+    good = _good_below(records, newest, rollback_to)
+    wanted = by_revision.get(rollback_to) if rollback_to else None
+    return wanted if wanted is not None else max(good, key=lambda r: r.revision, default=None)
+
+
+def _documents(text: Any) -> list[Any]:
+    if not isinstance(text, str):
+        raise RecordRefused("a manifest that is not text")
+    try:
+        return [d for d in safeyaml.load_all(text, safeyaml.CHART_CRDS, what="a manifest")
+                if d is not None]
+    except safeyaml.YamlRejected as exc:
+        raise RecordRefused(str(exc)) from exc
+
+
+def rendered_alike(release: Mapping[str, Any], rendered: Sequence[Any]) -> bool:
+    """Whether the record's release (decoded) holds, in its manifest and its hooks, exactly
+    the objects `rendered` (what ``helm template`` renders of krypton's chart for it, hooks
+    included), each as often (SPEC S6): then whatever helm does from this record, krypton's
+    own record would have it do. Its order and its YAML's layout do not count."""
+    def canonical(docs: Sequence[Any]) -> Counter[str]:
+        return Counter(json.dumps(d, sort_keys=True, default=str) for d in docs)
+
+    hooks = release.get("hooks") or []
+    try:
+        found = _documents(release.get("manifest") or "")
+        for hook in hooks if isinstance(hooks, list) else [hooks]:
+            found += _documents(hook.get("manifest") if isinstance(hook, dict) else None)
+    except RecordRefused:
+        return False
+    return canonical(found) == canonical([d for d in rendered if d is not None])
 
 
 def adoptable(records: Sequence[Record]) -> list[tuple[int, str]]:

@@ -9,8 +9,11 @@ with the same chart settings and cluster name.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
+import gzip
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,10 +205,8 @@ def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
     op = fleet.start("--record-guard=off")
     name = fleet.tenant(proto, unique("sealed"))
     proto.wait_phase(fleet.tenant_ns, name, "Ready")
-    served = client.ApiextensionsV1Api(proto.api).read_custom_resource_definition(
-        "tenants.mesh.openkcm.io")
-    assert served.metadata.annotations[REVISION_ANNOTATION] == \
-        crd_manifest()["metadata"]["annotations"][REVISION_ANNOTATION]
+    assert _served_revision(proto) == crd_manifest()["metadata"]["annotations"][
+        REVISION_ANNOTATION]
     wait_for(lambda: proto.tenant(fleet.tenant_ns, name)["status"]["clusters"]["proto"].get(
         "records"), 30, what="the install's seal kept in the status")
     op.stop()
@@ -218,6 +219,79 @@ def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
     proto.wait_phase(fleet.tenant_ns, name, "Ready")
     assert not [e for e in fleet.home.events(fleet.discovery_ns, "proto")
                 if e.reason == "CRDOutdated"]
+
+
+OLDER_KRYPTON = "7803cdc"  # sealed no record, and its Tenant CRD (revision 7) keeps no seal
+
+
+@pytest.fixture(scope="module")
+def older_krypton(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package of krypton at OLDER_KRYPTON, from the repository's history."""
+    dest = tmp_path_factory.mktemp(f"krypton-{OLDER_KRYPTON}")
+    archive = subprocess.run(["git", "-C", str(Path(__file__).parents[2]), "archive",
+                              OLDER_KRYPTON, "krypton"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _forged(proto: Cluster, name: str, release: str, namespace: str, victim: str) -> None:
+    """Revision 1 of `release` rewritten, as an admin of its namespace could, to list
+    another namespace's ConfigMap as well."""
+    key = f"sh.helm.release.v1.{release}.v1"
+    record = proto.core.read_namespaced_secret(key, name)
+    body = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(record.data["release"]))))
+    body["manifest"] += "\n---\n" + yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": victim, "namespace": namespace}})
+    packed = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(body).encode())))
+    proto.core.patch_namespaced_secret(key, name, {"data": {"release": packed.decode()}})
+
+
+@pytest.mark.parametrize("guard", ["install", "off"])
+def test_an_older_kryptons_fleet_moves_on_with_nothing_done_by_hand(
+        fleet: Fleet, proto: Cluster, older_krypton: Path, guard: str) -> None:
+    """SPEC S6. krypton 7803cdc installs three Tenants (it sealed nothing, and its CRD
+    keeps no seal); then a record of one of them is rewritten to list another namespace's
+    ConfigMap. The current krypton takes over, guarded or not, with a chart bump: the two
+    honest releases are adopted by their content (exactly what chart 0.2.0 renders with
+    krypton's values) and upgraded, with nothing done by hand; the forged one is refused
+    and the ConfigMap stays."""
+    proto.ensure_namespace(fleet.tenant_ns)
+    fleet.register("proto", proto)
+    # (-m would put the working directory, and this krypton, first on the path)
+    older = fleet.start(env={"PYTHONPATH": str(older_krypton), "PYTHONSAFEPATH": "1"})
+    names = [fleet.tenant(proto, unique("older")) for _ in range(3)]
+    for name in names:
+        proto.wait_phase(fleet.tenant_ns, name, "Ready")
+    older.stop()
+    assert _served_revision(proto) == "7"  # the older krypton's own CRD: it was that one
+    bystanders = unique("bystander")
+    proto.ensure_namespace(bystanders)
+    proto.core.create_namespaced_config_map(bystanders, {"metadata": {"name": "precious"}})
+    forged, *honest = names
+    _forged(proto, forged, f"tenant-{forged}-proto", bystanders, "precious")
+    op = fleet.start(f"--record-guard={guard}", version="0.3.0")
+    for name in honest:
+        wait_for(lambda n=name: proto.release_records(n, f"tenant-{n}-proto") == [
+            (1, "superseded"), (2, "deployed")], 90, what=f"{name} upgraded")
+        proto.wait_phase(fleet.tenant_ns, name, "Ready")
+        adopted = proto.wait_event(fleet.tenant_ns, name, "ReleaseRecordAdopted")
+        assert "adopted by its content" in adopted.message, adopted.message
+    refused = proto.wait_condition(fleet.tenant_ns, forged, "ClusterError/proto", "True",
+                                   "ReleaseRecordUntrusted")
+    assert "nothing is adopted by itself unless its content" in refused["message"], refused
+    assert proto.core.read_namespaced_config_map("precious", bystanders)
+    assert proto.release_records(forged, f"tenant-{forged}-proto") == [(1, "deployed")]
+    assert op.metric("krypton_helm_processes_total", operation="upgrade") == len(honest)
+    assert op.metric("krypton_records_adopted_total", cluster="proto") == len(honest)
+    assert _served_revision(proto) == crd_manifest()["metadata"]["annotations"][
+        REVISION_ANNOTATION]
+
+
+def _served_revision(cluster: Cluster) -> str:
+    served = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(
+        "tenants.mesh.openkcm.io")
+    return str(served.metadata.annotations[REVISION_ANNOTATION])
 
 
 def test_a_paused_tenant_on_an_older_crd_is_written_as_pending(

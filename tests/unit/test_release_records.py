@@ -436,3 +436,57 @@ def test_a_rotation_retires_the_key_and_a_prune_drops_it_once_no_seal_uses_it() 
     assert removed == [old] and records.keys_of(kept) == records.Keys(NEW_KEY)
     with pytest.raises(ValueError, match="no key of 32 bytes"):
         records.keys_of({"key": "c2hvcnQ="})
+
+
+# -- adopted by content (SPEC S6) -----------------------------------------------------------
+
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r"},
+      "data": {"chartVersion": "0.2.0"}}
+HOOK = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+    "name": "r-init", "annotations": {"helm.sh/hook": "pre-upgrade"}}}
+
+
+def _made(*docs: dict[str, object], hooks: tuple[dict[str, object], ...] = ()) -> dict[str, object]:
+    """A release as helm records it: its manifest's documents, each under a Source line, and
+    its hooks apart."""
+    import yaml
+
+    text = "".join(f"---\n# Source: sample/templates/{i}.yaml\n{yaml.safe_dump(d)}"
+                   for i, d in enumerate(docs))
+    return {"name": "r", "namespace": "ns", "manifest": text,
+            "hooks": [{"name": "h", "manifest": yaml.safe_dump(h), "last_run": {}}
+                      for h in hooks]}
+
+
+def test_a_record_of_exactly_what_the_chart_renders_is_alike_in_any_order() -> None:
+    assert records.rendered_alike(_made(CM, hooks=(HOOK,)), [HOOK, CM])
+    assert records.rendered_alike(_made(), [])
+
+
+@pytest.mark.parametrize("record, rendered", [
+    (_made(CM, {**CM, "metadata": {"name": "victim", "namespace": "kube-system"}}), [CM]),
+    (_made(CM), [CM, CM]),  # once, not twice
+    (_made({**CM, "data": {"chartVersion": "0.2.0", "extra": "x"}}), [CM]),
+    (_made(CM), [CM, HOOK]),  # a hook the record lacks
+    (_made(CM, hooks=(HOOK,)), [CM]),  # a hook the chart does not render
+    ({"name": "r", "manifest": "a: [", "hooks": []}, []),  # not YAML
+    ({"name": "r", "manifest": 7}, [7]),
+    ({"name": "r", "manifest": "", "hooks": ["not a hook"]}, []),
+])
+def test_one_object_more_less_or_other_is_not_alike(record: dict[str, object],
+                                                    rendered: list[object]) -> None:
+    assert not records.rendered_alike(record, rendered)
+
+
+@pytest.mark.parametrize("use, rollback_to, revision", [
+    (Use.UPGRADE, 0, 3),  # the deployed one
+    (Use.ROLLBACK, 0, 2),  # the newest good one below the newest
+    (Use.ROLLBACK, 1, 1),
+    (Use.UNINSTALL, 0, None),
+])
+def test_the_record_helm_acts_on_is_the_one_judged(use: Use, rollback_to: int,
+                                                  revision: int | None) -> None:
+    history = [Record(1, ReleaseStatus.SUPERSEDED, "a"), Record(2, ReleaseStatus.SUPERSEDED, "b"),
+               Record(3, ReleaseStatus.DEPLOYED, "c")]
+    found = records.acted_on(history, use, rollback_to)
+    assert (found.revision if found else None) == revision

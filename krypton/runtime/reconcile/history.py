@@ -6,11 +6,13 @@ helm run's result is sealed.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from krypton.adapters import metrics
 from krypton.adapters.kube import Kube
 from krypton.decisions import crd, records
-from krypton.decisions.errors import ReleaseRecordUntrusted
+from krypton.decisions.errors import KryptonError, ReleaseRecordUntrusted
 from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
 from krypton.decisions.records import Record, Trust, Use, Verdict
 from krypton.runtime.reconcile import look
@@ -57,6 +59,9 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
         # guarded before it labelled it: its records are judged by their seals alone
         verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                                 rollback_to=rollback_to, guarded_since=since)
+    if verdict.trust is Trust.UNTRUSTED and (adopted := await _adopted_by_content(
+            rt, p, found, use, rollback_to)) is not None:
+        return adopted
     if verdict.trust is Trust.UNTRUSTED:
         outdated = rt.crd_outdated()
         if outdated and not p.obs.tenant.record_seals:
@@ -66,6 +71,51 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
                 f"krypton keeps of this release's records; fix: {crd.FIX}. {verdict.message}")
         raise ReleaseRecordUntrusted(verdict.message)
     return verdict
+
+
+async def _adopted_by_content(rt: ClusterRuntime, p: Pass, found: list[Record], use: Use,
+                              rollback_to: int) -> Verdict | None:
+    """The verdict for a record krypton keeps no seal of, adopted by its content (SPEC S6):
+    read again, its manifest and hooks are exactly what krypton's chart renders for the
+    record's chart version with the values krypton gives this release (``helm template``,
+    which does not touch the cluster). Its seal then goes into the pass's commit, with an
+    Event ReleaseRecordAdopted. None when it is not so (or cannot be told)."""
+    record = records.acted_on(found, use, rollback_to)
+    if record is None or record.seal is None:
+        return None
+    driver = rt.settings.helm_driver
+    obj = await rt.kube.release_record(driver, p.namespace,
+                                       f"sh.helm.release.v1.{p.release}.v{record.revision}")
+    try:
+        body = records.decode(obj or {}, driver)
+        records.identity(obj or {}, body, p.release)
+    except records.RecordRefused:
+        return None
+    chart = body.get("chart")
+    meta = chart.get("metadata") if isinstance(chart, dict) else None
+    version = str(meta.get("version") or "") if isinstance(meta, dict) else ""
+    if records.seal(rt.record_keys.current, body) != record.seal or \
+            body.get("namespace") != p.namespace or not version:
+        return None  # changed since it was judged, or not this release's
+    try:
+        path = p.chart.path if version == p.chart.version else (await rt.chart.fetch(version)).path
+        rendered = await rt.helm.template(path, p.release, p.namespace, p.chart.values)
+    except KryptonError as exc:
+        p.log.info("release record not rendered for adoption", revision=record.revision,
+                   error=str(exc))
+        return None
+    if not records.rendered_alike(body, rendered):
+        return None
+    verdict = records.judge(found, [record.seal, *p.obs.tenant.record_seals], use,
+                            release=p.release, rollback_to=rollback_to)
+    if verdict.trust is not Trust.TRUSTED:
+        return None
+    metrics.RECORDS_ADOPTED.labels(rt.name).inc()
+    p.events.append(("Normal", "ReleaseRecordAdopted",
+                     f"release record {p.release}.v{record.revision} adopted by its content: "
+                     f"its manifest and hooks are exactly what chart {version} renders with "
+                     "the values krypton gives this release"))
+    return dataclasses.replace(verdict, seal=verdict.seal or record.seal)
 
 
 async def _adopted(rt: ClusterRuntime, namespace: str) -> bool:

@@ -131,7 +131,9 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
                 if rolled is not None:
                     seen.append(rolled[1].seal)
             elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
-                await history.judge(rt, p, Use.UPGRADE)
+                verdict = await history.judge(rt, p, Use.UPGRADE)
+                if verdict.seal:  # adopted by its content
+                    seen.append(verdict.seal)
             result, taken = await apply(rt, p, verb, namespace)
             return result, taken, seen
     except ReleaseLocked as exc:

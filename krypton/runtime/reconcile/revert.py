@@ -90,13 +90,14 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass
             raise
         p.log.warning("helm rollback failed, re-applying the last good chart", error=str(exc))
         old = await rt.chart.fetch(t.recorded_version)
-        await history.judge(rt, p, Use.UPGRADE)
+        verdict = await history.judge(rt, p, Use.UPGRADE)
         fenced(rt)
         result = await rt.helm.install_or_upgrade(
             p.release, old.path, p.namespace, chart.values, operation="revert",
             skip_crds=True, labels=release_labels(rt.name, p, rt.writer))
         return (result, fingerprint(old.repo, old.name, old.fingerprinted, chart.values),
-                old.version, f"chart {old.version} applied again", history.sealed(rt, p, result))
+                old.version, f"chart {old.version} applied again",
+                history.sealed(rt, p, result, verdict.seal))
 
 
 async def _rolled_back(rt: ClusterRuntime, p: Pass, *, to: int = 0) -> tuple[dict[str, Any], str]:
