@@ -18,6 +18,8 @@ time each.
 
 A person's ``helm upgrade`` keeps the labels of the record before it (helm merges them), so
 it carries krypton's own name: it is drift, repaired at most `REPAIRS_MAX` times an hour.
+Each repair labels its record with a token of its own, so a copy of its labels in a later
+record is not counted again.
 """
 
 from __future__ import annotations
@@ -72,13 +74,24 @@ def active_without_lease(written: float, started: float, now: float,
     return written > started and now - written < WINDOW_RESYNCS * resync_period
 
 
+NOT_A_REPAIR = "no"  # the repair label of a record no drift repair made
+
+
+def repair_token(now: float) -> str:
+    """The repair label of the record a drift repair makes: a value of its own (helm
+    copies a record's labels into the records a person's upgrade or rollback makes after
+    it, and a copy is no repair)."""
+    return f"r{int(now * 1000):x}"
+
+
 def repairs(records: Iterable[Mapping[str, Any]], now: float) -> int:
-    """How many of a release's `records` (their metadata) a drift repair made less than
-    REPAIRS_PER seconds before `now`."""
-    count = 0
+    """How many drift repairs made a record of a release (of its `records`' metadata) less
+    than REPAIRS_PER seconds before `now`: each repair counted once, at its first record."""
+    first: dict[str, float] = {}
     for record in records:
         meta = record.get("metadata") or {}
-        if (meta.get("labels") or {}).get(RELEASE_REPAIR_LABEL) == "true":
+        token = str((meta.get("labels") or {}).get(RELEASE_REPAIR_LABEL) or NOT_A_REPAIR)
+        if token != NOT_A_REPAIR:
             made = epoch_seconds(meta.get("creationTimestamp")) or 0.0
-            count += now - made < REPAIRS_PER
-    return count
+            first[token] = min(first.get(token, made), made)
+    return sum(now - made < REPAIRS_PER for made in first.values())

@@ -40,11 +40,13 @@ def test_cluster_wide_mode(helm_bin: str) -> None:
                                   "Deployment", "CustomResourceDefinition"])
     cluster_role = next(d for d in docs if d["kind"] == "ClusterRole"
                         and not d["metadata"]["name"].endswith("-record-guard"))
-    # the guard of the release records (S4): created, then read and written by name only
+    # the guard of the release records (S4, S6): created, then read, watched and written by
+    # name only
     guard = next(d for d in docs if d["metadata"]["name"].endswith("-record-guard")
                  and d["kind"] == "ClusterRole")
     assert [(r.get("resourceNames"), r["verbs"]) for r in guard["rules"]] == [
-        (None, ["create"]), (["krypton-release-records"], ["get", "update", "patch"])]
+        (None, ["create"]),
+        (["krypton-release-records"], ["get", "list", "watch", "update", "patch"])]
     assert not [r for r in cluster_role["rules"] if "secrets" in r["resources"]]
     discovery = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith(
         "-discovery"))

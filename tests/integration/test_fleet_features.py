@@ -37,12 +37,13 @@ def test_drift_is_repaired(fleet: Fleet, helm_bin: str, tmp_path) -> None:  # ty
              what="reinstalled")
     wait_for(lambda: _drift_events(fleet.remote, fleet.tenant_ns, name), 30, what="event")
 
-    # helm upgrade by hand: a record krypton did not write, which it never upgrades from
-    # (SPEC S3: whoever may write Secrets in the namespace could have written it)
+    # helm upgrade by hand with values of its own: a record krypton did not write, which it
+    # never upgrades from (SPEC S3: whoever may write Secrets in the namespace could have
+    # written it; nor is it what krypton's chart renders, SPEC S6)
     op = fleet.operators[-1]
     runs = op.metric("krypton_helm_processes_total", operation="upgrade")
-    subprocess.run([*helm, "upgrade", release, str(fleet.chart_repo.directory / "sample-0.3.0.tgz")],
-                   check=True, capture_output=True)
+    subprocess.run([*helm, "upgrade", release, str(fleet.chart_repo.directory / "sample-0.3.0.tgz"),
+                    "--set", "data.by=hand"], check=True, capture_output=True)
     fleet.remote.wait_condition(fleet.tenant_ns, name, "ClusterError/remote", "True",
                                 "ReleaseRecordUntrusted", timeout=60)
     assert fleet.remote.condition(fleet.tenant_ns, name, "ClusterReady/remote")["status"] == \

@@ -80,17 +80,21 @@ def _record(revision: int, repair: str, made: float, writer: str = OURS) -> dict
                                     "mesh.openkcm.io/writer": writer}}}
 
 
-def test_repairs_are_counted_from_the_records_of_the_last_hour() -> None:
+def test_repairs_are_counted_from_the_records_of_the_last_hour_each_once() -> None:
     now = 1_800_000_000.0
-    found = [_record(1, "false", now - 100), _record(2, "true", now - 4000),
-             _record(3, "true", now - 3000), _record(4, "true", now - 10), {"metadata": None}]
+    first, second, third = (writers.repair_token(t) for t in (now - 4000, now - 3000, now - 10))
+    assert len({first, second, third, writers.NOT_A_REPAIR}) == 4
+    found = [_record(1, writers.NOT_A_REPAIR, now - 100), _record(2, first, now - 4000),
+             _record(3, second, now - 3000), _record(4, third, now - 10),
+             _record(5, third, now - 5),  # a person's upgrade: helm copied the labels
+             {"metadata": None}]
     assert writers.repairs(found, now) == 2
 
 
 def test_the_index_carries_the_newest_records_writer_and_when_it_wrote() -> None:
     index = ReleaseIndex()
-    index.on_event("ADDED", _record(1, "false", 1000.0), now=5000.0)
-    carried = _record(2, "false", 2000.0, THEIRS)  # helm carries modifiedAt into upgrades
+    index.on_event("ADDED", _record(1, writers.NOT_A_REPAIR, 1000.0), now=5000.0)
+    carried = _record(2, writers.NOT_A_REPAIR, 2000.0, THEIRS)  # helm carries modifiedAt into upgrades
     carried["metadata"]["labels"]["modifiedAt"] = "900"  # type: ignore[index]
     index.on_event("ADDED", carried, now=5000.0)
     seen = index.observe("ns", "r")

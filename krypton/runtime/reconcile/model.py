@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krypton.decisions import conditions as cond
-from krypton.decisions import records
+from krypton.decisions import records, writers
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import PermanentError
 from krypton.decisions.model import (
@@ -185,8 +185,8 @@ def release_labels(cluster: str, p: Pass, writer: str = "") -> dict[str, str]:
     """The labels a helm run puts on the release record: whose it is, for which cluster,
     which krypton instance wrote it and whether it repairs drift (SPEC S6; helm keeps the
     labels of the record before, so each is set every time)."""
-    labels = {RELEASE_CLUSTER_LABEL: cluster,
-              RELEASE_REPAIR_LABEL: "true" if p.plan.drift else "false"}
+    labels = {RELEASE_CLUSTER_LABEL: cluster, RELEASE_REPAIR_LABEL:
+              writers.repair_token(time.time()) if p.plan.drift else writers.NOT_A_REPAIR}
     if writer:
         labels[RELEASE_WRITER_LABEL] = writer
     if p.obs.tenant.uid:
