@@ -83,6 +83,11 @@ async def _adopted_by_content(rt: ClusterRuntime, p: Pass, found: list[Record], 
     record = records.acted_on(found, use, rollback_to)
     if record is None or record.seal is None:
         return None
+    # judged once per content and target: a refused release is not rendered at every pass
+    judged = (record.seal, p.chart.fingerprint)
+    memory = rt.memory.of(p.key)
+    if memory.not_adopted == judged:
+        return None
     driver = rt.settings.helm_driver
     obj = await rt.kube.release_record(driver, p.namespace,
                                        f"sh.helm.release.v1.{p.release}.v{record.revision}")
@@ -104,11 +109,10 @@ async def _adopted_by_content(rt: ClusterRuntime, p: Pass, found: list[Record], 
         p.log.info("release record not rendered for adoption", revision=record.revision,
                    error=str(exc))
         return None
-    if not records.rendered_alike(body, rendered):
-        return None
     verdict = records.judge(found, [record.seal, *p.obs.tenant.record_seals], use,
                             release=p.release, rollback_to=rollback_to)
-    if verdict.trust is not Trust.TRUSTED:
+    if not records.rendered_alike(body, rendered) or verdict.trust is not Trust.TRUSTED:
+        memory.not_adopted = judged
         return None
     metrics.RECORDS_ADOPTED.labels(rt.name).inc()
     p.events.append(("Normal", "ReleaseRecordAdopted",
