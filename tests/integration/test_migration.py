@@ -221,15 +221,20 @@ def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
                 if e.reason == "CRDOutdated"]
 
 
-OLDER_KRYPTON = "7803cdc"  # sealed no record, and its Tenant CRD (revision 7) keeps no seal
+# krypton 7803cdc: it sealed no record, and its Tenant CRD (revision 7) keeps no seal
+OLDER_KRYPTON = "7803cdcaa233493e46c646ac65d652364b80834e"
 
 
 @pytest.fixture(scope="module")
 def older_krypton(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package of krypton at OLDER_KRYPTON, from the repository's history."""
-    dest = tmp_path_factory.mktemp(f"krypton-{OLDER_KRYPTON}")
-    archive = subprocess.run(["git", "-C", str(Path(__file__).parents[2]), "archive",
-                              OLDER_KRYPTON, "krypton"], check=True, capture_output=True).stdout
+    dest = tmp_path_factory.mktemp(f"krypton-{OLDER_KRYPTON[:7]}")
+    git = ["git", "-C", str(Path(__file__).parents[2])]
+    if subprocess.run([*git, "cat-file", "-e", f"{OLDER_KRYPTON}^{{commit}}"],
+                      capture_output=True).returncode != 0:  # a shallow clone: its history
+        subprocess.run([*git, "fetch", "--quiet", "--unshallow"], check=True)
+    archive = subprocess.run([*git, "archive", OLDER_KRYPTON, "krypton"], check=True,
+                             capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
 

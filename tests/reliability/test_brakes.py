@@ -255,3 +255,19 @@ def test_drift_repaired_again_and_again_is_braked(fleet: Fleet) -> None:
     wait_for(lambda: _passes(op) >= passes + 3, 30, what="three passes more")
     assert runs(op, "upgrade") == 3
     assert fleet.remote.release_records(name, release)[-1] == (4, "deployed")
+
+
+def test_an_instance_without_a_lease_says_so_while_another_holds_the_fleets(
+        fleet: Fleet) -> None:
+    """SPEC S6: `krypton run` elects no leader unless told. Started so beside an instance
+    that holds the fleet's Lease, it says at start that two instances write the same
+    releases: a Warning log line and a Warning Event AnotherInstance on that Lease."""
+    lease = unique("fleet")
+    fleet.start("--leader-elect", "--leader-election-id", lease)
+    second = fleet.start("--leader-election-id", lease)
+    said = wait_for(lambda: second.log_events("another krypton instance holds the fleet's "
+                                              "lease"), 30, what="the warning at start")
+    assert said[0]["level"] == "warning" and "--leader-elect" in said[0]["detail"], said
+    event = fleet.home.wait_event(fleet.tenant_ns, lease, "AnotherInstance")
+    assert event.type == "Warning" and "two instances write the same releases" in \
+        event.message, event.message
