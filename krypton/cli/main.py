@@ -118,16 +118,27 @@ def build_parser() -> Parser:
         "--max-retries failures (RetriesExhausted), or waiting for its next attempt, is tried "
         "again at once with a fresh budget. Takes the flags of `run`. Exit status 0: asked on "
         "at least one cluster; 1: the Tenant was found nowhere.")
-    adopt = tenant_command(
-        "adopt-records", "adopt a Tenant's release records as krypton's, as they are",
-        "Seal the deployed and superseded release records of the Tenant's release as they "
-        "are, on every discovered cluster that has it (or on --cluster), and add the seals to "
-        "the Tenant's status: an administrator's explicit act for records krypton keeps no "
-        "seal of (a release of an older krypton or of the prototype, a lost key or status "
-        "write; SPEC S4). Look at the records first (helm history, helm get manifest): "
-        "whatever they list, krypton's helm will act on. Takes the flags of `run`. Exit "
-        "status 0: adopted or said why not on every cluster that has the Tenant; 1: found "
-        "nowhere.")
+    adopt = sub.add_parser(
+        "adopt-records", help="adopt release records as krypton's, as they are",
+        allow_abbrev=False,
+        description="Ask the operator to adopt the deployed and superseded release records "
+        "of a Tenant's release as they are, on every discovered cluster that has it (or on "
+        "--cluster), or with --all those of every Tenant whose release krypton refused for "
+        "its records (ReleaseRecordUntrusted): an administrator's explicit act for records "
+        "krypton keeps no seal of and did not adopt by their content (SPEC S6). Their seals "
+        "go into the Tenant's annotation mesh.openkcm.io/adopt-records; the operator's next "
+        "pass believes them and keeps them in the Tenant's status, with an Event. Look "
+        "first (--dry-run lists each release and what krypton said of it; helm history, "
+        "helm get manifest): whatever the records list, krypton's helm will act on. Takes "
+        "the flags of `run`. Exit status 0: asked for or said why not; 1: the Tenant was "
+        "found nowhere.")
+    adopt.add_argument("tenant", metavar="NAMESPACE/NAME", nargs="?", help="the Tenant")
+    adopt.add_argument("--all", action="store_true",
+                       help="every Tenant whose release is refused for its records")
+    adopt.add_argument("--cluster", help="only on this cluster")
+    adopt.add_argument("--dry-run", action="store_true",
+                       help="list what would be adopted and what krypton said of it")
+    settings_mod.add_arguments(adopt)
     rotate = sub.add_parser(
         "rotate-record-key", help="rotate the key that seals release records",
         allow_abbrev=False,
@@ -359,9 +370,15 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             lines = asyncio.run(tools.rotate_record_key(settings, prune=args.prune))
             print("\n".join(escape(line) for line in lines))
             return 0
-        if args.command in ("retry", "adopt-records"):
-            act = tools.retry if args.command == "retry" else tools.adopt_records
-            lines = asyncio.run(act(settings, args.tenant, args.cluster))
+        if args.command == "retry":
+            lines = asyncio.run(tools.retry(settings, args.tenant, args.cluster))
+            print("\n".join(escape(line) for line in lines))
+            return 0
+        if args.command == "adopt-records":
+            if (args.tenant is None) == (not args.all):
+                raise SettingsError("name one Tenant (NAMESPACE/NAME) or --all")
+            lines = asyncio.run(tools.adopt_records(settings, args.tenant, args.cluster,
+                                                    dry_run=args.dry_run))
             print("\n".join(escape(line) for line in lines))
             return 0
         print(escape_lines(asyncio.run(tools.register_cluster(

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from krypton.adapters.clientconfig import configuration_for, configuration_in_cluster
-from krypton.adapters.events import EventRecorder, involved_tenant
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.adapters.kubeapi import core_path, profiles_path, tenants_path
@@ -35,7 +34,17 @@ from krypton.cli.view import (
     tenant_rows,
     unguarded_notes,
 )
-from krypton.decisions import crd, deployed, inventory, records, redact, rollout, safeyaml, sharding
+from krypton.decisions import (
+    conditions,
+    crd,
+    deployed,
+    inventory,
+    records,
+    redact,
+    rollout,
+    safeyaml,
+    sharding,
+)
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.deployed import Deployed
 from krypton.decisions.discovery import (
@@ -59,7 +68,7 @@ from krypton.decisions.errors import (
     TemporaryError,
 )
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.model import RETRY_ANNOTATION, TenantKey, release_name
+from krypton.decisions.model import ADOPT_ANNOTATION, RETRY_ANNOTATION, TenantKey, release_name
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.decisions.windows import Window
@@ -506,53 +515,82 @@ async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
     return lines
 
 
-async def adopt_records(settings: Settings, ref: str, only: str | None) -> list[str]:
-    """Adopt the release records of Tenant `ref` ("namespace/name") as they are, on every
-    discovered cluster that has it or on `only`: an administrator's explicit act (SPEC S4),
-    for records krypton keeps no seal of (a release of an older krypton or the prototype, a
-    lost key or status). Its deployed and superseded revisions are read as helm reads them,
-    sealed with the operator's key and added to the Tenant's seals for that cluster; an
-    Event on the Tenant says so. One line per cluster; NotFound when no cluster has it."""
-    namespace, _, name = ref.partition("/")
-    if not namespace or not name:
-        raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
-    tenant_key, lines = TenantKey(namespace, name), []
+async def adopt_records(settings: Settings, ref: str | None, only: str | None, *,
+                        dry_run: bool = False) -> list[str]:
+    """Ask the operator to adopt release records as they are (SPEC S6): those of Tenant `ref`
+    ("namespace/name"), or with `ref` None those of every Tenant whose release krypton
+    refused for its records (ReleaseRecordUntrusted), on every discovered cluster or on
+    `only`. An administrator's explicit act for what is not adopted by its content. The
+    seals of each release's deployed and superseded revisions, as read now, go into the
+    Tenant's ADOPT_ANNOTATION; the operator's next pass believes them and its commit keeps
+    them, with an Event. `dry_run` lists what would be asked and what krypton said of it,
+    writing nothing. One line per release; NotFound when `ref` is on no cluster."""
+    wanted = None
+    if ref is not None:
+        namespace, _, name = ref.partition("/")
+        if not namespace or not name:
+            raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
+        wanted = TenantKey(namespace, name)
+    lines = []
     async with fleet_view(settings, "krypton-adopt-") as (_, home, clusters):
         found_keys = await record_keys(home, settings.namespace)
         if found_keys is None:
             raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
                            "operator makes it at its first start")
-        keys = found_keys[0]
         for c in clusters:
             if c.kube is None or (only and c.name != only):
                 continue
-            tenant = await c.kube.get_tenant(tenant_key)
-            if tenant is None:
-                continue
-            release = release_name(name, c.name)
-            where = settings.release_namespace_for(name)
-            try:
-                found = records.adoptable(await history.read(
-                    c.kube, settings.helm_driver, where, release, keys))
-            except records.RecordRefused as exc:
-                lines.append(f"{c.name}: nothing adopted of release {release}: {exc}")
-                continue
-            kept = (((tenant.get("status") or {}).get("clusters") or {}).get(c.name) or {}
-                    ).get("records")
-            seals = list(dict.fromkeys([s for _, s in found] + [
-                s for s in (kept if isinstance(kept, list) else []) if isinstance(s, str)]))
-            await c.kube.patch_tenant_status(tenant_key, {"status": {"clusters": {c.name: {
-                "records": seals[:records.SEALS_KEPT]}}}})
-            revisions = ", ".join(str(r) for r, _ in found)
-            said = (f"release {release}: revisions {revisions} in {where} adopted as krypton's "
-                    "by an administrator (krypton adopt-records)")
-            await EventRecorder(c.kube).emit(involved_tenant(tenant), "Normal",
-                                             "ReleaseRecordAdopted", said)
-            lines.append(f"{c.name}: {said}")
+            if wanted is not None:
+                tenant = await c.kube.get_tenant(wanted)
+                tenants = [] if tenant is None else [tenant]
+            else:
+                tenants = [t for t in await c.kube.list_tenants(settings.watch_namespace or None)
+                           if _untrusted(t, c.name) is not None]
+            for tenant in tenants:
+                lines.append(await _adopt(settings, c.name, c.kube, tenant, found_keys[0],
+                                          dry_run=dry_run))
+    if wanted is not None and not lines:
+        where = f"cluster {only}" if only else "any discovered cluster"
+        raise NotFound(f"Tenant {wanted} not found on {where}")
     if not lines:
         where = f"cluster {only}" if only else "any discovered cluster"
-        raise NotFound(f"Tenant {tenant_key} not found on {where}")
+        lines.append(f"no release is refused for its records on {where}")
     return lines
+
+
+def _untrusted(tenant: dict[str, Any], cluster: str) -> str | None:
+    """What krypton said of the Tenant's release on `cluster` when it refused it for its
+    records (ReleaseRecordUntrusted), else None."""
+    for c in (tenant.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == conditions.cluster_type(
+                conditions.ERROR, cluster) and c.get("status") == "True" and \
+                c.get("reason") == "ReleaseRecordUntrusted":
+            return str(c.get("message") or "")
+    return None
+
+
+async def _adopt(settings: Settings, cluster: str, kube: Kube, tenant: dict[str, Any],
+                 keys: records.Keys, *, dry_run: bool) -> str:
+    """One release's adoption asked for (or, `dry_run`, said), as a line."""
+    meta = tenant.get("metadata") or {}
+    key = TenantKey(str(meta.get("namespace")), str(meta.get("name")))
+    release, where = release_name(key.name, cluster), settings.release_namespace_for(key.name)
+    said = _untrusted(tenant, cluster)
+    said = f"; krypton said: {said}" if said else ""
+    try:
+        found = records.adoptable(await history.read(
+            kube, settings.helm_driver, where, release, keys))
+    except records.RecordRefused as exc:
+        return f"{cluster}: {key}: nothing adopted of release {release}: {exc}{said}"
+    revisions = ", ".join(str(r) for r, _ in found)
+    if dry_run:
+        return f"{cluster}: {key}: would adopt revisions {revisions} of release {release}{said}"
+    asked = records.asked((meta.get("annotations") or {}).get(ADOPT_ANNOTATION))
+    seals = list(dict.fromkeys([s for _, s in found] + list(asked)))[:records.ASKED_MAX]
+    await kube.patch_tenant(key, {"metadata": {"annotations": {
+        ADOPT_ANNOTATION: ",".join(seals)}}})
+    return (f"{cluster}: {key}: adoption of revisions {revisions} of release {release} in "
+            f"{where} asked for ({ADOPT_ANNOTATION}); the operator's next pass carries it out")
 
 
 async def rotate_record_key(settings: Settings, *, prune: bool) -> list[str]:

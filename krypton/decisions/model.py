@@ -19,6 +19,7 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 FINGERPRINT_ANNOTATION = f"{GROUP}/fingerprint-"
 PAUSED_ANNOTATION = f"{GROUP}/paused"
 RETRY_ANNOTATION = f"{GROUP}/retry"  # a new value asks for a new attempt of a stalled release
+ADOPT_ANNOTATION = f"{GROUP}/adopt-records"  # seals an administrator adopted (SPEC S6)
 FINALIZER = f"{GROUP}/release-cleanup"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "krypton"
@@ -218,6 +219,8 @@ class TenantView:
     retry_token: str = ""
     # status.clusters[c].records: seals of the release contents krypton made, newest first
     record_seals: tuple[str, ...] = ()
+    # ADOPT_ANNOTATION: seals of records an administrator adopted as they are (SPEC S6)
+    adopted_seals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

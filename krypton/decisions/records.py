@@ -24,8 +24,10 @@ adopted by itself only by its content (SPEC S6, :func:`rendered_alike`): when it
 and hooks hold exactly the objects krypton's chart renders for that record's chart version
 with the values krypton gives the release, helm acting on it does nothing krypton's own
 record would not. Anything else is sealed as found only by an administrator's explicit act
-(``krypton adopt-records``, :func:`adoptable`). On a cluster whose records are guarded at
-admission (SPEC S4), what krypton made under the guard needs no seal.
+(``krypton adopt-records``, :func:`adoptable`): the seals it names in the Tenant's
+``mesh.openkcm.io/adopt-records`` annotation (:func:`asked`) are believed by the operator's
+next pass, whose commit keeps them; nobody without the key can make one. On a cluster whose
+records are guarded at admission (SPEC S4), what krypton made under the guard needs no seal.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import hashlib
 import hmac
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,12 +52,15 @@ SEALS_KEPT = 4  # contents krypton made, newest first, kept per Tenant x cluster
 SEAL_CHARS = 32  # hex characters of the HMAC kept (128 bits)
 KEY_ID_CHARS = 8  # hex characters of a key's id, before the seal's ':'
 KEY_BYTES = 32
+ASKED_MAX = 16  # seals an administrator's adoption names in a Tenant's annotation
+_SEAL = re.compile(f"[0-9a-f]{{{KEY_ID_CHARS}}}:[0-9a-f]{{{SEAL_CHARS}}}")
 STORED_MAX = 1 << 20  # bytes of a record's data.release as stored (helm's own limit is ~1 MiB)
 INFLATED_MAX = 16 << 20  # bytes of a record's JSON once decompressed
 GOOD = (ReleaseStatus.DEPLOYED, ReleaseStatus.SUPERSEDED)
 
 
-ADOPT_COMMAND = "krypton adopt-records NAMESPACE/NAME --cluster CLUSTER"
+ADOPT_COMMAND = ("krypton adopt-records NAMESPACE/NAME --cluster CLUSTER (or --all; --dry-run "
+                 "lists what it would adopt)")
 NO_SEALS = ("krypton keeps no seal of this release for this cluster (a release of an older "
             "krypton or of the prototype, a Tenant CRD that drops status.clusters.<cluster>."
             "records, a status cleared when the cluster left the fleet), and nothing is adopted "
@@ -367,17 +373,52 @@ def rendered_alike(release: Mapping[str, Any], rendered: Sequence[Any]) -> bool:
     the objects `rendered` (what ``helm template`` renders of krypton's chart for it, hooks
     included), each as often (SPEC S6): then whatever helm does from this record, krypton's
     own record would have it do. Its order and its YAML's layout do not count."""
+    return not rendered_unlike(release, rendered)
+
+
+def rendered_unlike(release: Mapping[str, Any], rendered: Sequence[Any]) -> str:
+    """How the record's release differs from `rendered` (:func:`rendered_alike`), in a few
+    words naming up to three objects on each side; "" when it does not."""
     def canonical(docs: Sequence[Any]) -> Counter[str]:
         return Counter(json.dumps(d, sort_keys=True, default=str) for d in docs)
+
+    def named(docs: Iterable[str]) -> str:
+        names = []
+        for text in docs:
+            doc = json.loads(text)
+            doc = doc if isinstance(doc, dict) else {}
+            meta = doc.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            where = "/".join(str(meta.get(k))[:253] for k in ("namespace", "name") if meta.get(k))
+            names.append(f"{str(doc.get('kind'))[:63]} {where}")
+        return ", ".join(sorted(names)[:3]) + (" ..." if len(names) > 3 else "")
 
     hooks = release.get("hooks") or []
     try:
         found = _documents(release.get("manifest") or "")
         for hook in hooks if isinstance(hooks, list) else [hooks]:
             found += _documents(hook.get("manifest") if isinstance(hook, dict) else None)
-    except RecordRefused:
-        return False
-    return canonical(found) == canonical([d for d in rendered if d is not None])
+    except RecordRefused as exc:
+        return f"its manifest cannot be read: {exc}"
+    mine, theirs = canonical(found), canonical([d for d in rendered if d is not None])
+    if mine == theirs:
+        return ""
+    only_record, only_rendered = mine - theirs, theirs - mine
+    return "; ".join(what for what in (
+        only_record and f"only in the record: {named(only_record.elements())}",
+        only_rendered and f"only in krypton's render: {named(only_rendered.elements())}")
+        if what)
+
+
+def asked(text: Any) -> tuple[str, ...]:
+    """The seals an administrator's adoption names (the Tenant's
+    ``mesh.openkcm.io/adopt-records`` annotation: seals separated by commas), at most
+    `ASKED_MAX`; anything else in it is not one. A seal is an HMAC under the operator's key:
+    whoever may write the annotation without the key can only repeat seals krypton made."""
+    if not isinstance(text, str):
+        return ()
+    found = (s.strip() for s in text[:ASKED_MAX * (KEY_ID_CHARS + SEAL_CHARS + 2)].split(","))
+    return tuple(dict.fromkeys(s for s in found if _SEAL.fullmatch(s)))[:ASKED_MAX]
 
 
 def adoptable(records: Sequence[Record]) -> list[tuple[int, str]]:

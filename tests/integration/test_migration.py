@@ -154,20 +154,14 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     _run(str(fleet.testbin / "kubectl"), "--kubeconfig", str(proto.cp.kubeconfig), "apply",
          "-f", str(Path(__file__).parents[2] / "crds"))
 
-    def adopted_records() -> Any:
-        """Adopt, until the seals stay: the API server serves the new CRD's schema (and
-        stops dropping status.clusters) a moment after the apply."""
-        adopt = krypton(fleet, "adopt-records", f"{fleet.tenant_ns}/{older}", "--cluster",
-                        "proto", *run_flags(fleet))
-        assert adopt.returncode == 0, adopt.stderr
-        assert f"revisions 1 in {older} adopted as krypton's" in adopt.stdout, adopt.stdout
-        status = proto.tenant(fleet.tenant_ns, older).get("status") or {}
-        return ((status.get("clusters") or {}).get("proto") or {}).get("records")
-    wait_for(adopted_records, 60, interval=1, what="the adopted seals kept in the status")
     # The Tenants kept may be as the old schema decoded them (without the seals): once the
     # CRD is seen current, they are listed again.
     current_crd = fleet.home.wait_event(fleet.discovery_ns, "proto", "CRDCurrent")
     assert "listed again" in current_crd.message
+    adopt = krypton(fleet, "adopt-records", f"{fleet.tenant_ns}/{older}", "--cluster",
+                    "proto", *run_flags(fleet))
+    assert adopt.returncode == 0, adopt.stderr
+    assert "adoption of revisions 1 of release" in adopt.stdout, adopt.stdout
     wait_for(lambda: taken_over(older), 90, what=f"{older} upgraded")
     proto.wait_phase(fleet.tenant_ns, older, "Ready")
     assert op.metric("krypton_helm_processes_total", operation="upgrade") == 1
@@ -175,6 +169,9 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     assert data == {"chartVersion": "0.2.0"}, data  # installCRDs was not carried over
     adopted = proto.wait_event(fleet.tenant_ns, older, "ReleaseRecordAdopted")
     assert "by an administrator" in adopted.message
+    # the operator's commit keeps the adopted seal and the upgrade's in the status
+    status = proto.tenant(fleet.tenant_ns, older).get("status") or {}
+    assert len(status["clusters"]["proto"]["records"]) == 2, status
     assert op.metric("krypton_cluster_crd_outdated", cluster="proto") == 0
     assert "CRDOutdated" not in op.readyz()
 

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.reliability
 
 FORGER = "forger"
 GUARD = "krypton-release-records"
+ADOPT = "mesh.openkcm.io/adopt-records"
 
 
 def _secret_writer(cluster: Cluster, namespace: str) -> client.CoreV1Api:
@@ -267,6 +268,70 @@ def test_a_cluster_that_leaves_and_returns_adopts_nothing(fleet: Fleet, installe
     cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
     assert "nothing is adopted by itself" in cond["message"], cond["message"]
     assert _helm_runs(op) == runs
+
+
+def _upgraded_by_hand(fleet: Fleet, name: str) -> None:
+    """What an administrator's own `helm upgrade` of the release with one object more
+    leaves: that object, and a deployed revision 2 whose record lists it (no seal of
+    krypton's, not what krypton's chart renders)."""
+    release = f"tenant-{name}-remote"
+    record = _record(fleet.remote, name, release, 1)
+    extra = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "extra", "namespace": name, "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": release,
+                        "meta.helm.sh/release-namespace": name}}}
+    fleet.remote.core.create_namespaced_config_map(name, extra)
+    _forge(fleet.remote.core, name, record, 2, "deployed", _with_objects(_decoded(record), extra))
+
+
+def test_adopt_records_asks_the_operator_for_every_release_it_refused(fleet: Fleet) -> None:
+    """SPEC S6: `krypton adopt-records --all --dry-run` lists each release krypton refused
+    for its records on the cluster, with why it was not adopted by its content, and writes
+    nothing; a release krypton trusts is not listed. The real run asks (the Tenant's
+    annotation), and the operator's next pass carries it out: each release upgraded from the
+    adopted record, an Event naming the administrator, the seal kept in the status."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    op = fleet.start("--record-guard=off")
+    kept, *by_hand = (fleet.tenant(fleet.remote, unique(n)) for n in ("kept", "edited", "hand"))
+    for name in (kept, *by_hand):
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    for name in by_hand:
+        _upgraded_by_hand(fleet, name)
+    for name in by_hand:
+        wait_for(lambda n=name: _refused(fleet, n), 90, what=f"{name}'s records refused")
+    runs = _helm_runs(op)
+
+    dry = krypton(fleet, "adopt-records", "--all", "--dry-run", "--cluster", "remote",
+                  *run_flags(fleet))
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert len(lines) == 2 and kept not in dry.stdout, dry.stdout
+    for name in by_hand:
+        line = next(x for x in lines if f"{fleet.tenant_ns}/{name}:" in x)
+        assert line.startswith("remote: ") and "would adopt revisions 2, 1 of release" in line \
+            and f"only in the record: ConfigMap {name}/extra" in line, line
+        assert ADOPT not in fleet.remote.tenant(fleet.tenant_ns, name)["metadata"].get(
+            "annotations", {})
+    assert _helm_runs(op) == runs
+
+    asked = krypton(fleet, "adopt-records", "--all", *run_flags(fleet))
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.count("asked for") == 2 and kept not in asked.stdout, asked.stdout
+    for name in by_hand:
+        release = f"tenant-{name}-remote"
+        wait_for(lambda n=name, r=release: (3, "deployed") in fleet.remote.release_records(n, r),
+                 90, what=f"{name} upgraded from the adopted record")
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+        event = fleet.remote.wait_event(fleet.tenant_ns, name, "ReleaseRecordAdopted")
+        assert f"{release}.v2 adopted as krypton's by an administrator" in event.message
+        status = fleet.remote.tenant(fleet.tenant_ns, name)["status"]["clusters"]["remote"]
+        assert len(status["records"]) == 2, status  # the upgrade's seal and the adopted one
+        assert not _exists_configmap(fleet.remote, name, "extra")  # helm acted on revision 2
+    assert _helm_runs(op) == runs + 2
+    again = krypton(fleet, "adopt-records", "--all", "--dry-run", *run_flags(fleet))
+    assert again.stdout.strip() == "no release is refused for its records on any discovered " \
+        "cluster", again.stdout
 
 
 def test_a_rotated_key_still_checks_the_seals_it_made(fleet: Fleet, installed: Any) -> None:

@@ -478,6 +478,27 @@ def test_one_object_more_less_or_other_is_not_alike(record: dict[str, object],
     assert not records.rendered_alike(record, rendered)
 
 
+def test_how_a_record_differs_names_the_objects_on_each_side() -> None:
+    victim = {**CM, "metadata": {"name": "victim", "namespace": "kube-system"}}
+    assert records.rendered_unlike(_made(CM, victim), [CM]) == \
+        "only in the record: ConfigMap kube-system/victim"
+    assert records.rendered_unlike(_made(CM), [CM, HOOK]) == \
+        "only in krypton's render: Job r-init"
+    many = [{**CM, "metadata": {"name": f"x{i}"}} for i in range(5)]
+    assert records.rendered_unlike(_made(*many), []) == \
+        "only in the record: ConfigMap x0, ConfigMap x1, ConfigMap x2 ..."
+    assert records.rendered_unlike(_made(CM), [CM]) == ""
+
+
+def test_an_adoption_asks_only_for_what_has_the_form_of_a_seal() -> None:
+    good, other = "0123abcd:" + "f" * 32, "89abcdef:" + "0" * 32
+    assert records.asked(f"{good}, {other},{good}") == (good, other)
+    assert records.asked(f"{good},not-a-seal,{'f' * 32},{good.upper()}") == (good,)
+    assert records.asked(None) == records.asked(7) == ()
+    many = ",".join(f"{i:08x}:{'a' * 32}" for i in range(100))
+    assert len(records.asked(many)) == records.ASKED_MAX
+
+
 @pytest.mark.parametrize("use, rollback_to, revision", [
     (Use.UPGRADE, 0, 3),  # the deployed one
     (Use.ROLLBACK, 0, 2),  # the newest good one below the newest

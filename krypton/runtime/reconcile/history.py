@@ -48,7 +48,8 @@ async def read(kube: Kube, driver: str, namespace: str, release: str, keys: reco
 
 async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) -> Verdict:
     """The verdict on the pass's release for `use`; ReleaseRecordUntrusted when helm must not
-    act on it."""
+    act on it. A record is krypton's by a seal the Tenant's status keeps, by the guard's time
+    (looked at now), by an administrator's adoption, or by its content, in that order."""
     found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release,
                        rt.record_keys)
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
@@ -59,67 +60,90 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
         # guarded before it labelled it: its records are judged by their seals alone
         verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                                 rollback_to=rollback_to, guarded_since=since)
-    if verdict.trust is Trust.UNTRUSTED and (adopted := await _adopted_by_content(
-            rt, p, found, use, rollback_to)) is not None:
+    if verdict.trust is Trust.UNTRUSTED and p.obs.tenant.adopted_seals:
+        verdict = _asked(p, found, use, rollback_to) or verdict
+    if verdict.trust is not Trust.UNTRUSTED:
+        return verdict
+    adopted, why = await _adopted_by_content(rt, p, found, use, rollback_to)
+    if adopted is not None:
         return adopted
-    if verdict.trust is Trust.UNTRUSTED:
-        outdated = rt.crd_outdated()
-        if outdated and not p.obs.tenant.record_seals:
-            # the cause is the CRD, not a forger: it drops every seal krypton writes
-            raise ReleaseRecordUntrusted(
-                f"the Tenant CRD on this cluster is outdated ({outdated}) and drops the seals "
-                f"krypton keeps of this release's records; fix: {crd.FIX}. {verdict.message}")
-        raise ReleaseRecordUntrusted(verdict.message)
-    return verdict
+    message = f"{verdict.message.rstrip('.')}. Not adopted by its content: {why}." if why \
+        else verdict.message
+    outdated = rt.crd_outdated()
+    if outdated and not p.obs.tenant.record_seals:
+        # the cause is the CRD, not a forger: it drops every seal krypton writes
+        raise ReleaseRecordUntrusted(
+            f"the Tenant CRD on this cluster is outdated ({outdated}) and drops the seals "
+            f"krypton keeps of this release's records; fix: {crd.FIX}. {message}")
+    raise ReleaseRecordUntrusted(message)
+
+
+def _asked(p: Pass, found: list[Record], use: Use, rollback_to: int) -> Verdict | None:
+    """The verdict on records an administrator adopted as they are (``krypton
+    adopt-records``: their seals in the Tenant's annotation), carried out by this pass: the
+    seal of the record helm acts on goes into its commit, with an Event. None when the
+    record helm would act on is not among them."""
+    verdict = records.judge(found, [*p.obs.tenant.record_seals, *p.obs.tenant.adopted_seals],
+                            use, release=p.release, rollback_to=rollback_to)
+    record = records.acted_on(found, use, verdict.rollback_to or rollback_to)
+    if verdict.trust is not Trust.TRUSTED or record is None or record.seal is None:
+        return None
+    p.events.append(("Normal", "ReleaseRecordAdopted",
+                     f"release record {p.release}.v{record.revision} adopted as krypton's by "
+                     "an administrator (krypton adopt-records)"))
+    return dataclasses.replace(verdict, seal=verdict.seal or record.seal)
 
 
 async def _adopted_by_content(rt: ClusterRuntime, p: Pass, found: list[Record], use: Use,
-                              rollback_to: int) -> Verdict | None:
+                              rollback_to: int) -> tuple[Verdict | None, str]:
     """The verdict for a record krypton keeps no seal of, adopted by its content (SPEC S6):
     read again, its manifest and hooks are exactly what krypton's chart renders for the
     record's chart version with the values krypton gives this release (``helm template``,
     which does not touch the cluster). Its seal then goes into the pass's commit, with an
-    Event ReleaseRecordAdopted. None when it is not so (or cannot be told)."""
+    Event ReleaseRecordAdopted. Else None, and why not ("" when there is no such record)."""
     record = records.acted_on(found, use, rollback_to)
-    if record is None or record.seal is None:
-        return None
+    if record is None or record.seal is None or any(r.problem for r in found):
+        return None, ""
     # judged once per content and target: a refused release is not rendered at every pass
     judged = (record.seal, p.chart.fingerprint)
     memory = rt.memory.of(p.key)
-    if memory.not_adopted == judged:
-        return None
+    if memory.not_adopted is not None and memory.not_adopted[0] == judged:
+        return None, memory.not_adopted[1]
     driver = rt.settings.helm_driver
     obj = await rt.kube.release_record(driver, p.namespace,
                                        f"sh.helm.release.v1.{p.release}.v{record.revision}")
     try:
         body = records.decode(obj or {}, driver)
         records.identity(obj or {}, body, p.release)
-    except records.RecordRefused:
-        return None
+    except records.RecordRefused as exc:
+        return None, f"revision {record.revision} read again: {exc}"
     chart = body.get("chart")
     meta = chart.get("metadata") if isinstance(chart, dict) else None
-    version = str(meta.get("version") or "") if isinstance(meta, dict) else ""
+    version = str(meta.get("version") or "")[:64] if isinstance(meta, dict) else ""
     if records.seal(rt.record_keys.current, body) != record.seal or \
             body.get("namespace") != p.namespace or not version:
-        return None  # changed since it was judged, or not this release's
+        return None, f"revision {record.revision} changed since it was read, or names no chart"
     try:
         path = p.chart.path if version == p.chart.version else (await rt.chart.fetch(version)).path
         rendered = await rt.helm.template(path, p.release, p.namespace, p.chart.values)
     except KryptonError as exc:
         p.log.info("release record not rendered for adoption", revision=record.revision,
                    error=str(exc))
-        return None
+        return None, f"chart {version} of revision {record.revision} not rendered: {exc}"
     verdict = records.judge(found, [record.seal, *p.obs.tenant.record_seals], use,
                             release=p.release, rollback_to=rollback_to)
-    if not records.rendered_alike(body, rendered) or verdict.trust is not Trust.TRUSTED:
-        memory.not_adopted = judged
-        return None
+    unlike = records.rendered_unlike(body, rendered)
+    if unlike or verdict.trust is not Trust.TRUSTED:
+        why = (f"revision {record.revision} is not what chart {version} renders with the "
+               f"values krypton gives this release ({unlike or 'another record is not'})")
+        memory.not_adopted = (judged, why)
+        return None, why
     metrics.RECORDS_ADOPTED.labels(rt.name).inc()
     p.events.append(("Normal", "ReleaseRecordAdopted",
                      f"release record {p.release}.v{record.revision} adopted by its content: "
                      f"its manifest and hooks are exactly what chart {version} renders with "
                      "the values krypton gives this release"))
-    return dataclasses.replace(verdict, seal=verdict.seal or record.seal)
+    return dataclasses.replace(verdict, seal=verdict.seal or record.seal), ""
 
 
 async def _adopted(rt: ClusterRuntime, namespace: str) -> bool:

@@ -38,8 +38,8 @@ class TenantRecord:
     # the other krypton instance its release was last left to (said once), "" when none
     yielded_to: str = ""
     # the (seal, target fingerprint) of a record found not to be what krypton's chart
-    # renders (SPEC S6): not rendered again for the same pair
-    not_adopted: tuple[str, str] | None = None
+    # renders (SPEC S6), and how: not rendered again for the same pair
+    not_adopted: tuple[tuple[str, str], str] | None = None
 
 
 class Memory:

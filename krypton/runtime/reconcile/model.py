@@ -13,6 +13,7 @@ from krypton.decisions import records, writers
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import PermanentError
 from krypton.decisions.model import (
+    ADOPT_ANNOTATION,
     ADOPTED_ANNOTATION,
     FINALIZER,
     OWNER_ANNOTATION,
@@ -78,6 +79,7 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         failed_target=str(applied.get("failedTarget") or ""),
         retry_token=str(annotations.get(RETRY_ANNOTATION, "")),
         record_seals=_seals(applied.get("records")),
+        adopted_seals=records.asked(annotations.get(ADOPT_ANNOTATION)),
     )
 
 
