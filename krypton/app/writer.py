@@ -41,10 +41,12 @@ class Writer:
 
     async def active(self, writer: str, written: float) -> bool:
         """Whether the instance `writer`, which wrote a record at `written`, is at work: its
-        Lease renewed, for one that has a Lease (when it can be read); else by the time it
-        wrote (:func:`writers.active_without_lease`)."""
+        Lease renewed, for one that has a Lease in krypton's own Lease namespace; else by the
+        time it wrote (:func:`writers.active_without_lease`). The name comes from a record's
+        label, which a tenant's admin may write where the records are not guarded: it never
+        makes krypton read a Lease anywhere else."""
         lease = writers.lease_of(writer)
-        if lease is not None:
+        if lease is not None and lease[0] == self.settings.lease_namespace:
             try:
                 return _live(await self.home.get_lease(*lease), self.settings.lease_duration)
             except KryptonError as exc:  # another namespace's, not ours to read: the time

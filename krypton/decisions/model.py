@@ -20,6 +20,7 @@ FINGERPRINT_ANNOTATION = f"{GROUP}/fingerprint-"
 PAUSED_ANNOTATION = f"{GROUP}/paused"
 RETRY_ANNOTATION = f"{GROUP}/retry"  # a new value asks for a new attempt of a stalled release
 ADOPT_ANNOTATION = f"{GROUP}/adopt-records"  # seals an administrator adopted (SPEC S6)
+WRITER_ANNOTATION = f"{GROUP}/writer"  # the krypton instance that owns the release (SPEC S6)
 FINALIZER = f"{GROUP}/release-cleanup"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "krypton"
@@ -221,6 +222,8 @@ class TenantView:
     record_seals: tuple[str, ...] = ()
     # ADOPT_ANNOTATION: seals of records an administrator adopted as they are (SPEC S6)
     adopted_seals: tuple[str, ...] = ()
+    # WRITER_ANNOTATION: the krypton instance named to write the release ("": none named)
+    writer: str = ""
 
 
 @dataclass(frozen=True)

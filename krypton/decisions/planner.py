@@ -69,6 +69,7 @@ from krypton.decisions import retry, writers
 from krypton.decisions.health import UNHEALTHY, WAITING
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
+    WRITER_ANNOTATION,
     ChartProblem,
     ChartTarget,
     NamespaceState,
@@ -207,8 +208,16 @@ def plan(obs: Observation) -> Plan:
 
 def _yielded(obs: Observation, decided: Plan) -> Plan:
     """A release whose newest record another krypton instance wrote, while that instance
-    is at work, is left alone (SPEC S6; :mod:`krypton.decisions.writers`)."""
-    rel = obs.release
+    is at work, is left alone (SPEC S6; :mod:`krypton.decisions.writers`). Where the
+    Tenant names the instance that owns it (WRITER_ANNOTATION), that one writes it and
+    every other leaves it alone, at work or not."""
+    rel, named = obs.release, obs.tenant.writer
+    if named and obs.writer:
+        if named == obs.writer:
+            return decided
+        return Plan(Action.YIELD, "AnotherWriter",
+                    f"the Tenant names {short(named)} as the krypton instance that writes its "
+                    f"release ({WRITER_ANNOTATION}); this one ({obs.writer}) leaves it alone")
     if not obs.writer or not rel.writer or rel.writer == obs.writer:
         return decided
     if obs.writer_active is None:

@@ -114,10 +114,12 @@ REASONS: dict[str, Reason] = {
     "CountRepairs": _r(PLAN, "the pass counts the release's drift repairs in the last hour "
                        "(internal)"),
     "AnotherWriter": _r("Event,plan", "another krypton instance wrote the release and is at "
-                        "work: this one leaves the release alone (no helm run, no write to the "
-                        "Tenant) until it stops (SPEC S6)",
+                        "work, or the Tenant names another (mesh.openkcm.io/writer): this one "
+                        "leaves the release alone (no helm run, no write to the Tenant) until "
+                        "it stops or is named (SPEC S6)",
                         "run one krypton per fleet: stop the other instance, or give both the "
-                        "same Lease (--leader-elect, as the chart does)"),
+                        "same Lease (--leader-elect, as the chart does); while both must run, "
+                        "name the one that writes it on the Tenant"),
     "AnotherInstance": _r(E, "krypton started without a Lease (--leader-elect off) while "
                           "another instance holds the fleet's Lease: two instances write the "
                           "same releases (an Event on that Lease, SPEC S6)",

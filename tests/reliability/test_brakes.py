@@ -19,6 +19,7 @@ from tests.integration.conftest import Fleet, unique
 from tests.integration.test_cli import krypton
 
 FAIL = "failRender: this chart refuses to render\n"  # the sample chart's template `fail`
+WRITER = "mesh.openkcm.io/writer"  # the label on records, and the annotation naming one (S6)
 
 
 def runs(op: OperatorProcess, operation: str) -> float:
@@ -232,6 +233,44 @@ def test_two_instances_on_one_fleet_take_turns_a_few_times_not_without_end(
              what="the second instance's version everywhere")
     for name in names:
         fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+
+
+def test_the_instance_a_tenant_names_writes_its_release_and_no_other(fleet: Fleet) -> None:
+    """SPEC S6: an administrator settles two live writers by naming one on the Tenant
+    (annotation mesh.openkcm.io/writer). The other, on another chart version, leaves that
+    release alone whether the named one is at work or not, and says so once, while it
+    upgrades the Tenant nobody named; naming it instead hands the release over at its next
+    pass."""
+    fleet.register("remote", fleet.remote)
+    first = fleet.start("--resync-period", "3s")
+    owned, free = (fleet.tenant(fleet.remote, unique(n)) for n in ("owned", "free"))
+    for name in (owned, free):
+        fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    labels = fleet.remote.core.read_namespaced_secret(
+        f"sh.helm.release.v1.tenant-{owned}-remote.v1", owned).metadata.labels
+    fleet.remote.patch_tenant(fleet.tenant_ns, owned, {"metadata": {"annotations": {
+        WRITER: labels[WRITER]}}})
+    first.stop()  # the named one is not at work: still nobody else's
+    second = fleet.start("--resync-period", "3s", version="0.3.0")
+
+    def version(name: str) -> str:
+        return str(fleet.remote.core.read_namespaced_config_map(
+            f"tenant-{name}-remote", name).data.get("chartVersion"))
+
+    wait_for(lambda: version(free) == "0.3.0", 60, what="the Tenant nobody named upgraded")
+    passes = _passes(second)
+    wait_for(lambda: _passes(second) >= passes + 10, 60, what="five resync periods")
+    assert version(owned) == "0.2.0" and runs(second, "upgrade") == 1
+    said = fleet.remote.wait_event(fleet.tenant_ns, owned, "AnotherWriter")
+    assert labels[WRITER] in said.message and WRITER in said.message, said.message
+    assert len([e for e in fleet.remote.events(fleet.tenant_ns, owned)
+                if e.reason == "AnotherWriter"]) == 1
+    ours = fleet.remote.core.read_namespaced_secret(
+        f"sh.helm.release.v1.tenant-{free}-remote.v2", free).metadata.labels[WRITER]
+    fleet.remote.patch_tenant(fleet.tenant_ns, owned, {"metadata": {"annotations": {
+        WRITER: ours}}})
+    wait_for(lambda: version(owned) == "0.3.0", 60, what="the release handed over")
+    fleet.remote.wait_phase(fleet.tenant_ns, owned, "Ready")
 
 
 def test_drift_repaired_again_and_again_is_braked(fleet: Fleet) -> None:

@@ -51,6 +51,20 @@ def test_a_release_another_writer_at_work_wrote_is_left_alone() -> None:
     assert plan(replace(seen, writer_active=False)).action is Action.UPGRADE
 
 
+def test_the_instance_a_tenant_names_writes_and_every_other_leaves_it_alone() -> None:
+    """An administrator settles it: the named instance upgrades without looking whether
+    the other is at work; any other yields, even over a record of its own."""
+    named = replace(BUMPED, writer=OURS)
+    assert plan(replace(obs(named, CHART, WRITTEN), writer=OURS)).action is Action.UPGRADE
+    mine = replace(DEPLOYED, writer=OURS, written=1000.0)
+    other = plan(replace(obs(replace(BUMPED, writer=THEIRS), CHART, mine), writer=OURS))
+    assert (other.action, other.reason) == (Action.YIELD, "AnotherWriter")
+    assert THEIRS in other.message and "mesh.openkcm.io/writer" in other.message
+    # in sync, nothing is left to anyone
+    assert plan(replace(obs(replace(SYNCED, writer=THEIRS), CHART, mine),
+                        writer=OURS)).action is Action.SKIP
+
+
 @pytest.mark.parametrize("writer, ours", [(OURS, OURS), (None, OURS), (THEIRS, "")])
 def test_no_look_for_our_own_an_unnamed_or_without_a_name_of_our_own(
         writer: str | None, ours: str) -> None:

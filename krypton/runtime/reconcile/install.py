@@ -167,9 +167,10 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339(),
                "records": history.sealed(rt, p, result, *seen)}
-    rt.memory.of(key).retry = None
+    memory = rt.memory.of(key)
+    memory.retry, memory.gone = None, ()
+    memory.yielded_to = ""  # the release is this instance's again: a new yield is said again
     rt.publish(key, p.release, chart)
-    rt.memory.of(key).gone = ()
     # the record of the run, and the fingerprint annotation the commit writes before it
     recorded: dict[str, Any] = {"applied": applied, "last_chart": chart.ref,
                                 "fingerprint": chart.fingerprint,

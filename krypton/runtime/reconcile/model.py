@@ -23,6 +23,7 @@ from krypton.decisions.model import (
     RELEASE_REPAIR_LABEL,
     RELEASE_WRITER_LABEL,
     RETRY_ANNOTATION,
+    WRITER_ANNOTATION,
     ChartTarget,
     NamespaceState,
     Observation,
@@ -80,6 +81,7 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         retry_token=str(annotations.get(RETRY_ANNOTATION, "")),
         record_seals=_seals(applied.get("records")),
         adopted_seals=records.asked(annotations.get(ADOPT_ANNOTATION)),
+        writer=str(annotations.get(WRITER_ANNOTATION) or "")[:writers.LABEL_MAX],
     )
 
 

@@ -96,7 +96,7 @@ async def another_writer(rt: ClusterRuntime, p: Pass) -> Report:
     turns without end). Said once per writer: an Event, a log line; counted every pass.
     The key comes back with the resync."""
     metrics.RELEASES_YIELDED.labels(rt.name).inc()
-    record, writer = rt.memory.of(p.key), p.obs.release.writer or ""
+    record, writer = rt.memory.of(p.key), p.obs.tenant.writer or p.obs.release.writer or ""
     if record.yielded_to == writer:
         return Report(outcome=Outcome(reason=p.plan.reason))
     record.yielded_to = writer
