@@ -80,6 +80,8 @@ class Operator:
         self.elector: LeaderElector | None = None
         self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
+        self.writer: Writer | None = None  # this instance as a writer of releases (SPEC S6)
+        self._presence_task: asyncio.Task[None] | None = None
         self.exit_code = 0
         self.lease_lost = False
         self._rollout_tasks: list[asyncio.Task[None]] = []
@@ -172,7 +174,9 @@ class Operator:
                             index_ttl=s.chart_index_ttl,
                             access=chart_access(s, self.home.get_secret))
         home_events = EventRecorder(self.home)
-        writer = Writer(self.home, s)
+        writer = self.writer = Writer(self.home, s)
+        await writer.announce()
+        self._presence_task = asyncio.create_task(writer.keep(home_events), name="presence")
         await writer.warn_if_unleased(home_events)
         fleet: Fleet
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
@@ -320,6 +324,10 @@ class Operator:
                 await elector.release()
         if self.shards is not None and not self.shards.lost:
             await self.shards.leave()  # every worker has stopped: hand everything over
+        if self._presence_task is not None:
+            self._presence_task.cancel()
+        if self.writer is not None:
+            await self.writer.withdraw()  # another instance takes its releases on at once
         if self.home is not None:
             await self.home.close()
         await self.health.stop()

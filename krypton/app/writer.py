@@ -1,6 +1,7 @@
 """This krypton instance as a writer of its releases (SPEC S6): the name it puts on the
-records it makes, whether the instance named on a record is at work, and the warning at
-start when it runs without a Lease while another instance holds the fleet's.
+records it makes, the Lease it keeps while it runs without the fleet's, whether the instance
+named on a record is at work, and the warning at start when it runs without a Lease while
+another instance holds the fleet's.
 
 The rules are :mod:`krypton.decisions.writers`'s; what is read here is the home cluster's
 Leases.
@@ -8,6 +9,8 @@ Leases.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from typing import Any
@@ -15,12 +18,14 @@ from typing import Any
 import structlog
 
 from krypton.adapters.events import EventRecorder, involved_lease, reporting_instance
-from krypton.adapters.kube import Kube
+from krypton.adapters.kube import Kube, now_micro
 from krypton.decisions import leases, writers
 from krypton.decisions.errors import KryptonError
+from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
 
 log = structlog.get_logger("krypton")
+SAID_MAX = 64  # other instances said, before the memory of them starts again
 
 
 def _live(lease: dict[str, Any] | None, own: float) -> bool:
@@ -38,6 +43,103 @@ class Writer:
         self.name = writers.name(leased=self.leased, lease_namespace=settings.lease_namespace,
                                  lease_name=settings.leader_election_id,
                                  host=reporting_instance(), pid=os.getpid())
+        self.presence = ""  # the name of this instance's own Lease while it keeps one
+        self._version = ""  # its resourceVersion as last written (a Lease is replaced at one)
+        self._said: set[str] = set()  # the other instances' own Leases said (AnotherInstance)
+
+    def _presence(self, name: str) -> dict[str, Any]:
+        now = now_micro()
+        meta = {"name": name, "labels": {writers.PRESENCE_LABEL: "true",
+                                         "app.kubernetes.io/managed-by": "krypton"}}
+        if self._version:
+            meta["resourceVersion"] = self._version
+        return {"metadata": meta,
+                "spec": {"holderIdentity": self.name, "renewTime": now, "acquireTime": now,
+                         "leaseDurationSeconds": int(self.settings.lease_duration)}}
+
+    async def announce(self) -> None:
+        """Without the fleet's Lease: make a Lease of this instance's own and be named after
+        it, so that another instance sees exactly while this one runs (renewed by
+        :meth:`keep`, deleted by :meth:`withdraw`). Leftovers of instances that ended
+        without deleting theirs, unrenewed for an hour, are deleted first. Where it cannot
+        be made, the process's name stands (judged by the time it wrote)."""
+        s = self.settings
+        if self.leased:
+            return
+        name = writers.presence_lease(s.lease_namespace, reporting_instance(), os.getpid())
+        try:
+            await self._prune()
+            self.name = writers.name(leased=True, lease_namespace=s.lease_namespace,
+                                     lease_name=name, host="", pid=0)
+            made = await self.home.create_lease(s.lease_namespace, self._presence(name))
+        except KryptonError as exc:
+            self.name = writers.name(leased=False, lease_namespace="", lease_name="",
+                                     host=reporting_instance(), pid=os.getpid())
+            log.info("no lease of this instance's own: named after its process",
+                     writer=self.name, error=str(exc))
+            return
+        self.presence, self._version = name, str(made["metadata"]["resourceVersion"])
+
+    async def _prune(self) -> None:
+        ns = self.settings.lease_namespace
+        for lease in await self.home.list_leases(ns, f"{writers.PRESENCE_LABEL}=true"):
+            meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+            renewed = epoch_seconds(spec.get("renewTime")) or 0.0
+            if time.time() - renewed > writers.PRESENCE_STALE:
+                await self.home.delete_lease(ns, str(meta.get("name")),
+                                             str(meta.get("resourceVersion") or "") or None)
+
+    async def keep(self, events: EventRecorder) -> None:
+        """Renew this instance's own Lease until cancelled (a third of its duration apart),
+        saying each other instance that keeps one beside it (:meth:`_look_around`); a
+        renewal that fails is tried again at the next one."""
+        if not self.presence:
+            return
+        while True:
+            with contextlib.suppress(KryptonError):
+                await self._look_around(events)
+            await asyncio.sleep(self.settings.lease_duration / 3)
+            ns = self.settings.lease_namespace
+            try:
+                if not self._version:  # a renewal failed: at the version it has now
+                    found = await self.home.get_lease(ns, self.presence)
+                    self._version = str(((found or {}).get("metadata") or {}).get(
+                        "resourceVersion") or "")
+                body = self._presence(self.presence)
+                written = await (self.home.replace_lease(ns, self.presence, body)
+                                 if self._version else self.home.create_lease(ns, body))
+                self._version = str(written["metadata"]["resourceVersion"])
+            except KryptonError as exc:
+                self._version = ""
+                log.info("own lease not renewed", lease=self.presence, error=str(exc))
+
+    async def _look_around(self, events: EventRecorder) -> None:
+        """Say once, loudly, each other instance running beside this one without the
+        fleet's Lease (its own Lease renewed): both write the same releases."""
+        s = self.settings
+        for lease in await self.home.list_leases(s.lease_namespace,
+                                                 f"{writers.PRESENCE_LABEL}=true"):
+            name = str((lease.get("metadata") or {}).get("name"))
+            if name == self.presence or name in self._said or not _live(lease, s.lease_duration):
+                continue
+            if len(self._said) >= SAID_MAX:
+                self._said.clear()
+            self._said.add(name)
+            other = str(lease["spec"]["holderIdentity"])[:200]
+            message = (f"another krypton instance ({other}) runs beside this one ({self.name}) "
+                       "without the fleet's Lease: both write the same releases. Each leaves "
+                       "alone what the other writes while it runs (AnotherWriter), but only "
+                       "one should run: stop one of them, or run both with --leader-elect")
+            log.warning("another krypton instance runs beside this one", other=other,
+                        detail=message)
+            await events.emit(involved_lease(lease), "Warning", "AnotherInstance", message)
+
+    async def withdraw(self) -> None:
+        """Delete this instance's own Lease: another instance takes its releases on at once."""
+        if self.presence:
+            with contextlib.suppress(KryptonError):
+                await self.home.delete_lease(self.settings.lease_namespace, self.presence)
+            self.presence = ""
 
     async def active(self, writer: str, written: float) -> bool:
         """Whether the instance `writer`, which wrote a record at `written`, is at work: its

@@ -120,9 +120,10 @@ REASONS: dict[str, Reason] = {
                         "run one krypton per fleet: stop the other instance, or give both the "
                         "same Lease (--leader-elect, as the chart does); while both must run, "
                         "name the one that writes it on the Tenant"),
-    "AnotherInstance": _r(E, "krypton started without a Lease (--leader-elect off) while "
-                          "another instance holds the fleet's Lease: two instances write the "
-                          "same releases (an Event on that Lease, SPEC S6)",
+    "AnotherInstance": _r(E, "krypton runs without the fleet's Lease (--leader-elect off) "
+                          "while another instance holds it, or beside another that runs "
+                          "without it: two instances write the same releases (an Event on "
+                          "that instance's Lease, SPEC S6)",
                           "stop one of them, or start this one with --leader-elect"),
     "DriftRepairsExhausted": _r(CEP, "the release was repaired 3 times in an hour "
                                 "and changed behind krypton's back again: no repair until the "

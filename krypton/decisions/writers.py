@@ -10,11 +10,14 @@ and the other writer named (reason ``AnotherWriter``).
 
 An instance that elects a leader (or shards) is named after its installation's Lease,
 ``lease.<namespace>.<name>``: its replicas are one writer, and the Lease says whether it is
-at work. An instance without a Lease is named after its process, ``run.<host>.<pid>``; it is
-taken to be at work when it wrote the record after this process started (an instance that
-stopped before this one started, such as this one's own predecessor, is not) and less than
-`WINDOW_RESYNCS` resync periods ago, so two such instances take turns at most once in that
-time each.
+at work. An instance without the fleet's Lease keeps a Lease of its own while it runs (its
+*presence*, :func:`presence_lease`), renewed and deleted when it stops, and is named after
+it the same way: another instance leaves its releases alone exactly while it runs. Where
+that Lease cannot be made (no rights), it is named after its process, ``run.<host>.<pid>``,
+and taken to be at work when it wrote the record after this process started (an instance
+that stopped before this one started, such as this one's own predecessor, is not) and less
+than `WINDOW_RESYNCS` resync periods ago, so two such instances take turns at most once in
+that time each.
 
 A person's ``helm upgrade`` keeps the labels of the record before it (helm merges them), so
 it carries krypton's own name: it is drift, repaired at most `REPAIRS_MAX` times an hour.
@@ -34,6 +37,9 @@ from krypton.decisions.model import RELEASE_REPAIR_LABEL, epoch_seconds
 LABEL_MAX = 63
 LEASE_PREFIX = "lease."
 RUN_PREFIX = "run."
+PRESENCE_PREFIX = "krypton-run-"
+PRESENCE_LABEL = "mesh.openkcm.io/presence"  # on the presence Leases, for their cleanup
+PRESENCE_STALE = 3600.0  # seconds unrenewed after which a presence Lease is a leftover
 WINDOW_RESYNCS = 3  # resync periods another writer without a Lease is believed at work
 REPAIRS_MAX = 3  # drift repairs of one release in REPAIRS_PER seconds before the brake
 REPAIRS_PER = 3600.0
@@ -54,6 +60,15 @@ def name(*, leased: bool, lease_namespace: str, lease_name: str, host: str, pid:
     if leased:
         return label_value(f"{LEASE_PREFIX}{lease_namespace}.{lease_name}")
     return label_value(f"{RUN_PREFIX}{host}.{pid}")
+
+
+def presence_lease(namespace: str, host: str, pid: int) -> str:
+    """The name of the Lease in `namespace` an instance without the fleet's Lease keeps
+    while it runs: a DNS-1123 name, its host cut so that the writer name made of it fits a
+    label (below its bound: a name at the bound may have been cut)."""
+    room = LABEL_MAX - 1 - len(f"{LEASE_PREFIX}{namespace}.{PRESENCE_PREFIX}-{pid}")
+    clean = re.sub(r"[^a-z0-9-]", "-", host.lower())[:max(room, 0)].strip("-")
+    return f"{PRESENCE_PREFIX}{clean}-{pid}" if clean else f"{PRESENCE_PREFIX}{pid}"
 
 
 def lease_of(writer: str) -> tuple[str, str] | None:

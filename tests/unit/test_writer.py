@@ -11,20 +11,38 @@ from typing import Any
 import pytest
 
 from krypton.app.writer import Writer
+from krypton.decisions import writers
+from krypton.decisions.errors import Forbidden
 from krypton.decisions.settings import Settings
 
 pytestmark = pytest.mark.unit
 
 
 class Home:
-    """Leases by (namespace, name), each read noted."""
+    """Leases by (namespace, name), each read noted; creates refused when `refuse`."""
 
-    def __init__(self, leases: dict[tuple[str, str], dict[str, Any]]) -> None:
-        self.leases, self.read = leases, list[tuple[str, str]]()
+    def __init__(self, leases: dict[tuple[str, str], dict[str, Any]],
+                 refuse: bool = False) -> None:
+        self.leases, self.read, self.refuse = leases, list[tuple[str, str]](), refuse
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.read.append((namespace, name))
         return self.leases.get((namespace, name))
+
+    async def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        key, _, value = selector.partition("=")
+        return [lease for (ns, _), lease in self.leases.items() if ns == namespace and
+                (lease.get("metadata") or {}).get("labels", {}).get(key) == value]
+
+    async def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse:
+            raise Forbidden("leases is forbidden")
+        made = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        self.leases[(namespace, body["metadata"]["name"])] = made
+        return made
+
+    async def delete_lease(self, namespace: str, name: str, version: str | None = None) -> None:
+        self.leases.pop((namespace, name), None)
 
 
 def _live() -> dict[str, Any]:
@@ -52,3 +70,48 @@ def test_a_label_naming_a_lease_elsewhere_reads_no_lease_and_is_judged_by_time()
     assert asyncio.run(writer.active("lease.kube-system.kube-controller-manager", written))
     assert not asyncio.run(writer.active("lease.kube-system.kube-controller-manager", 0.0))
     assert home.read == []
+
+
+def _presence(name: str, renewed: float) -> dict[str, Any]:
+    when = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(renewed))
+    return {"metadata": {"name": name, "resourceVersion": "7",
+                         "labels": {writers.PRESENCE_LABEL: "true"}},
+            "spec": {"holderIdentity": name, "renewTime": when, "leaseDurationSeconds": 15}}
+
+
+def test_an_instance_without_the_fleets_lease_is_named_after_a_lease_of_its_own() -> None:
+    """Its own Lease made, the name on its records says it, and another instance reads that
+    Lease; leftovers unrenewed for an hour go first, a recent one stays; withdrawn, the
+    Lease is gone and the instance no longer at work to anyone."""
+    now = time.time()
+    home = Home({("krypton", "krypton-run-old-1"): _presence("krypton-run-old-1", now - 7200),
+                 ("krypton", "krypton-run-other-2"): _presence("krypton-run-other-2", now)})
+    writer = _writer(home)
+    asyncio.run(writer.announce())
+    assert writer.presence.startswith(writers.PRESENCE_PREFIX)
+    assert writer.name == f"lease.krypton.{writer.presence}"
+    assert writers.lease_of(writer.name) == ("krypton", writer.presence)
+    assert sorted(n for _, n in home.leases) == sorted(["krypton-run-other-2", writer.presence])
+    other = _writer(home)
+    assert asyncio.run(other.active(writer.name, 0.0))
+    asyncio.run(writer.withdraw())
+    assert ("krypton", writer.presence) not in home.leases and writer.presence == ""
+    gone = writers.presence_lease("krypton", "h", 1)
+    assert not asyncio.run(other.active(f"lease.krypton.{gone}", 0.0))
+
+
+def test_without_the_right_to_make_a_lease_it_is_named_after_its_process() -> None:
+    writer = _writer(Home({}, refuse=True))
+    asyncio.run(writer.announce())
+    assert writer.presence == "" and writer.name.startswith(writers.RUN_PREFIX)
+
+
+def test_a_presence_lease_name_is_a_dns_name_whose_writer_name_fits_a_label() -> None:
+    name = writers.presence_lease("krypton-system", "Pod_With.Upper-Case" + "x" * 80, 4194304)
+    # lease.krypton-system. (21) krypton-run- (12) -4194304 (8): 62 - 41 = 21 of the host
+    assert name == "krypton-run-pod-with-upper-casexx-4194304"
+    writer = writers.name(leased=True, lease_namespace="krypton-system", lease_name=name,
+                          host="", pid=0)
+    assert len(writer) == writers.LABEL_MAX - 1 and writers.lease_of(writer) == (
+        "krypton-system", name)
+    assert writers.presence_lease("n" * 63, "host", 7) == "krypton-run-7"  # no room: none
