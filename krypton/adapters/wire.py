@@ -25,6 +25,8 @@ HEAD_LIMIT = 64 << 10  # the answer's status line and headers together
 CHUNK_LINE = 1024  # a chunk's size line, its extensions included
 READ = 1 << 16  # bytes taken from the socket, or from TLS, at a time
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_LENGTH = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit takes others
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110 section 5.1)
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
 REPLAYABLE = frozenset({"GET", "HEAD"})  # sent again on a new connection if a kept one fails
 
@@ -161,16 +163,16 @@ class Body:
     """The body of one answer on its :class:`Wire`, read as lines or whole."""
 
     def __init__(self, wire: Wire, headers: dict[str, str], what: str, deadline: float,
-                 keep: Callable[[Wire], None] | None = None, *, empty: bool = False) -> None:
+                 keep: Callable[[Wire], None] | None = None, *,
+                 framed: tuple[bool, int] = (False, -1)) -> None:
         self._wire, self._what = wire, what
         self._keep = keep  # takes the connection back once the body has ended cleanly
         self._deadline = deadline  # on the loop's clock: the answer ends by then at the latest
         self._lines = bytearray()  # decoded, not yet handed out
-        self._chunked = not empty and headers.get("transfer-encoding", "").lower() == "chunked"
-        length = "0" if empty else headers.get("content-length", "")
+        self._chunked, length = framed  # :func:`framing`
         self._chunk_seen = False
         # bytes left of the current chunk, or of a sized body; -1: until the server closes
-        self._left = 0 if self._chunked else int(length) if length.isdigit() else -1
+        self._left = 0 if self._chunked else length
         self._ended = not self._chunked and self._left == 0
         self._gzip = headers.get("content-encoding", "").lower() == "gzip"
 
@@ -298,9 +300,36 @@ async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | 
             wire.close()
             raise
     deadline = asyncio.get_running_loop().time() + lifetime
-    empty = method == "HEAD" or status in (204, 304)  # answers without a body (RFC 9110)
+    try:  # answers without a body (RFC 9110), else as the head frames it
+        framed = (False, 0) if method == "HEAD" or status in (204, 304) else \
+            framing(answer_headers, what)
+    except BaseException:
+        wire.close()
+        raise
     return status, answer_headers, Body(wire, answer_headers, what, deadline,
-                                        keep if persistent else None, empty=empty)
+                                        keep if persistent else None, framed=framed)
+
+
+def framing(headers: dict[str, str], what: str) -> tuple[bool, int]:
+    """How an answer's body is framed (RFC 9112 section 6.3), strictly: chunked, or its
+    length (-1: until the server closes). A transfer coding other than chunked alone, both
+    a coding and a length, or a length that is not one number (repeated with another
+    value, digits other than ASCII) is a bad answer, as a strict parser has it: read
+    otherwise, it would let the server frame what comes after it."""
+    coding, length = headers.get("transfer-encoding"), headers.get("content-length")
+    if coding is not None:
+        if coding.lower() != "chunked":
+            raise bad_answer(what, f"the answer's transfer coding is not chunked "
+                                   f"({coding[:40]!r})")
+        if length is not None:
+            raise bad_answer(what, "the answer has both a transfer coding and a length")
+        return True, 0
+    if length is None:
+        return False, -1
+    values = {v.strip() for v in length.split(",")}
+    if len(values) != 1 or not _LENGTH.fullmatch(value := values.pop()):
+        raise bad_answer(what, f"the answer's Content-Length is not one number ({length[:40]!r})")
+    return False, int(value)
 
 
 async def _head(wire: Wire, what: str, gzip: bool) -> tuple[int, dict[str, str], bool]:
@@ -319,7 +348,11 @@ async def _head(wire: Wire, what: str, gzip: bool) -> tuple[int, dict[str, str],
             name, colon, value = line.decode("latin-1").partition(":")
             if not colon:
                 raise bad_answer(what, "a header of the answer has no colon")
-            headers[name.strip().lower()] = value.strip()
+            if not _TOKEN.fullmatch(name):
+                raise bad_answer(what, "a header of the answer has a name that is not a token")
+            name, value = name.lower(), value.strip(" \t")
+            # a header given twice is one list (RFC 9110 section 5.3)
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
         status = int(match.group(2))
         if status >= 200:
             encoding = headers.get("content-encoding", "identity").lower()

@@ -33,6 +33,13 @@ def _live(lease: dict[str, Any] | None, own: float) -> bool:
     return bool(spec.get("holderIdentity")) and leases.live_by_wall_clock(spec, own, time.time())
 
 
+async def _warn(events: EventRecorder, lease: dict[str, Any], said: str, message: str) -> None:
+    """Two instances write the same releases: a Warning log line `said`, and a Warning Event
+    AnotherInstance on the other's `lease`."""
+    log.warning(said, detail=message)
+    await events.emit(involved_lease(lease), "Warning", "AnotherInstance", message)
+
+
 class Writer:
     """The writer krypton is, on the home cluster `home`."""
 
@@ -130,9 +137,7 @@ class Writer:
                        "without the fleet's Lease: both write the same releases. Each leaves "
                        "alone what the other writes while it runs (AnotherWriter), but only "
                        "one should run: stop one of them, or run both with --leader-elect")
-            log.warning("another krypton instance runs beside this one", other=other,
-                        detail=message)
-            await events.emit(involved_lease(lease), "Warning", "AnotherInstance", message)
+            await _warn(events, lease, "another krypton instance runs beside this one", message)
 
     async def withdraw(self) -> None:
         """Delete this instance's own Lease: another instance takes its releases on at once."""
@@ -175,6 +180,4 @@ class Writer:
                    "instances write the same releases. Each leaves alone what the other wrote "
                    "(AnotherWriter), but only one should run: stop this one, or start it with "
                    "--leader-elect")
-        log.warning("another krypton instance holds the fleet's lease", holder=holder,
-                    detail=message)
-        await events.emit(involved_lease(lease), "Warning", "AnotherInstance", message)
+        await _warn(events, lease, "another krypton instance holds the fleet's lease", message)

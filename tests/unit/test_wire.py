@@ -179,6 +179,35 @@ def test_an_answer_whose_head_is_not_http_or_is_encoded_is_a_bad_response(answer
     assert bad.value.reason == "BadResponse", bad.value
 
 
+@pytest.mark.parametrize(("headers", "says"), [
+    (("Content-Length: 5", "Content-Length: 50"), "not one number"),  # the last won
+    (("Content-Length: 5, 6",), "not one number"),
+    (("Content-Length: \u00b9",), "not one number"),  # superscript 1: str.isdigit, not int()
+    (("Content-Length: 1\u00b2",), "not one number"),
+    (("Content-Length: -1",), "not one number"),
+    (("Transfer-Encoding: gzip, chunked",), "not chunked"),  # read as close-delimited
+    (("Transfer-Encoding: identity",), "not chunked"),
+    (("Transfer-Encoding: chunked", "Transfer-Encoding: chunked"), "not chunked"),
+    (("Transfer-Encoding: chunked", "Content-Length: 5"), "both a transfer coding"),
+    (("Content-Length : 5",), "not a token"),  # space before the colon (RFC 9112 5.1)
+    ((" Content-Length: 5",), "not a token"),  # a folded line
+])
+def test_an_answer_framed_ambiguously_is_a_bad_response_not_unreachable(
+        headers: tuple[str, ...], says: str) -> None:
+    """A strict parser's rules: whatever the server frames beyond what it says is refused,
+    as a bad answer that strikes the cluster's budget."""
+    answer = ("\r\n".join(["HTTP/1.1 200 OK", *headers]) + "\r\n\r\n").encode("latin-1")
+    with pytest.raises(TemporaryError) as bad:
+        run(writes(answer, b"hello"))
+    assert bad.value.reason == "BadResponse" and says in str(bad.value), bad.value
+
+
+def test_a_length_given_twice_alike_frames_the_answer() -> None:
+    body = b'{"a": 1}\n'
+    answer = head("200 OK", f"Content-Length: {len(body)}", f"Content-Length: {len(body)}")
+    assert run(writes(answer, body)) == [body]
+
+
 def test_an_answer_cut_inside_a_chunk_is_the_clusters_error_not_an_end() -> None:
     with pytest.raises(ConnectionResetError):
         run(writes(head("200 OK", "Transfer-Encoding: chunked"), chunked(BODY, [])[:40]))
