@@ -336,7 +336,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
     from krypton.app import log
-    from krypton.cli import tools, view
+    from krypton.cli import records, register, tools, view
     from krypton.decisions.errors import KryptonError, PermanentError
     from krypton.decisions.printable import escape, escape_lines
 
@@ -367,7 +367,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             print("\n".join(lines))
             return 0 if wrote else 1
         if args.command == "rotate-record-key":
-            lines = asyncio.run(tools.rotate_record_key(settings, prune=args.prune))
+            lines = asyncio.run(records.rotate_record_key(settings, prune=args.prune))
             print("\n".join(escape(line) for line in lines))
             return 0
         if args.command == "retry":
@@ -377,11 +377,11 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
         if args.command == "adopt-records":
             if (args.tenant is None) == (not args.all):
                 raise SettingsError("name one Tenant (NAMESPACE/NAME) or --all")
-            lines = asyncio.run(tools.adopt_records(settings, args.tenant, args.cluster,
+            lines = asyncio.run(records.adopt_records(settings, args.tenant, args.cluster,
                                                     dry_run=args.dry_run))
             print("\n".join(escape(line) for line in lines))
             return 0
-        print(escape_lines(asyncio.run(tools.register_cluster(
+        print(escape_lines(asyncio.run(register.register_cluster(
             settings, args.name, args.kubeconfig, args.context, args.values,
             overwrite=args.overwrite))))
         return 0

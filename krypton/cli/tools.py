@@ -1,7 +1,8 @@
-"""Fleet tooling behind ``krypton plan``, ``krypton status`` and ``krypton register-cluster``
-(SPEC O7). They read the same flags as ``krypton run`` and use the same code: discovery,
-kubeconfig checks, chart resolution and the pure planner, so a plan shows exactly what the
-operator's next pass would do.
+"""Fleet tooling behind ``krypton plan``, ``krypton status``, ``krypton rollout`` and
+``krypton retry`` (SPEC O7): the fleet as the operator sees it (:func:`fleet_view`), read
+with the same flags as ``krypton run`` and the same code: discovery, kubeconfig checks,
+chart resolution and the pure planner, so a plan shows exactly what the operator's next
+pass would do.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -22,8 +22,7 @@ from krypton.adapters.clientconfig import configuration_for, configuration_in_cl
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.adapters.kubeapi import core_path, profiles_path, tenants_path
-from krypton.app.config import file_reader
-from krypton.app.home import RECORD_KEY_SECRET, record_keys, watch_cluster
+from krypton.app.home import watch_cluster
 from krypton.cli.view import (
     Row,
     assign_replicas,
@@ -35,14 +34,11 @@ from krypton.cli.view import (
     unguarded_notes,
 )
 from krypton.decisions import (
-    conditions,
     crd,
     deployed,
     inventory,
-    records,
     redact,
     rollout,
-    safeyaml,
     sharding,
 )
 from krypton.decisions import kubeconfig as kubeconfigs
@@ -60,7 +56,6 @@ from krypton.decisions.discovery import (
     profile_fields,
 )
 from krypton.decisions.errors import (
-    ClusterExists,
     Conflict,
     KubeconfigRejected,
     NotFound,
@@ -68,11 +63,10 @@ from krypton.decisions.errors import (
     TemporaryError,
 )
 from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.model import ADOPT_ANNOTATION, RETRY_ANNOTATION, TenantKey, release_name
+from krypton.decisions.model import RETRY_ANNOTATION, TenantKey
 from krypton.decisions.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.decisions.windows import Window
-from krypton.runtime.reconcile import history
 
 
 @dataclass
@@ -409,87 +403,6 @@ async def _mounted_file(home: Kube, found: Deployed, path: str,
     return data
 
 
-async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
-                           context: str | None, values_path: str | None, *,
-                           overwrite: bool = False) -> str:
-    """Inline, reduce and check a kubeconfig, probe its server, write the labelled Secret.
-    An existing Secret of that name is replaced only with `overwrite` (PermanentError
-    otherwise), and the result says which server it pointed at before."""
-    path = Path(kubeconfig_path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise KubeconfigRejected(f"cannot read {path}: {exc.strerror}") from exc
-    inlined = kubeconfigs.inline_files(text, file_reader(str(path.parent)))
-    kc = kubeconfigs.parse(inlined, context=context)
-    with tempfile.TemporaryDirectory(prefix="krypton-register-") as tmp:
-        home = await watch_cluster(settings, Path(tmp), trust_secret=False)
-        try:
-            existing = await home.get_secret(settings.namespace, name)
-            if existing is not None and not overwrite:
-                raise ClusterExists(
-                    f"Secret {settings.namespace}/{name} exists (cluster {name}, server "
-                    f"{_server_of(existing, settings.kubeconfig_key)}); --overwrite replaces "
-                    f"it with server {kc.server}")
-            probe = Kube(await configuration_for(kc, Path(tmp)), name=name,
-                         timeout=settings.api_timeout)
-            try:
-                version = await probe.server_version()
-            finally:
-                await probe.close()
-            data = {settings.kubeconfig_key: base64.b64encode(kc.to_yaml().encode()).decode()}
-            if values_path:
-                data["values.yaml"] = _values_file(values_path)
-            verb = await _write_cluster_secret(home, settings, name, data, existing)
-        finally:
-            await home.close()
-    if existing is not None:
-        verb += (f" (server before: {_server_of(existing, settings.kubeconfig_key)}, "
-                 f"after: {kc.server})")
-    warn = "".join(f"\nwarning: {w}" for w in kc.warnings)
-    return (f"cluster {name} ({kc.server}, {version}) registered: Secret "
-            f"{settings.namespace}/{name} {verb}{warn}")
-
-
-def _server_of(secret: dict[str, Any], key: str) -> str:
-    """The API server a cluster Secret's kubeconfig names (read, never used)."""
-    from krypton.decisions.discovery import decode_data
-
-    try:
-        raw = decode_data((secret.get("data") or {}).get(key))
-        return kubeconfigs.parse(raw, trust=True).server
-    except (KubeconfigRejected, ValueError) as exc:
-        return f"unreadable ({exc})"
-
-
-def _values_file(values_path: str) -> str:
-    try:
-        raw = Path(values_path).read_bytes()
-        safeyaml.load_values(raw, what=values_path)
-    except OSError as exc:
-        raise KubeconfigRejected(f"cannot read {values_path}: {exc.strerror}",
-                                 reason="ValuesInvalid") from exc
-    except safeyaml.YamlRejected as exc:
-        raise KubeconfigRejected(str(exc), reason="ValuesInvalid") from exc
-    return base64.b64encode(raw).decode()
-
-
-async def _write_cluster_secret(home: Kube, settings: Settings, name: str,
-                                data: dict[str, str], existing: dict[str, Any] | None) -> str:
-    body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": settings.namespace,
-                     "labels": {settings.kubeconfig_label: "true",
-                                "app.kubernetes.io/managed-by": "krypton"}},
-        "type": "Opaque", "data": data}
-    if existing is None:
-        await home.create_secret(settings.namespace, body)
-        return "created"
-    # replaced only as it was judged: a Secret changed since is a conflict, not overwritten
-    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-    await home.replace_secret(settings.namespace, name, body)
-    return "replaced"
-
-
 async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
     """Ask for a new attempt of Tenant `ref` ("namespace/name") on every discovered cluster
     that has it, or on `only`: the retry annotation gets a new value (R18). One line per
@@ -515,121 +428,3 @@ async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
     return lines
 
 
-async def adopt_records(settings: Settings, ref: str | None, only: str | None, *,
-                        dry_run: bool = False) -> list[str]:
-    """Ask the operator to adopt release records as they are (SPEC S6): those of Tenant `ref`
-    ("namespace/name"), or with `ref` None those of every Tenant whose release krypton
-    refused for its records (ReleaseRecordUntrusted), on every discovered cluster or on
-    `only`. An administrator's explicit act for what is not adopted by its content. The
-    seals of each release's deployed and superseded revisions, as read now, go into the
-    Tenant's ADOPT_ANNOTATION; the operator's next pass believes them and its commit keeps
-    them, with an Event. `dry_run` lists what would be asked and what krypton said of it,
-    writing nothing. One line per release; NotFound when `ref` is on no cluster."""
-    wanted = None
-    if ref is not None:
-        namespace, _, name = ref.partition("/")
-        if not namespace or not name:
-            raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
-        wanted = TenantKey(namespace, name)
-    lines = []
-    async with fleet_view(settings, "krypton-adopt-") as (_, home, clusters):
-        found_keys = await record_keys(home, settings.namespace)
-        if found_keys is None:
-            raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
-                           "operator makes it at its first start")
-        for c in clusters:
-            if c.kube is None or (only and c.name != only):
-                continue
-            if wanted is not None:
-                tenant = await c.kube.get_tenant(wanted)
-                tenants = [] if tenant is None else [tenant]
-            else:
-                tenants = [t for t in await c.kube.list_tenants(settings.watch_namespace or None)
-                           if _untrusted(t, c.name) is not None]
-            for tenant in tenants:
-                lines.append(await _adopt(settings, c.name, c.kube, tenant, found_keys[0],
-                                          dry_run=dry_run))
-    if wanted is not None and not lines:
-        where = f"cluster {only}" if only else "any discovered cluster"
-        raise NotFound(f"Tenant {wanted} not found on {where}")
-    if not lines:
-        where = f"cluster {only}" if only else "any discovered cluster"
-        lines.append(f"no release is refused for its records on {where}")
-    return lines
-
-
-def _untrusted(tenant: dict[str, Any], cluster: str) -> str | None:
-    """What krypton said of the Tenant's release on `cluster` when it refused it for its
-    records (ReleaseRecordUntrusted), else None."""
-    for c in (tenant.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == conditions.cluster_type(
-                conditions.ERROR, cluster) and c.get("status") == "True" and \
-                c.get("reason") == "ReleaseRecordUntrusted":
-            return str(c.get("message") or "")
-    return None
-
-
-async def _adopt(settings: Settings, cluster: str, kube: Kube, tenant: dict[str, Any],
-                 keys: records.Keys, *, dry_run: bool) -> str:
-    """One release's adoption asked for (or, `dry_run`, said), as a line."""
-    meta = tenant.get("metadata") or {}
-    key = TenantKey(str(meta.get("namespace")), str(meta.get("name")))
-    release, where = release_name(key.name, cluster), settings.release_namespace_for(key.name)
-    said = _untrusted(tenant, cluster)
-    said = f"; krypton said: {said}" if said else ""
-    try:
-        found = records.adoptable(await history.read(
-            kube, settings.helm_driver, where, release, keys))
-    except records.RecordRefused as exc:
-        return f"{cluster}: {key}: nothing adopted of release {release}: {exc}{said}"
-    revisions = ", ".join(str(r) for r, _ in found)
-    if dry_run:
-        return f"{cluster}: {key}: would adopt revisions {revisions} of release {release}{said}"
-    asked = records.asked((meta.get("annotations") or {}).get(ADOPT_ANNOTATION))
-    seals = list(dict.fromkeys([s for _, s in found] + list(asked)))[:records.ASKED_MAX]
-    await kube.patch_tenant(key, {"metadata": {"annotations": {
-        ADOPT_ANNOTATION: ",".join(seals)}}})
-    return (f"{cluster}: {key}: adoption of revisions {revisions} of release {release} in "
-            f"{where} asked for ({ADOPT_ANNOTATION}); the operator's next pass carries it out")
-
-
-async def rotate_record_key(settings: Settings, *, prune: bool) -> list[str]:
-    """Rotate the key that seals release records (SPEC S4): a new current key, the old one
-    retired, still checking the seals it made. With `prune`, instead drop the retired keys no
-    Tenant's seals use any more, on every discovered cluster (refused when one cannot be
-    read: a seal there may still need its key). The Secret is replaced at the version read."""
-    async with fleet_view(settings, "krypton-keys-") as (_, home, clusters):
-        found = await record_keys(home, settings.namespace)
-        if found is None:
-            raise NotFound(f"Secret {settings.namespace}/{RECORD_KEY_SECRET} not found: the "
-                           "operator makes it at its first start")
-        keys, secret = found
-        data = secret.get("data") or {}
-        if not prune:
-            new = os.urandom(records.KEY_BYTES)
-            data = records.rotated(data, new)
-            lines = [f"new key {records.key_id(new)}; key {records.key_id(keys.current)} "
-                     "retired, still checking the seals it made",
-                     "restart the operator to seal with the new key (kubectl rollout restart); "
-                     "drop retired keys with --prune once no seal uses them"]
-        else:
-            kept: list[str] = []
-            for c in clusters:
-                if c.kube is None:
-                    raise TemporaryError(f"cluster {c.name} cannot be reached ({c.error}): no "
-                                         "key removed, a seal there may still need one")
-                for t in await tenants_of(c.kube, settings):
-                    for entry in ((t.get("status") or {}).get("clusters") or {}).values():
-                        found_seals = entry.get("records") if isinstance(entry, dict) else None
-                        kept += [x for x in found_seals or [] if isinstance(x, str)]
-            data, removed = records.pruned(data, kept)
-            if not removed:
-                return [f"no retired key to remove ({len(keys.retired)} still checking seals "
-                        "in use)"]
-            lines = [f"retired key {kid} removed: no seal uses it" for kid in removed]
-        body = {"metadata": {"name": RECORD_KEY_SECRET, "namespace": settings.namespace,
-                             "labels": (secret.get("metadata") or {}).get("labels") or {},
-                             "resourceVersion": secret["metadata"]["resourceVersion"]},
-                "type": "Opaque", "data": data}
-        await home.replace_secret(settings.namespace, RECORD_KEY_SECRET, body)
-        return lines
