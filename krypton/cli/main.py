@@ -336,7 +336,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
     from krypton.app import log
-    from krypton.cli import records, register, tools, view
+    from krypton.cli import records, register, rollout, tools, view
     from krypton.decisions.errors import KryptonError, PermanentError
     from krypton.decisions.printable import escape, escape_lines
 
@@ -363,7 +363,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             import socket
 
             by = args.by or f"{getpass.getuser()}@{socket.gethostname()}"
-            wrote, lines = asyncio.run(tools.rollout_control(settings, args.action, by))
+            wrote, lines = asyncio.run(rollout.rollout_control(settings, args.action, by))
             print("\n".join(lines))
             return 0 if wrote else 1
         if args.command == "rotate-record-key":

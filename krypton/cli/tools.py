@@ -1,5 +1,5 @@
-"""Fleet tooling behind ``krypton plan``, ``krypton status``, ``krypton rollout`` and
-``krypton retry`` (SPEC O7): the fleet as the operator sees it (:func:`fleet_view`), read
+"""Fleet tooling behind ``krypton plan``, ``krypton status`` and ``krypton retry``
+(SPEC O7): the fleet as the operator sees it (:func:`fleet_view`), read
 with the same flags as ``krypton run`` and the same code: discovery, kubeconfig checks,
 chart resolution and the pure planner, so a plan shows exactly what the operator's next
 pass would do.
@@ -38,7 +38,6 @@ from krypton.decisions import (
     deployed,
     inventory,
     redact,
-    rollout,
     sharding,
 )
 from krypton.decisions import kubeconfig as kubeconfigs
@@ -56,7 +55,6 @@ from krypton.decisions.discovery import (
     profile_fields,
 )
 from krypton.decisions.errors import (
-    Conflict,
     KubeconfigRejected,
     NotFound,
     SettingsError,
@@ -313,39 +311,6 @@ async def rollout_state(home: Kube, settings: Settings) -> RolloutState | None:
                                                                     CONFIGMAP))
     except TemporaryError:
         return None
-
-
-async def rollout_control(settings: Settings, action: str, by: str) -> tuple[bool, list[str]]:
-    """``krypton rollout ACTION`` (F9): the control annotation written on the rollout
-    ConfigMap over the version read (a rollout that moved meanwhile makes the write fail,
-    and nothing changes), or the history. Returns whether it wrote, and what it says."""
-    with tempfile.TemporaryDirectory(prefix="krypton-rollout-") as tmp:
-        home = await watch_cluster(settings, Path(tmp), trust_secret=False)
-        try:
-            attempts = 3
-            while True:
-                cm = await home.get_configmap(settings.namespace, CONFIGMAP)
-                state = RolloutState.from_configmap(cm)
-                if action == "history":
-                    return True, rollout.history_lines(state, _when)
-                annotations, said = rollout.command(state, action, by)
-                if annotations is None or cm is None:
-                    return False, [said]
-                try:
-                    await home.patch_configmap(settings.namespace, CONFIGMAP, {"metadata": {
-                        "resourceVersion": cm["metadata"]["resourceVersion"],
-                        "annotations": annotations}})
-                    return True, [said]
-                except Conflict:  # the operator wrote the state meanwhile: judge it again
-                    attempts -= 1
-                    if not attempts:
-                        raise
-        finally:
-            await home.close()
-
-
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t else "-"
 
 
 async def find_operator(settings: Settings, ref: str, look_in: str | None
