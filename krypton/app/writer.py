@@ -25,7 +25,19 @@ from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
 
 log = structlog.get_logger("krypton")
-SAID_MAX = 64  # other instances said, before the memory of them starts again
+SAID_MAX = 64  # other instances said (or Leases read), before the memory of them starts again
+READ_AGAIN = 1.0  # seconds a Lease read is answered from memory: one read for many releases
+
+
+def _running_here(pid: int) -> bool:
+    """Whether a process `pid` runs on this host (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _live(lease: dict[str, Any] | None, own: float) -> bool:
@@ -53,11 +65,15 @@ class Writer:
         self.presence = ""  # the name of this instance's own Lease while it keeps one
         self._version = ""  # its resourceVersion as last written (a Lease is replaced at one)
         self._said: set[str] = set()  # the other instances' own Leases said (AnotherInstance)
+        self._read: dict[str, tuple[float, dict[str, Any] | None]] = {}  # by name: when, what
 
     def _presence(self, name: str) -> dict[str, Any]:
         now = now_micro()
-        meta = {"name": name, "labels": {writers.PRESENCE_LABEL: "true",
-                                         "app.kubernetes.io/managed-by": "krypton"}}
+        meta: dict[str, Any] = {
+            "name": name, "labels": {writers.PRESENCE_LABEL: "true",
+                                     "app.kubernetes.io/managed-by": "krypton"},
+            "annotations": {writers.PRESENCE_HOST: reporting_instance(),
+                            writers.PRESENCE_PID: str(os.getpid())}}
         if self._version:
             meta["resourceVersion"] = self._version
         return {"metadata": meta,
@@ -68,7 +84,8 @@ class Writer:
         """Without the fleet's Lease: make a Lease of this instance's own and be named after
         it, so that another instance sees exactly while this one runs (renewed by
         :meth:`keep`, deleted by :meth:`withdraw`). Leftovers of instances that ended
-        without deleting theirs, unrenewed for an hour, are deleted first. Where it cannot
+        without deleting theirs are deleted first: those of this host whose process is gone
+        (this one's own predecessor, killed), and any unrenewed for an hour. Where it cannot
         be made, the process's name stands (judged by the time it wrote)."""
         s = self.settings
         if self.leased:
@@ -92,7 +109,12 @@ class Writer:
         for lease in await self.home.list_leases(ns, f"{writers.PRESENCE_LABEL}=true"):
             meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
             renewed = epoch_seconds(spec.get("renewTime")) or 0.0
-            if time.time() - renewed > writers.PRESENCE_STALE:
+            notes = meta.get("annotations") or {}
+            pid = str(notes.get(writers.PRESENCE_PID) or "")
+            gone_here = notes.get(writers.PRESENCE_HOST) == reporting_instance() and \
+                pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and \
+                not _running_here(int(pid))
+            if gone_here or time.time() - renewed > writers.PRESENCE_STALE:
                 await self.home.delete_lease(ns, str(meta.get("name")),
                                              str(meta.get("resourceVersion") or "") or None)
 
@@ -146,20 +168,35 @@ class Writer:
                 await self.home.delete_lease(self.settings.lease_namespace, self.presence)
             self.presence = ""
 
-    async def active(self, writer: str, written: float) -> bool:
-        """Whether the instance `writer`, which wrote a record at `written`, is at work: its
-        Lease renewed, for one that has a Lease in krypton's own Lease namespace; else by the
-        time it wrote (:func:`writers.active_without_lease`). The name comes from a record's
-        label, which a tenant's admin may write where the records are not guarded: it never
-        makes krypton read a Lease anywhere else."""
+    async def active(self, writer: str, written: float) -> float:
+        """For how many seconds more the instance `writer`, which wrote a record at
+        `written`, is taken to be at work (0: it is not): while its Lease is renewed, for
+        one that has a Lease in krypton's own Lease namespace; else by the time it wrote
+        (:func:`writers.active_without_lease`). The name comes from a record's label, which
+        a tenant's admin may write where the records are not guarded: it never makes
+        krypton read a Lease anywhere else."""
         lease = writers.lease_of(writer)
         if lease is not None and lease[0] == self.settings.lease_namespace:
             try:
-                return _live(await self.home.get_lease(*lease), self.settings.lease_duration)
-            except KryptonError as exc:  # another namespace's, not ours to read: the time
+                spec = (await self._lease(lease[1]) or {}).get("spec") or {}
+                return leases.left_by_wall_clock(spec, self.settings.lease_duration,
+                                                 time.time()) \
+                    if spec.get("holderIdentity") else 0.0
+            except KryptonError as exc:  # not ours to read: the time
                 log.info("writer's lease not readable", writer=writer, error=str(exc))
         return writers.active_without_lease(written, self.started, time.time(),
                                             self.settings.resync_period)
+
+    async def _lease(self, name: str) -> dict[str, Any] | None:
+        """The Lease `name` of krypton's Lease namespace, read at most once a READ_AGAIN."""
+        now = time.monotonic()
+        if (hit := self._read.get(name)) is not None and now - hit[0] < READ_AGAIN:
+            return hit[1]
+        found = await self.home.get_lease(self.settings.lease_namespace, name)
+        if len(self._read) >= SAID_MAX:
+            self._read.clear()
+        self._read[name] = (now, found)
+        return found
 
     async def warn_if_unleased(self, events: EventRecorder) -> None:
         """Say loudly, at start, that this instance runs without a Lease while another holds

@@ -56,6 +56,15 @@ def live_by_wall_clock(spec: Mapping[str, Any], own: float, now: float) -> bool:
     return now - renewed <= believed_duration(spec, own)[0]
 
 
+def left_by_wall_clock(spec: Mapping[str, Any], own: float, now: float) -> float:
+    """For how many seconds more the holder is believed to hold the Lease, by the wall clock
+    `now` (0: it is not)."""
+    renewed = epoch_seconds(spec.get("renewTime"))
+    if renewed is None or renewed > now + CLOCK_SKEW:
+        return 0.0
+    return max(0.0, renewed + believed_duration(spec, own)[0] - now)
+
+
 def describe(holder: str, problems: list[str]) -> str:
     """One line naming the holder and what is not believed, for a log, an Event, /readyz."""
     said = f"held by {holder or '(nobody)'}"

@@ -286,6 +286,7 @@ class Observation:
     # whether the other writer of the latest record is still at work (None: not looked at)
     writer: str = ""
     writer_active: bool | None = None
+    writer_wait: float = 0.0  # seconds it is taken to be at work for, from the look
     # the drift repairs of the release in the last hour (None: not counted yet, as the
     # operator's and krypton plan's observation leaves it)
     repairs: int | None = 0

@@ -39,6 +39,8 @@ LEASE_PREFIX = "lease."
 RUN_PREFIX = "run."
 PRESENCE_PREFIX = "krypton-run-"
 PRESENCE_LABEL = "mesh.openkcm.io/presence"  # on the presence Leases, for their cleanup
+PRESENCE_HOST = "mesh.openkcm.io/host"  # annotations of a presence Lease: whose it is
+PRESENCE_PID = "mesh.openkcm.io/pid"
 PRESENCE_STALE = 3600.0  # seconds unrenewed after which a presence Lease is a leftover
 WINDOW_RESYNCS = 3  # resync periods another writer without a Lease is believed at work
 REPAIRS_MAX = 3  # drift repairs of one release in REPAIRS_PER seconds before the brake
@@ -83,10 +85,13 @@ def lease_of(writer: str) -> tuple[str, str] | None:
 
 
 def active_without_lease(written: float, started: float, now: float,
-                         resync_period: float) -> bool:
-    """Whether a writer without a Lease is taken to be at work: it wrote after this
-    process `started` and less than WINDOW_RESYNCS resync periods before `now`."""
-    return written > started and now - written < WINDOW_RESYNCS * resync_period
+                         resync_period: float) -> float:
+    """For how many seconds more a writer without a Lease is taken to be at work (0: it is
+    not): it wrote after this process `started`, for WINDOW_RESYNCS resync periods from
+    then."""
+    if written <= started:
+        return 0.0
+    return max(0.0, WINDOW_RESYNCS * resync_period - (now - written))
 
 
 NOT_A_REPAIR = "no"  # the repair label of a record no drift repair made

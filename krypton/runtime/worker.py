@@ -58,8 +58,8 @@ CREDENTIALS_CHECK = 3600.0  # seconds between expiry checks of an engaged cluste
 CRD_CHECK = 10.0  # seconds between looks at a Tenant CRD found outdated (applied since?)
 
 
-async def _inactive() -> bool:
-    return False
+async def _inactive() -> float:
+    return 0.0
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Shared:
     # this instance's name on the records it writes, and whether another writer is at
     # work (SPEC S6; "": no name, no check)
     writer: str = ""
-    writer_active: Callable[[str, float], Awaitable[bool]] = lambda _w, _at: _inactive()
+    writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
 
 
 class Worker:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import subprocess
 import time
 from typing import Any
 
 import pytest
 
+from krypton.adapters.events import reporting_instance
 from krypton.app.writer import Writer
 from krypton.decisions import writers
 from krypton.decisions.errors import Forbidden
@@ -72,10 +75,12 @@ def test_a_label_naming_a_lease_elsewhere_reads_no_lease_and_is_judged_by_time()
     assert home.read == []
 
 
-def _presence(name: str, renewed: float) -> dict[str, Any]:
+def _presence(name: str, renewed: float, host: str = "h", pid: int = 1) -> dict[str, Any]:
     when = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(renewed))
     return {"metadata": {"name": name, "resourceVersion": "7",
-                         "labels": {writers.PRESENCE_LABEL: "true"}},
+                         "labels": {writers.PRESENCE_LABEL: "true"},
+                         "annotations": {writers.PRESENCE_HOST: host,
+                                         writers.PRESENCE_PID: str(pid)}},
             "spec": {"holderIdentity": name, "renewTime": when, "leaseDurationSeconds": 15}}
 
 
@@ -98,6 +103,24 @@ def test_an_instance_without_the_fleets_lease_is_named_after_a_lease_of_its_own(
     assert ("krypton", writer.presence) not in home.leases and writer.presence == ""
     gone = writers.presence_lease("krypton", "h", 1)
     assert not asyncio.run(other.active(f"lease.krypton.{gone}", 0.0))
+
+
+def test_a_predecessor_killed_on_this_host_leaves_no_lease_to_wait_for() -> None:
+    """A Lease of an instance of this host whose process is gone is deleted when the next
+    one starts (it would otherwise look at work for its duration); one of a process that
+    runs, or of another host, stays."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = reporting_instance()
+    home = Home({("krypton", n): _presence(n, time.time(), host=h, pid=p) for n, h, p in (
+        ("krypton-run-gone", host, gone.pid), ("krypton-run-alive", host, os.getppid()),
+        ("krypton-run-elsewhere", "another-host", gone.pid))})
+    writer = _writer(home)
+    asyncio.run(writer.announce())
+    assert sorted(n for _, n in home.leases) == sorted(
+        ["krypton-run-alive", "krypton-run-elsewhere", writer.presence])
+    left = asyncio.run(writer.active("lease.krypton.krypton-run-alive", 0.0))
+    assert 0 < left <= 15.0  # until its Lease runs out, if it is not renewed
 
 
 def test_without_the_right_to_make_a_lease_it_is_named_after_its_process() -> None:

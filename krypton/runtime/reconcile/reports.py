@@ -94,15 +94,18 @@ async def another_writer(rt: ClusterRuntime, p: Pass) -> Report:
     """Another krypton instance wrote the release and is at work (SPEC S6): no helm run and
     no write to the Tenant, whose status is that writer's (two writers of it would take
     turns without end). Said once per writer: an Event, a log line; counted every pass.
-    The key comes back with the resync."""
+    The key comes back once the other is no longer taken to be at work (its Lease run out,
+    its window past), or with the resync."""
     metrics.RELEASES_YIELDED.labels(rt.name).inc()
     record, writer = rt.memory.of(p.key), p.obs.tenant.writer or p.obs.release.writer or ""
+    # back when the other is no longer taken to be at work, else with the resync
+    outcome = Outcome(reason=p.plan.reason, requeue_after=p.obs.writer_wait + 1.0
+                      if p.obs.writer_wait > 0 else None)
     if record.yielded_to == writer:
-        return Report(outcome=Outcome(reason=p.plan.reason))
+        return Report(outcome=outcome)
     record.yielded_to = writer
     p.log.warning("release left to another writer", writer=writer, detail=p.plan.message)
-    return Report(events=[("Warning", p.plan.reason, p.plan.message)],
-                  outcome=Outcome(reason=p.plan.reason))
+    return Report(events=[("Warning", p.plan.reason, p.plan.message)], outcome=outcome)
 
 
 async def stalled(rt: ClusterRuntime, p: Pass) -> Report:

@@ -57,8 +57,8 @@ async def _unguarded() -> float:
     return 0.0
 
 
-async def _inactive(_writer: str, _written: float) -> bool:
-    return False
+async def _inactive(_writer: str, _written: float) -> float:
+    return 0.0
 
 
 @dataclass(kw_only=True)
@@ -84,7 +84,7 @@ class ClusterView:
     # this krypton instance's name on the records it writes, and whether another writer
     # (its name, when it wrote) is at work (SPEC S6); "": no such check
     writer: str = ""
-    writer_active: Callable[[str, float], Awaitable[bool]] = _inactive
+    writer_active: Callable[[str, float], Awaitable[float]] = _inactive
 
     async def desired_chart(self) -> ChartTarget | ChartProblem:
         try:
@@ -207,8 +207,8 @@ class ClusterView:
                 obs = dataclasses.replace(obs, shared=shared, adopt=adopt)
             elif decided.action is Need.OBSERVE_WRITER:
                 rel = obs.release
-                obs = dataclasses.replace(obs, writer_active=await self.writer_active(
-                    rel.writer or "", rel.written))
+                left = await self.writer_active(rel.writer or "", rel.written)
+                obs = dataclasses.replace(obs, writer_active=left > 0, writer_wait=left)
             elif decided.action is Need.COUNT_REPAIRS:
                 found = await self.kube.release_record_labels(
                     self.settings.helm_driver, namespace, f"owner=helm,name={release}")
