@@ -27,6 +27,7 @@ from krypton.decisions.settings import Settings
 log = structlog.get_logger("krypton")
 SAID_MAX = 64  # other instances said (or Leases read), before the memory of them starts again
 READ_AGAIN = 1.0  # seconds a Lease read is answered from memory: one read for many releases
+LOOK_EVERY = 30.0  # seconds between looks for other instances beside this one
 
 
 def _running_here(pid: int) -> bool:
@@ -120,13 +121,17 @@ class Writer:
 
     async def keep(self, events: EventRecorder) -> None:
         """Renew this instance's own Lease until cancelled (a third of its duration apart),
-        saying each other instance that keeps one beside it (:meth:`_look_around`); a
-        renewal that fails is tried again at the next one."""
+        saying each other instance that keeps one beside it at start and every LOOK_EVERY
+        seconds (:meth:`_look_around`); a renewal that fails is tried again at the next
+        one."""
         if not self.presence:
             return
+        looked = -LOOK_EVERY
         while True:
-            with contextlib.suppress(KryptonError):
-                await self._look_around(events)
+            if time.monotonic() - looked >= LOOK_EVERY:
+                looked = time.monotonic()
+                with contextlib.suppress(KryptonError):
+                    await self._look_around(events)
             await asyncio.sleep(self.settings.lease_duration / 3)
             ns = self.settings.lease_namespace
             try:
