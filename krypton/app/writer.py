@@ -113,7 +113,7 @@ class Writer:
             notes = meta.get("annotations") or {}
             pid = str(notes.get(writers.PRESENCE_PID) or "")
             gone_here = notes.get(writers.PRESENCE_HOST) == reporting_instance() and \
-                pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and \
+                pid.isascii() and pid.isdigit() and len(pid) < 10 and int(pid) != os.getpid() and \
                 not _running_here(int(pid))
             if gone_here or time.time() - renewed > writers.PRESENCE_STALE:
                 await self.home.delete_lease(ns, str(meta.get("name")),

@@ -75,7 +75,7 @@ def test_a_label_naming_a_lease_elsewhere_reads_no_lease_and_is_judged_by_time()
     assert home.read == []
 
 
-def _presence(name: str, renewed: float, host: str = "h", pid: int = 1) -> dict[str, Any]:
+def _presence(name: str, renewed: float, host: str = "h", pid: int | str = 1) -> dict[str, Any]:
     when = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(renewed))
     return {"metadata": {"name": name, "resourceVersion": "7",
                          "labels": {writers.PRESENCE_LABEL: "true"},
@@ -115,10 +115,13 @@ def test_a_predecessor_killed_on_this_host_leaves_no_lease_to_wait_for() -> None
     home = Home({("krypton", n): _presence(n, time.time(), host=h, pid=p) for n, h, p in (
         ("krypton-run-gone", host, gone.pid), ("krypton-run-alive", host, os.getppid()),
         ("krypton-run-elsewhere", "another-host", gone.pid))})
+    # a pid no process has (over the bound, and past what int() takes) is not looked up
+    home.leases[("krypton", "krypton-run-odd")] = _presence("krypton-run-odd", time.time(),
+                                                            host=host, pid="9" * 5000)
     writer = _writer(home)
     asyncio.run(writer.announce())
     assert sorted(n for _, n in home.leases) == sorted(
-        ["krypton-run-alive", "krypton-run-elsewhere", writer.presence])
+        ["krypton-run-alive", "krypton-run-elsewhere", "krypton-run-odd", writer.presence])
     left = asyncio.run(writer.active("lease.krypton.krypton-run-alive", 0.0))
     assert 0 < left <= 15.0  # until its Lease runs out, if it is not renewed
 
