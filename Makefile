@@ -15,7 +15,11 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: install testbin test test-helm3 unit integration e2e e2e-kind demo bench lint run run-pid stop clean image image-lock runtime docs figures
 
-install: $(STAMP) testbin
+install: $(STAMP) testbin $(BIN)/krypton-helmworker
+
+# the helm worker (SPEC P5), beside the krypton command
+$(BIN)/krypton-helmworker: $(STAMP) hack/helmworker.sh hack/testbin.sh $(wildcard helmworker/*.go) helmworker/go.mod helmworker/go.sum
+	bash hack/helmworker.sh $(BIN)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,7 +38,7 @@ test: install lint docs image runtime
 	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 && $(KIND_LANE)
 
 test-helm3: install
-	KRYPTON_TEST_HELM=3 KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
+	KRYPTON_TEST_HELM=3 KRYPTON_HELM_ENGINE=cli KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 unit: $(STAMP)
@@ -63,7 +67,7 @@ bench: install
 # The operator image as an OCI archive in dist/ (see hack/image.sh); image-lock re-pins its
 # Debian packages and Python wheels.
 image: install
-	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm bash hack/image.sh
+	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm HELMWORKER=$(BIN)/krypton-helmworker bash hack/image.sh
 
 runtime:
 	bash hack/runtime.sh
@@ -82,6 +86,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check krypton tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	bash hack/helmworker.sh check
 
 run: install
 	PATH=$(TESTBIN_DIR):$$PATH $(BIN)/krypton run $(RUN_ARGS)

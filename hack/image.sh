@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make image: the operator image, as an OCI archive in dist/, built from package registries
 # only: Debian bookworm packages (mmdebstrap), the Python wheels of image/requirements.lock
-# (PyPI, checked against their sha256), and helm built from its Go module by the test bed.
+# (PyPI, checked against their sha256), helm built from its Go module by the test bed, and
+# krypton's helm worker built from helmworker/ on the same Helm module.
 # No registry of images is needed, and none is used.
 #
 # Reproducible: every input is pinned (image/debian.lock names each Debian package's version,
@@ -47,6 +48,14 @@ helm_binary() {
 # run by mmdebstrap with the root filesystem's directory as $1
 # shellcheck disable=SC2016
 CLEAN_HOOK='rm -rf "$1"/var/cache/* "$1"/var/lib/apt/lists/* "$1"/var/log/*'
+
+# the helm worker: hack/helmworker.sh's build (static, stripped, -trimpath) on the same Helm
+helmworker_binary() {
+  if [ -n "${HELMWORKER:-}" ]; then printf '%s\n' "${HELMWORKER}"; return; fi
+  local out="${WORK}/helmworker"
+  bash "${ROOT}/hack/helmworker.sh" "${out}" >&2
+  printf '%s/krypton-helmworker\n' "${out}"
+}
 
 debian_rootfs() {  # $1: directory to fill
   local includes
@@ -112,6 +121,7 @@ main() {
     --invalidation-mode checked-hash /opt/krypton/lib >/dev/null
 
   install -D -m 0755 "${helm}" "${rootfs}/usr/local/bin/helm"
+  install -D -m 0755 "$(helmworker_binary)" "${rootfs}/usr/local/bin/krypton-helmworker"
   # what the operator and the CLI import at start must be there, and CEL's native library
   # load (--health-check-expr)
   chroot "${rootfs}" /usr/bin/python3 -c 'import sys; sys.path.insert(0, "/opt/krypton/lib")

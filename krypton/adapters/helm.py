@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 import yaml
 from pyhelm3 import errors as helm_errors
-from pyhelm3.command import CHART_NOT_FOUND, Command
+from pyhelm3.command import CHART_NOT_FOUND, Command, SafeLoader
 
 from krypton.adapters import metrics
 from krypton.decisions import conflicts, safeyaml
@@ -101,6 +101,21 @@ def _helm_error(exc: helm_errors.Error) -> HelmFailed:
         return OwnershipConflict(f"{found['kind']} {found['name']}{where} is owned by "
                                  f"{_foreign_owner(message)}: {message}")
     return HelmFailed(message)
+
+
+def failure(message: str) -> HelmFailed:
+    """helm's error `message`, as the helm worker answers it, told apart exactly as the
+    helm binary's stderr is."""
+    return _helm_error(helm_errors.Error(1, b"", f"Error: {message}".encode()))
+
+
+def documents(text: str, invalid: str) -> list[Any]:
+    """The YAML documents of a manifest as helm prints it (HelmFailed(`invalid`) if it is not
+    YAML), read as pyhelm3 reads helm's."""
+    try:
+        return [d for d in yaml.load_all(text, Loader=SafeLoader) if d is not None]
+    except yaml.YAMLError as exc:
+        raise HelmFailed(invalid) from exc
 
 
 STOP_GRACE = 5.0  # seconds a cancelled helm gets after SIGTERM, before SIGKILL
@@ -242,6 +257,9 @@ class Helm:
         self._command.driver = driver
         self._command.cache_dir = cache_dir
 
+    async def close(self) -> None:
+        """Nothing to stop: each helm process ends with its run."""
+
     async def _run(self, operation: str, coro: Any) -> Any:
         metrics.HELM_RUNS.labels(operation).inc()
         start, result = time.monotonic(), "success"
@@ -252,6 +270,9 @@ class Helm:
         except TimeoutError as exc:
             result = "error"
             raise HelmFailed(f"helm {operation} did not finish in {self.timeout + 60:.0f}s") from exc
+        except HelmFailed:  # the helm worker's error, already told apart
+            result = "error"
+            raise
         except helm_errors.Error as exc:
             result = "error"
             # the whole of it, for who runs at debug level; conditions and Events get _stderr

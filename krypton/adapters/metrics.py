@@ -29,7 +29,11 @@ TENANTS_ERROR = Gauge("krypton_tenants_error", "Tenants in phase Error on the cl
 HELM_SECONDS = Histogram("krypton_helm_operation_duration_seconds", "Histogram per helm operation",
                          ["operation", "result"],
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
-HELM_RUNS = Counter("krypton_helm_processes_total", "Helm processes started", ["operation"])
+HELM_RUNS = Counter("krypton_helm_processes_total", "Helm runs started (a helm process, or a "
+                    "request to a cluster's helm worker)", ["operation"])
+HELM_WORKERS = Gauge("krypton_helm_workers", "Helm worker processes running")
+HELM_WORKER_EXITS = Counter("krypton_helm_worker_exits_total", "Helm workers that ended "
+                            "other than by being stopped, by reason", ["cluster", "reason"])
 API_REQUESTS = Counter("krypton_api_requests_total",
                        "Kubernetes API requests made (list pages and watch connections included)",
                        ["cluster", "verb"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sysconfig
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +32,10 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
     for path in settings.chart_values_file:
         merged = deep_merge(merged, read_values_file(path))
     helm_path = resolve_helm(settings.helm_executable) if check_helm else settings.helm_executable
+    worker_path = resolve_helm(settings.helm_worker, "--helm-worker") \
+        if check_helm and settings.helm_engine == "worker" else settings.helm_worker
     return replace(settings, chart_values=merged, helm_path=helm_path,
+                   helm_worker_path=worker_path,
                    health_rules=read_health_rules(settings.health_check_expr),
                    profile_providers=read_providers(settings.cluster_profile_providers))
 
@@ -72,11 +76,13 @@ def read_values_file(path: str) -> dict[str, Any]:
         raise SettingsError(f"invalid --chart-values-file: {exc}") from exc
 
 
-def resolve_helm(executable: str) -> str:
-    found = shutil.which(executable)
+def resolve_helm(executable: str, flag: str = "--helm-executable") -> str:
+    """`executable` found on PATH, or else beside the krypton command (where `make install`
+    puts the helm worker)."""
+    found = shutil.which(executable) or shutil.which(executable, path=sysconfig.get_path("scripts"))
     if not found:
         raise SettingsError(f"helm executable {executable!r} not found "
-                            "(set --helm-executable or put helm on PATH)")
+                            f"(set {flag} or put it on PATH)")
     return found
 
 

@@ -23,7 +23,8 @@ from krypton.decisions.errors import SettingsError
 NAME_LABEL = "app.kubernetes.io/name=krypton"
 CONTAINER = "krypton"
 # Settings that only make sense inside the pod (paths, its own logging and ports).
-NOT_INHERITED = frozenset({"helm_executable", "watch_kubeconfig", "watch_context",
+NOT_INHERITED = frozenset({"helm_executable", "helm_engine", "helm_worker",
+                           "watch_kubeconfig", "watch_context",
                            "log_format", "log_level", "health_probe_bind_address",
                            "metrics_bind_address"})
 # Settings that widen what the CLI trusts: never taken from a Deployment, which anyone who

@@ -79,6 +79,11 @@ class HelmFailed(TemporaryError):
     reason = "HelmFailed"
 
 
+class HelmWorkerFailed(HelmFailed):
+    """The cluster's helm worker ended, or cannot start (SPEC P5)."""
+    reason = "HelmWorkerFailed"
+
+
 class ReleaseLocked(HelmFailed):
     reason = "ReleaseLocked"
 

@@ -209,6 +209,11 @@ OPTIONS: tuple[Opt, ...] = (
         "its cluster's maintenance window", True, boolean),
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
+    Opt("helm_engine", "How helm runs against a cluster: worker (Helm's library in a process "
+        "of krypton's own per cluster with helm work, --helm-worker; Helm 4) or cli (the helm "
+        "binary, one process per run, --helm-executable; Helm 3 runs only there). Charts are "
+        "pulled by the helm binary on both", "worker", choice("worker", "cli")),
+    Opt("helm_worker", "The helm worker binary (name on PATH or path)", "krypton-helmworker"),
     Opt("helm_force_conflicts", "Helm 4: when another field manager (kubectl, an HPA) owns "
         "fields of the next apply, take them over (--force-conflicts) and name them in an "
         "Event; false: the run fails with FieldConflict naming them", True, boolean),

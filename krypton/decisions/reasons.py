@@ -59,6 +59,17 @@ REASONS: dict[str, Reason] = {
                            "fix what the last error says, or `krypton retry NAMESPACE/NAME`"),
     "HelmFailed": _r(ERROR, "a helm run failed (the generic form of the errors above)",
                      "see the message"),
+    "HelmWorkerFailed": _r("Event,error", "the cluster's helm worker (--helm-engine=worker) "
+                           "ended or could not start; its requests failed with this message "
+                           "and retry on their schedule, and it starts again after a delay "
+                           "doubling from 1 s to 60 s", "read the worker's last words in the "
+                           "message; check --helm-worker and the pod's memory"),
+    "HelmWorkerOutOfMemory": _r(E, "the cluster's helm worker used more memory than krypton "
+                                "allows it (1 GiB) and was killed", "look for a release whose "
+                                "manifest or history is unusually large on that cluster"),
+    "HelmWorkerStuck": _r(E, "a cancelled request (past --helm-timeout, or at shutdown) did "
+                          "not end within 5 s and the cluster's helm worker was killed",
+                          "nothing: the next request starts a new one"),
     "ReleaseLocked": _r("plan,error", "a pending release record younger than --helm-timeout "
                         "+ 10 s, or helm refusing because another operation holds it",
                         "nothing: krypton looks again when the lock would be a leftover and "

@@ -82,6 +82,8 @@ class Settings:
     helm_timeout: float = _default("helm_timeout")
     helm_force_conflicts: bool = _default("helm_force_conflicts")
     helm_executable: str = _default("helm_executable")
+    helm_engine: str = _default("helm_engine")
+    helm_worker: str = _default("helm_worker")
     helm_driver: str = _default("helm_driver")
     record_guard: str = _default("record_guard")
     helm_history_max: int = _default("helm_history_max")
@@ -121,6 +123,7 @@ class Settings:
     # derived at load time (krypton.app.config.load)
     chart_values: dict[str, Any] = field(default_factory=dict)
     helm_path: str = ""
+    helm_worker_path: str = ""  # --helm-worker found on PATH (engine worker)
     health_rules: HealthRules = field(default_factory=HealthRules)  # --health-check-expr, compiled
     # --cluster-profile-providers, read: the exec plugin of each provider name
     profile_providers: dict[str, Provider] = field(default_factory=dict)
@@ -153,7 +156,8 @@ class Settings:
         return frozenset(n for n in names if n)
 
 
-assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "pod_namespace", "pod_server",
+assert {o.name for o in OPTIONS} | {"chart_values", "helm_path", "helm_worker_path",
+                                    "pod_namespace", "pod_server",
                                     "health_rules", "profile_providers"} == \
     {f.name for f in fields(Settings)}
 

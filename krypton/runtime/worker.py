@@ -29,6 +29,7 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
+from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
@@ -172,10 +173,7 @@ class Worker:
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
-        helm = Helm(settings.helm_path or settings.helm_executable, kubeconfig=kubeconfig,
-                    timeout=settings.helm_timeout, wait=settings.helm_wait,
-                    driver=settings.helm_driver, history_max=settings.helm_history_max,
-                    cache_dir=self._dir / "kube-cache")
+        helm = self._helm(kubeconfig)
         self.guard = recordguard.Keeper(self.kube, settings, self.health)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
@@ -200,6 +198,24 @@ class Worker:
             readiness.forget if readiness is not None else lambda _key: None
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
+
+    def _helm(self, kubeconfig: Path) -> Helm:
+        """The cluster's helm: its worker (`--helm-engine=worker`, started on the first
+        request) or the helm binary."""
+        s = self.shared.settings
+        executable = s.helm_path or s.helm_executable
+        common: dict[str, Any] = {
+            "kubeconfig": kubeconfig, "timeout": s.helm_timeout, "wait": s.helm_wait,
+            "driver": s.helm_driver, "history_max": s.helm_history_max,
+            "cache_dir": self._dir / "kube-cache"}
+        if s.helm_engine != "worker":
+            return Helm(executable, **common)
+
+        async def ended(reason: str, message: str) -> None:
+            await self.shared.report(self.name, "Warning", reason, message)
+
+        return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=self.name,
+                          on_exit=ended, **common)
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or
@@ -413,6 +429,8 @@ class Worker:
         self.consumer.release_moved(self.runtime, namespace, release, gone=gone)
 
     async def _close_kube(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.helm.close()
         if self.runtime is not None and self.runtime.readiness is not None:
             await self.runtime.readiness.close()
         if self.kube is not None:

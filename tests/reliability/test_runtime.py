@@ -122,17 +122,22 @@ def test_credentials_that_may_not_create_namespaces_install_into_one_made_for_th
     _kubectl(fleet, "delete", "clusterrole,clusterrolebinding", role)
 
 
-def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Fleet) -> None:
+@pytest.mark.parametrize("engine", ["worker", "cli"])
+def test_sigterm_with_helm_running_stops_within_the_shutdown_timeout(fleet: Fleet,
+                                                                      engine: str) -> None:
     """SIGTERM while helm waits for a Deployment that cannot become ready (no nodes): the
-    operator stops taking work, gives helm --shutdown-timeout, then stops it (SIGTERM, at
-    most 5 s, SIGKILL) and exits 0, leaving no helm process and no work directory."""
+    operator stops taking work, gives helm --shutdown-timeout, then stops it (cancelled in
+    the helm worker, or SIGTERM to the helm binary; at most 5 s, then SIGKILL) and exits 0,
+    leaving no helm process and no work directory."""
     fleet.register("remote", fleet.remote)
     op = fleet.start("--helm-wait=true", "--shutdown-timeout", "3s", "--helm-timeout", "300s",
-                     chart="workload", version="1.0.0")
+                     "--helm-engine", engine, chart="workload", version="1.0.0")
     name = fleet.tenant(fleet.remote, unique("waiting"))
+    program, argument = ("krypton-helmworker", "--kubeconfig") if engine == "worker" \
+        else ("helm", "upgrade")
     helm = wait_for(lambda: [p for p in descendants(op.pid)
-                             if Path(cmdline(p)[0]).name == "helm" and "upgrade" in cmdline(p)],
-                    60, what="a helm upgrade --install running")
+                             if Path(cmdline(p)[0]).name == program and argument in cmdline(p)],
+                    60, what=f"{program} running")
     line = cmdline(helm[0])
     workdir = Path(line[line.index("--kubeconfig") + 1]).parents[2]
     assert workdir.name.startswith("krypton-run-") and workdir.exists()

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/kube"
+	ri "helm.sh/helm/v4/pkg/release"
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// Server runs one cluster's requests, each in a goroutine of its own.
+type Server struct {
+	getter genericclioptions.RESTClientGetter
+	driver string // helm's storage driver, as HELM_DRIVER names it
+	out    *Writer
+
+	mu      sync.Mutex
+	running map[int64]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func NewServer(getter genericclioptions.RESTClientGetter, driver string, out *Writer) *Server {
+	return &Server{getter: getter, driver: driver, out: out, running: map[int64]context.CancelFunc{}}
+}
+
+// Serve reads requests until the end of input, then waits for those under way.
+func (s *Server) Serve(in *Reader) error {
+	defer s.wg.Wait()
+	for {
+		req, err := in.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if errors.Is(err, ErrMalformed) {
+			if werr := s.out.Write(Answer{Error: err.Error()}); werr != nil {
+				return werr
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if req.Op == "cancel" {
+			s.cancel(req.Target)
+			continue
+		}
+		s.start(req)
+	}
+}
+
+func (s *Server) start(req Request) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.running[req.ID] = cancel
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		answer := s.run(ctx, req)
+		s.mu.Lock()
+		delete(s.running, req.ID)
+		s.mu.Unlock()
+		cancel()
+		answer.ID, answer.Done = req.ID, true
+		_ = s.out.Write(answer) // a closed output ends the process through its reader
+	}()
+}
+
+func (s *Server) cancel(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel, ok := s.running[id]; ok {
+		cancel()
+	}
+}
+
+// CancelAll cancels every request under way (SIGTERM, as helm's command line does).
+func (s *Server) CancelAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.running {
+		cancel()
+	}
+}
+
+func (s *Server) run(ctx context.Context, req Request) (answer Answer) {
+	defer func() {
+		if p := recover(); p != nil { // one request's panic fails that request only
+			answer = Answer{Error: fmt.Sprintf("helm panicked: %v", p)}
+		}
+	}()
+	var err error
+	switch req.Op {
+	case "upgrade":
+		answer.Release, err = s.upgrade(ctx, req)
+	case "rollback":
+		answer.Release, err = s.rollback(req)
+	case "status":
+		answer.Release, err = s.status(req)
+	case "uninstall":
+		err = s.uninstall(req)
+	case "manifest":
+		answer.Manifest, err = s.manifest(req)
+	case "render":
+		answer.Manifest, err = s.render(ctx, req)
+	default:
+		err = fmt.Errorf("unknown operation %q", req.Op)
+	}
+	if err != nil {
+		return Answer{Error: err.Error()}
+	}
+	return answer
+}
+
+// configuration is helm's for one namespace, on the worker's one connection to its cluster.
+func (s *Server) configuration(namespace string) (*action.Configuration, error) {
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
+	if err := cfg.Init(s.getter, namespace, s.driver); err != nil {
+		return nil, err
+	}
+	if client, ok := cfg.KubeClient.(*kube.Client); ok {
+		client.Namespace = namespace
+	}
+	return cfg, nil
+}
+
+func wait(req Request) kube.WaitStrategy {
+	if req.Wait {
+		return kube.StatusWatcherStrategy
+	}
+	return kube.HookOnlyStrategy
+}
+
+func timeout(req Request) time.Duration { return time.Duration(req.Timeout * float64(time.Second)) }
+
+func values(req Request) map[string]any {
+	if req.Values == nil {
+		return map[string]any{}
+	}
+	return req.Values
+}
+
+// load reads a chart directory or archive and checks it as helm's install and upgrade do.
+func load(path string) (chart.Charter, error) {
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := chart.NewAccessor(ch)
+	if err != nil {
+		return nil, err
+	}
+	if kind := ac.MetadataAsMap()["Type"]; kind != "" && kind != "application" && kind != nil {
+		return nil, fmt.Errorf("%s charts are not installable", kind)
+	}
+	if req := ac.MetaDependencies(); len(req) > 0 {
+		if err := action.CheckDependencies(ch, req); err != nil {
+			return nil, fmt.Errorf("an error occurred while checking for chart dependencies. You may need to run 'helm dependency build' to fetch missing dependencies: %w", err)
+		}
+	}
+	return ch, nil
+}
+
+// upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
+func (s *Server) upgrade(ctx context.Context, req Request) (*release.Release, error) {
+	cfg, err := s.configuration(req.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	history := action.NewHistory(cfg)
+	history.Max = 1
+	versions, err := history.Run(req.Release)
+	if gone := errors.Is(err, driver.ErrReleaseNotFound); gone || (err == nil && uninstalled(versions)) {
+		return s.install(ctx, cfg, req, !gone)
+	} else if err != nil {
+		return nil, err
+	}
+	ch, err := load(req.Chart)
+	if err != nil {
+		return nil, err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Timeout, up.MaxHistory = req.Namespace, timeout(req), req.HistoryMax
+	up.WaitStrategy, up.WaitForJobs = wait(req), req.Wait
+	up.ResetValues, up.DisableOpenAPIValidation, up.SkipCRDs = true, true, req.SkipCRDs
+	up.Labels, up.ForceConflicts, up.TakeOwnership = req.Labels, req.ForceConflicts, req.TakeOwnership
+	up.ServerSideApply = "auto"
+	rel, err := up.RunWithContext(ctx, req.Release, ch, values(req))
+	if err != nil {
+		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+	}
+	return answered(rel)
+}
+
+func (s *Server) install(ctx context.Context, cfg *action.Configuration, req Request, replace bool) (*release.Release, error) {
+	ch, err := load(req.Chart)
+	if err != nil {
+		return nil, err
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace, in.Replace = req.Release, req.Namespace, replace
+	in.Timeout, in.WaitStrategy, in.WaitForJobs = timeout(req), wait(req), req.Wait
+	in.SkipCRDs, in.DisableOpenAPIValidation, in.ServerSideApply = req.SkipCRDs, true, true
+	in.Labels, in.ForceConflicts, in.TakeOwnership = req.Labels, req.ForceConflicts, req.TakeOwnership
+	rel, err := in.RunWithContext(ctx, ch, values(req))
+	if err != nil {
+		return nil, err
+	}
+	return answered(rel)
+}
+
+func uninstalled(versions []ri.Releaser) bool {
+	if len(versions) == 0 {
+		return false
+	}
+	last, err := v1(versions[len(versions)-1])
+	return err == nil && last.Info != nil && last.Info.Status == common.StatusUninstalled
+}
+
+// rollback is `helm rollback` and then `helm status`: the release the rollback made.
+func (s *Server) rollback(req Request) (*release.Release, error) {
+	cfg, err := s.configuration(req.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version, rb.Timeout, rb.MaxHistory = req.Revision, timeout(req), req.HistoryMax
+	rb.WaitStrategy, rb.WaitForJobs, rb.ForceReplace = wait(req), req.Wait, req.Force
+	rb.ServerSideApply = "auto"
+	if err := rb.Run(req.Release); err != nil {
+		return nil, err
+	}
+	return s.status(req)
+}
+
+func (s *Server) status(req Request) (*release.Release, error) {
+	cfg, err := s.configuration(req.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewStatus(cfg).Run(req.Release)
+	if err != nil {
+		return nil, err
+	}
+	return answered(rel)
+}
+
+// uninstall is `helm uninstall --wait`, with --no-hooks when asked.
+func (s *Server) uninstall(req Request) error {
+	cfg, err := s.configuration(req.Namespace)
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.DisableHooks, un.Timeout, un.DeletionPropagation = req.NoHooks, timeout(req), "background"
+	un.WaitStrategy = kube.StatusWatcherStrategy
+	_, err = un.Run(req.Release)
+	return err
+}
+
+// manifest is `helm get manifest`.
+func (s *Server) manifest(req Request) (string, error) {
+	cfg, err := s.configuration(req.Namespace)
+	if err != nil {
+		return "", err
+	}
+	rel, err := action.NewGet(cfg).Run(req.Release)
+	if err != nil {
+		return "", err
+	}
+	r, err := v1(rel)
+	if err != nil {
+		return "", err
+	}
+	return r.Manifest, nil
+}
+
+// render is `helm template --skip-crds`: the manifest and the hooks, without the cluster.
+func (s *Server) render(ctx context.Context, req Request) (string, error) {
+	ch, err := load(req.Chart)
+	if err != nil {
+		return "", err
+	}
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
+	in := action.NewInstall(cfg)
+	in.DryRunStrategy, in.Replace = action.DryRunClient, true
+	in.ReleaseName, in.Namespace = req.Release, req.Namespace
+	rel, err := in.RunWithContext(ctx, ch, values(req))
+	if err != nil {
+		return "", err
+	}
+	r, err := v1(rel)
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	out.WriteString(strings.TrimSpace(r.Manifest) + "\n")
+	for _, hook := range r.Hooks {
+		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", hook.Path, hook.Manifest)
+	}
+	return out.String(), nil
+}
+
+func v1(rel ri.Releaser) (*release.Release, error) {
+	switch r := rel.(type) {
+	case *release.Release:
+		return r, nil
+	case release.Release:
+		return &r, nil
+	default:
+		return nil, fmt.Errorf("unsupported release type: %T", rel)
+	}
+}
+
+// answered is the release as `helm -o json` gives it, without the chart and the values
+// (krypton has both): the answer stays the size of the manifest and the hooks.
+func answered(rel ri.Releaser) (*release.Release, error) {
+	r, err := v1(rel)
+	if err != nil {
+		return nil, err
+	}
+	out := *r
+	out.Chart, out.Config = nil, nil
+	return &out, nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// serve runs a Server without a cluster on the given request lines and returns its answers.
+func serve(t *testing.T, lines ...string) []Answer {
+	t.Helper()
+	in, out := io.Pipe()
+	answers, writer := io.Pipe()
+	server := NewServer(nil, "memory", NewWriter(writer))
+	go func() {
+		_ = server.Serve(NewReader(in))
+		writer.Close()
+	}()
+	go func() {
+		for _, line := range lines {
+			_, _ = io.WriteString(out, line+"\n")
+		}
+		out.Close()
+	}()
+	var got []Answer
+	scan := bufio.NewScanner(answers)
+	for scan.Scan() {
+		var a Answer
+		if err := json.Unmarshal(scan.Bytes(), &a); err != nil {
+			t.Fatalf("answer %q: %v", scan.Text(), err)
+		}
+		got = append(got, a)
+	}
+	return got
+}
+
+func testChart(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"Chart.yaml":              "apiVersion: v2\nname: c\nversion: 0.1.0\n",
+		"values.yaml":             "greeting: hello\n",
+		"templates/cm.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n  namespace: {{ .Release.Namespace }}\ndata:\n  greeting: {{ .Values.greeting }}\n",
+		"templates/hook-job.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hook\n  annotations:\n    helm.sh/hook: pre-install\n",
+	}
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestRenderIsHelmTemplateWithTheHooks(t *testing.T) {
+	dir := testChart(t)
+	got := serve(t, `{"id":7,"op":"render","release":"r","namespace":"ns","chart":"`+dir+`","values":{"greeting":"hi"}}`)
+	if len(got) != 1 || got[0].ID != 7 || got[0].Error != "" || !got[0].Done {
+		t.Fatalf("answers: %+v", got)
+	}
+	m := got[0].Manifest
+	for _, want := range []string{"name: r\n", "namespace: ns\n", "greeting: hi\n", "# Source: c/templates/hook-job.yaml\n"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("render lacks %q:\n%s", want, m)
+		}
+	}
+}
+
+func TestABadLineIsAnsweredAndTheNextIsServed(t *testing.T) {
+	dir := testChart(t)
+	got := serve(t, `{not json`, `{"id":2,"op":"nope"}`, `{"id":3,"op":"cancel","target":99}`,
+		`{"id":4,"op":"render","release":"r","namespace":"ns","chart":"`+dir+`"}`,
+		`{"id":5,"op":"render","release":"r","namespace":"ns","chart":"`+filepath.Join(dir, "absent")+`"}`)
+	byID := map[int64]Answer{}
+	for _, a := range got {
+		byID[a.ID] = a
+	}
+	if len(got) != 4 {
+		t.Fatalf("want 4 answers (none for a cancel), got %+v", got)
+	}
+	if !strings.Contains(byID[0].Error, "malformed request") {
+		t.Errorf("bad line: %+v", byID[0])
+	}
+	if byID[2].Error != `unknown operation "nope"` {
+		t.Errorf("unknown op: %+v", byID[2])
+	}
+	if byID[4].Error != "" || byID[4].Manifest == "" {
+		t.Errorf("render after errors: %+v", byID[4])
+	}
+	if !strings.Contains(byID[5].Error, "no such file") {
+		t.Errorf("absent chart: %+v", byID[5])
+	}
+}
+
+func TestALibraryChartIsNotInstallable(t *testing.T) {
+	dir := testChart(t)
+	if err := os.WriteFile(filepath.Join(dir, "Chart.yaml"), []byte("apiVersion: v2\nname: c\nversion: 0.1.0\ntype: library\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(dir); err == nil || err.Error() != "library charts are not installable" {
+		t.Fatalf("load: %v", err)
+	}
+}
+
+type flaky struct {
+	meta.RESTMapper
+	known, resets int
+}
+
+func (f *flaky) RESTMapping(gk schema.GroupKind, _ ...string) (*meta.RESTMapping, error) {
+	if f.resets < f.known {
+		return nil, &meta.NoKindMatchError{GroupKind: gk}
+	}
+	return &meta.RESTMapping{GroupVersionKind: gk.WithVersion("v1")}, nil
+}
+
+func (f *flaky) Reset() { f.resets++ }
+
+func TestAKindNotKnownIsLookedForAgainAtMostOncePerSecond(t *testing.T) {
+	base := &flaky{known: 1}
+	m := &missMapper{RESTMapper: base}
+	gk := schema.GroupKind{Group: "example.com", Kind: "Widget"}
+	if _, err := m.RESTMapping(gk); err != nil || base.resets != 1 {
+		t.Fatalf("first miss: err %v after %d resets", err, base.resets)
+	}
+	base.known = 3 // still unknown after the next reset
+	if _, err := m.RESTMapping(gk); !meta.IsNoMatchError(err) || base.resets != 1 {
+		t.Fatalf("a second miss within a second: err %v after %d resets", err, base.resets)
+	}
+}

@@ -1,0 +1,229 @@
+"""The helm worker (SPEC P5) against a real API server: one process per cluster serving its
+helm work as the helm binary does, and what its life costs when it goes wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from krypton.adapters import helmworker
+from krypton.adapters.helm import Helm
+from krypton.adapters.helmworker import WorkerHelm
+from krypton.app.config import resolve_helm
+from krypton.decisions.errors import HelmWorkerFailed
+
+from .conftest import Cluster, unique
+
+CHARTS = Path(__file__).resolve().parents[1] / "charts"
+SAMPLE, HANG = str(CHARTS / "sample"), str(CHARTS / "hang")
+
+
+def worker_helm(cluster: Cluster, tmp: Path, **kw: Any) -> WorkerHelm:
+    options: dict[str, Any] = {"timeout": 60, "wait": False, **kw}
+    return WorkerHelm("helm", resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
+                      cache_dir=tmp / "kube-cache", cluster="remote", **options)
+
+
+async def until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no {what} in {timeout}s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has ended too
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def records(cluster: Cluster, ns: str, release: str) -> list[dict[str, str]]:
+    secrets = cluster.core.list_namespaced_secret(
+        ns, label_selector=f"owner=helm,name={release}").items
+    return sorted((s.metadata.labels for s in secrets), key=lambda labels: int(labels["version"]))
+
+
+def test_one_worker_serves_a_release_from_install_to_uninstall_as_helm_does(
+        remote: object, helm_bin: str, tmp_path: Path) -> None:
+    """Every operation krypton asks of helm, in one process: the same records, labels,
+    field manager, manifests and renders as the helm binary's; gone once idle."""
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    ns = unique("hw")
+    cluster.ensure_namespace(ns)
+    binary = Helm(helm_bin, kubeconfig=cluster.cp.kubeconfig, timeout=60, wait=False)
+
+    async def main() -> tuple[int, list[Any]]:
+        helm = worker_helm(cluster, tmp_path, idle=1.0)
+        installed = await helm.install_or_upgrade("r", SAMPLE, ns, {}, operation="install",
+                                                  labels={"mesh.openkcm.io/writer": "test"})
+        assert (installed["version"], installed["info"]["status"]) == (1, "deployed")
+        assert "chart" not in installed and "config" not in installed
+        upgraded = await helm.install_or_upgrade("r", SAMPLE, ns, {"data": {"greeting": "hi"}},
+                                                 operation="upgrade")
+        assert (upgraded["version"], upgraded["info"]["status"]) == (2, "deployed")
+        assert await helm.manifest("r", ns) == await binary.manifest("r", ns)
+        assert await helm.template(SAMPLE, "r", ns, {"data": {"greeting": "hi"}}) == \
+            await binary.template(SAMPLE, "r", ns, {"data": {"greeting": "hi"}})
+        back = await helm.rollback("r", ns, 1)
+        assert (back["version"], back["info"]["status"]) == (3, "deployed")
+        pid = helm.process.pid
+        assert pid is not None and helm.process.starts == 1
+        managers = subprocess.run(
+            [str(Path(helm_bin).parent / "kubectl"), "--kubeconfig", str(cluster.cp.kubeconfig),
+             "get", "configmaps", "-n", ns, "-o",
+             "jsonpath={.items[*].metadata.managedFields[*].manager}"],
+            capture_output=True, text=True, check=True).stdout.split()
+        labels = records(cluster, ns, "r")
+        await helm.uninstall("r", ns)
+        await helm.uninstall("r", ns)  # gone already: not an error, as with the binary
+        await until(lambda: helm.process.pid is None and not alive(pid), "stop when idle")
+        assert helm.process.starts == 1
+        await helm.close()
+        return pid, [managers, labels]
+
+    _pid, (managers, labels) = asyncio.run(main())
+    assert set(managers) == {"helm"}, managers
+    assert [(r["version"], r["status"]) for r in labels] == \
+        [("1", "superseded"), ("2", "superseded"), ("3", "deployed")]
+    assert labels[0]["mesh.openkcm.io/writer"] == "test"
+    assert not records(cluster, ns, "r")
+    cluster.core.delete_namespace(ns)
+
+
+def test_a_worker_that_dies_fails_its_requests_and_starts_again_after_a_delay(
+        remote: object, tmp_path: Path) -> None:
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    ns = unique("hw")
+    cluster.ensure_namespace(ns)
+    said: list[tuple[str, str]] = []
+
+    async def ended(reason: str, message: str) -> None:
+        said.append((reason, message))
+
+    async def main() -> None:
+        helm = worker_helm(cluster, tmp_path, wait=True, on_exit=ended)
+        hanging = asyncio.create_task(helm.install_or_upgrade("h", HANG, ns, {},
+                                                              operation="install"))
+        await until(lambda: records(cluster, ns, "h"), "pending install")
+        assert helm.process.pid is not None
+        os.kill(helm.process.pid, signal.SIGKILL)
+        with pytest.raises(HelmWorkerFailed, match="ended"):
+            await hanging
+        assert [reason for reason, _ in said] == ["HelmWorkerFailed"]
+        # at once: refused without a new process (no start in a loop)
+        with pytest.raises(HelmWorkerFailed, match="started again in"):
+            await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
+        assert helm.process.starts == 1
+        await asyncio.sleep(helmworker.BACKOFF_FIRST)  # the delay itself is what is tested
+        done = await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
+        assert done["info"]["status"] == "deployed" and helm.process.starts == 2
+        await helm.close()
+
+    asyncio.run(main())
+    assert len(said) == 1
+    cluster.core.delete_namespace(ns)
+
+
+def test_a_cancelled_request_ends_inside_the_worker_which_then_retires(
+        remote: object, tmp_path: Path) -> None:
+    """Cancelled (a shutdown, a deadline), helm's library answers at once; the process that
+    ran it takes no new request (the library may still be at work, as in a helm binary
+    that exits there) and exits by itself, and nothing is reported: it did not fail."""
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    ns = unique("hw")
+    cluster.ensure_namespace(ns)
+    said: list[str] = []
+
+    async def ended(reason: str, _message: str) -> None:
+        said.append(reason)
+
+    async def main() -> None:
+        helm = worker_helm(cluster, tmp_path, wait=True, on_exit=ended)
+        hanging = asyncio.create_task(helm.install_or_upgrade("h", HANG, ns, {},
+                                                              operation="install"))
+        await until(lambda: records(cluster, ns, "h"), "pending install")
+        pid = helm.process.pid
+        assert pid is not None
+        hanging.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hanging
+        await until(lambda: not alive(pid), "the retired worker's exit")
+        assert helm.process.pid is None
+        done = await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
+        assert done["info"]["status"] == "deployed" and helm.process.starts == 2
+        await helm.close()
+
+    asyncio.run(main())
+    assert said == []
+    cluster.core.delete_namespace(ns)
+
+
+@pytest.mark.parametrize("bound", ["answer", "memory"])
+def test_a_worker_past_its_bounds_costs_that_worker_only(
+        remote: object, tmp_path: Path, bound: str) -> None:
+    """An answer longer than krypton reads, or a worker above its memory bound: that worker
+    is killed and said to be, its request fails, and another cluster's worker (here a second
+    one of the same server) is untouched."""
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    ns = unique("hw")
+    cluster.ensure_namespace(ns)
+    said: list[tuple[str, str]] = []
+
+    async def ended(reason: str, message: str) -> None:
+        said.append((reason, message))
+
+    limits = {"answer": {"answer_limit": 256}, "memory": {"memory_limit": 1 << 20}}[bound]
+
+    async def main() -> None:
+        bounded = worker_helm(cluster, tmp_path, wait=True, on_exit=ended, **limits)
+        other = worker_helm(cluster, tmp_path / "other")
+        chart = SAMPLE if bound == "answer" else HANG
+        with pytest.raises(HelmWorkerFailed):
+            await bounded.install_or_upgrade("b", chart, ns, {}, operation="install")
+        done = await other.install_or_upgrade("o", SAMPLE, ns, {}, operation="install")
+        assert done["info"]["status"] == "deployed"
+        await bounded.close()
+        await other.close()
+
+    asyncio.run(main())
+    reason, message = said[0]
+    assert len(said) == 1
+    if bound == "answer":
+        assert reason == "HelmWorkerFailed" and "does not take" in message, message
+    else:
+        assert reason == "HelmWorkerOutOfMemory" and "more than 1 MiB" in message, message
+    cluster.core.delete_namespace(ns)
+
+
+def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> None:
+    """A program that is not a helm worker (here helm itself) is refused at start, said,
+    and not started again at once."""
+    said: list[str] = []
+
+    async def ended(reason: str, _message: str) -> None:
+        said.append(reason)
+
+    async def main() -> str:
+        process = helmworker.WorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
+                                           on_exit=ended)
+        with pytest.raises(HelmWorkerFailed) as first:
+            await process.ask({"op": "status"})
+        with pytest.raises(HelmWorkerFailed, match="started again in"):
+            await process.ask({"op": "status"})
+        return str(first.value)
+
+    message = asyncio.run(main())
+    assert "is not protocol 1's" in message and said == ["HelmWorkerFailed"]
