@@ -89,6 +89,26 @@ class _Run:
         return " / ".join(tail)[:600]
 
 
+class WorkerPool:
+    """The fleet's helm workers: at most `limit` running at once. A worker about to start
+    when `limit` run first stops the one idle longest (it would have stopped after `IDLE`):
+    a fleet whose clusters each have a little helm work keeps a few workers, not one per
+    cluster. Workers at work are never stopped for another."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.members: set[WorkerProcess] = set()
+
+    def make_room(self) -> None:
+        running = [p for p in self.members if p.running]
+        excess = len(running) + 1 - self.limit
+        if excess <= 0:
+            return
+        idle = sorted((p for p in running if p.idle_now), key=lambda p: p.last_used)
+        for process in idle[:excess]:
+            process.stop_idle()
+
+
 class WorkerProcess:
     """One cluster's worker: started on the first request, stopped when idle or closed.
 
@@ -100,7 +120,7 @@ class WorkerProcess:
 
     def __init__(self, executable: str, kubeconfig: Path | None, env: Mapping[str, str], *,
                  cluster: str = "", idle: float = IDLE, memory_limit: int = MEMORY_LIMIT,
-                 answer_limit: int = ANSWER_LIMIT,
+                 answer_limit: int = ANSWER_LIMIT, pool: WorkerPool | None = None,
                  on_exit: Callable[[str, str], Awaitable[None]] | None = None) -> None:
         self.executable, self.kubeconfig, self.env = executable, kubeconfig, dict(env)
         self.cluster, self.idle, self.on_exit = cluster, idle, on_exit
@@ -113,6 +133,18 @@ class WorkerProcess:
         self._not_before, self._backoff, self._last_exit = 0.0, 0.0, ""
         self._closed = False
         self.starts = 0  # processes started (tests and the bench read it)
+        self.last_used = 0.0  # time.monotonic() of the last request
+        self.pool = pool
+        if pool is not None:
+            pool.members.add(self)
+
+    @property
+    def running(self) -> bool:
+        return self._run is not None
+
+    @property
+    def idle_now(self) -> bool:
+        return self._run is not None and not self._run.waiting
 
     @property
     def pid(self) -> int | None:
@@ -122,6 +154,7 @@ class WorkerProcess:
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """`request`'s answer (see the class for cancellation)."""
         run = await self._started()
+        self.last_used = time.monotonic()
         ident = next(self._ids)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         run.waiting[ident] = answer
@@ -183,6 +216,8 @@ class WorkerProcess:
                 self._starting = None
 
     async def _start(self) -> _Run:
+        if self.pool is not None:
+            self.pool.make_room()
         argv = [self.executable, *(("--kubeconfig", str(self.kubeconfig))
                                    if self.kubeconfig else ())]
         try:
@@ -307,9 +342,9 @@ class WorkerProcess:
         if run is None or run.waiting or self._closed:
             return
         self._no_idle()
-        self._idle_timer = asyncio.get_running_loop().call_later(self.idle, self._stop_idle)
+        self._idle_timer = asyncio.get_running_loop().call_later(self.idle, self.stop_idle)
 
-    def _stop_idle(self) -> None:
+    def stop_idle(self) -> None:
         self._idle_timer = None
         run = self._run
         if run is None or run.waiting:
@@ -323,6 +358,8 @@ class WorkerProcess:
         `STOP_GRACE` to exit before it is killed."""
         self._closed = True
         self._no_idle()
+        if self.pool is not None:
+            self.pool.members.discard(self)
         runs = [*self._retired, *([self._run] if self._run else [])]
         for run in runs:
             if run.waiting:
@@ -347,14 +384,14 @@ class WorkerHelm(Helm):
                  timeout: float = 180, wait: bool = True, driver: str = "",
                  history_max: int = 10, cache_dir: Path | None = None, cluster: str = "",
                  on_exit: Callable[[str, str], Awaitable[None]] | None = None,
-                 idle: float = IDLE, **bounds: int) -> None:
+                 idle: float = IDLE, pool: WorkerPool | None = None, **bounds: int) -> None:
         super().__init__(executable, kubeconfig=kubeconfig, timeout=timeout, wait=wait,
                          driver=driver, history_max=history_max, cache_dir=cache_dir)
         env = helm_environment(os.environ, driver, cache_dir)
         env.setdefault("GOMEMLIMIT", MEMORY_SOFT)
         self.history_max = history_max
         self.process = WorkerProcess(worker, kubeconfig, env, cluster=cluster, idle=idle,
-                                     on_exit=on_exit, **bounds)
+                                     on_exit=on_exit, pool=pool, **bounds)
 
     async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         answer = await self.process.ask(request)

@@ -23,6 +23,7 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
+from krypton.adapters.helmworker import WorkerPool
 from krypton.adapters.kube import Kube
 from krypton.app.discovery import Discovery
 from krypton.app.gate import metric_gate
@@ -182,7 +183,8 @@ class Operator:
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
                         record_keys=record_keys, writer=writer.name,
-                        writer_active=writer.active)
+                        writer_active=writer.active,
+                        helm_workers=WorkerPool(2 * s.max_concurrent_helm))
         shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds

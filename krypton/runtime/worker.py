@@ -29,7 +29,7 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import WorkerHelm, WorkerPool
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
@@ -85,6 +85,8 @@ class Shared:
     # work (SPEC S6; "": no name, no check)
     writer: str = ""
     writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
+    # the fleet's helm workers, at most twice --max-concurrent-helm running (SPEC P5)
+    helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(8))
 
 
 class Worker:
@@ -215,7 +217,7 @@ class Worker:
             await self.shared.report(self.name, "Warning", reason, message)
 
         return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=self.name,
-                          on_exit=ended, **common)
+                          on_exit=ended, pool=self.shared.helm_workers, **common)
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or

@@ -227,3 +227,38 @@ def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> 
 
     message = asyncio.run(main())
     assert "is not protocol 1's" in message and said == ["HelmWorkerFailed"]
+
+
+def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
+        remote: object, tmp_path: Path) -> None:
+    """With room for one worker, a cluster's first request stops another cluster's idle
+    worker (here two names of one server), and none that is at work."""
+    cluster = Cluster("remote", remote)  # type: ignore[arg-type]
+    ns = unique("hw")
+    cluster.ensure_namespace(ns)
+    pool = helmworker.WorkerPool(1)
+
+    async def main() -> None:
+        a = worker_helm(cluster, tmp_path / "a", pool=pool, wait=True)
+        b = worker_helm(cluster, tmp_path / "b", pool=pool)
+        await a.install_or_upgrade("a", SAMPLE, ns, {}, operation="install")
+        first = a.process.pid
+        assert first is not None
+        await b.install_or_upgrade("b", SAMPLE, ns, {}, operation="install")
+        assert a.process.pid is None and b.process.pid is not None
+        await until(lambda: not alive(first), "the idle worker's exit")
+        hanging = asyncio.create_task(a.install_or_upgrade("h", HANG, ns, {},
+                                                           operation="install"))
+        await until(lambda: records(cluster, ns, "h"), "pending install")
+        assert b.process.pid is None  # idle: made room for a's
+        busy = a.process.pid
+        await b.install_or_upgrade("b", SAMPLE, ns, {}, operation="upgrade")
+        assert a.process.pid == busy and alive(busy)  # at work: kept
+        hanging.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hanging
+        await a.close()
+        await b.close()
+
+    asyncio.run(main())
+    cluster.core.delete_namespace(ns)

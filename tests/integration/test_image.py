@@ -1,5 +1,6 @@
 """The image ``make image`` built, in a container runtime (podman) where one works: it loads,
-its entrypoint answers ``--help``, its helm is the test bed's, and it runs as the chart's user.
+its entrypoint answers ``--help``, its helm is the test bed's and its helm worker is on the same
+Helm, and it runs as the chart's user.
 Without a working runtime the test is skipped and says why. Its podman storage is private."""
 
 from __future__ import annotations
@@ -64,4 +65,6 @@ def test_the_image_runs_in_podman(store: Path, testbin: Path) -> None:
                           capture_output=True, text=True, check=True).stdout.strip()
     helm = run("version", "--template", "{{.Version}}", entrypoint="helm")
     assert helm.stdout.strip() == want, helm.stderr
+    worker = run("--version", entrypoint="krypton-helmworker")  # on the same Helm (P5)
+    assert worker.stdout.strip() == f"protocol 1, helm {want}", worker.stderr
     subprocess.run([*podman, "rmi", "-a", "-f"], capture_output=True, check=False)
