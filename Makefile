@@ -67,7 +67,7 @@ bench: install
 # The operator image as an OCI archive in dist/ (see hack/image.sh); image-lock re-pins its
 # Debian packages and Python wheels.
 image: install
-	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm HELMWORKER=$(BIN)/krypton-helmworker bash hack/image.sh
+	PYTHON=$(BIN)/python HELM=$(TESTBIN_DIR)/helm HELMWORKER=$(abspath $(BIN)/krypton-helmworker) bash hack/image.sh
 
 runtime:
 	bash hack/runtime.sh
