@@ -16,6 +16,11 @@ if [ "${want}" != "${have}" ]; then
   exit 1
 fi
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
+out=""
+if [ "${1:-}" != check ]; then
+  mkdir -p "${1:-${ROOT}/.venv/bin}"
+  out="$(cd "${1:-${ROOT}/.venv/bin}" && pwd)"
+fi
 cd "${SRC}"
 if [ "${1:-}" = check ]; then
   unformatted="$(gofmt -l .)"
@@ -24,6 +29,4 @@ if [ "${1:-}" = check ]; then
   go test -count=1 ./...
   exit 0
 fi
-out="${1:-${ROOT}/.venv/bin}"
-mkdir -p "${out}"
 go build -trimpath -ldflags "-s -w" -o "${out}/krypton-helmworker" .

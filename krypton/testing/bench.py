@@ -37,6 +37,10 @@ Writes ``bench/results.json`` and prints a table:
     sets disableWait and disableOpenAPIValidation on install and upgrade, as krypton's
     defaults pass helm no wait and no client-side validation.
 
+(s) on request: the fleet's shape, KRYPTON_BENCH_SHAPE_M (200) cluster names of the two control
+    planes, 2 Tenants each (spec.clusterRef): seconds until Ready and a chart bump, with CPU
+    per release and peak memory, where each cluster's helm serves only a few releases.
+
 (a) and (c) also report CPU per release (operator and helm, milliseconds) and the peak memory
 of the operator's process tree (the operator, its helm processes or workers) while they run: the sum
 of RSS, which counts the helm binary's shared pages once per process, and the sum of PSS,
@@ -437,6 +441,51 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
                                   **cpu_per_release(own, helm, total), **memory.peak()}
         log(f"(c) bump done in {bumped:.1f}s")
     op.stop()
+    return result
+
+
+SHAPE_M = int(os.environ.get("KRYPTON_BENCH_SHAPE_M", "200"))  # (s): cluster names
+SHAPE_TENANTS = 2  # (s): Tenants per cluster name
+
+
+def fleet_shape(bed: Bed, m: int) -> dict[str, Any]:
+    """(s) A fleet's shape: `m` cluster names (half of them for each control plane), each with
+    `SHAPE_TENANTS` Tenants of its own (spec.clusterRef), so that each cluster's helm serves
+    a few releases and goes idle; seconds until all are Ready, then a chart bump, each with
+    CPU per release and the peak memory of the operator's tree."""
+    discovery = bed.namespace("shape-disc", ("home",))
+    ns = bed.namespace("shape")
+    names = [(c, f"s{i:03d}-{c}") for i in range(m // 2) for c in bed.clusters]
+    for c, name in names:
+        for k in range(SHAPE_TENANTS):
+            bed.create_tenant(c, ns, f"{name}-{k}", target=name)
+    for c, name in names:
+        bed.register(discovery, name, c)
+    total = len(names) * SHAPE_TENANTS
+
+    def done(version: str) -> Any:
+        def check(_cluster: str, t: dict[str, Any]) -> bool:
+            status = t.get("status") or {}
+            target = ((t.get("spec") or {}).get("clusterRef") or {}).get("secretName", "")
+            mine = (status.get("clusters") or {}).get(target) or {}
+            return status.get("phase") == "Ready" and mine.get("chartVersion") == version
+        return check
+
+    result: dict[str, Any] = {"clusters": len(names), "releases": total}
+    for version, key in (("0.2.0", "install"), ("0.3.0", "version_bump")):
+        log(f"(s) {len(names)} clusters x {SHAPE_TENANTS} Tenants: chart {version}")
+        load, start = PlaneLoad(bed), time.monotonic()
+        op = bed.operator(discovery, ns, version)
+        memory = TreeMemory(op.pid)
+        wait_for(functools.partial(lambda check: bed.count(ns, check) == total, done(version)),
+                 1800, interval=1.0, what=f"{total} at {version}")
+        seconds = time.monotonic() - start
+        own, helm = tree_cpu_seconds(op.pid)
+        result[key] = {"seconds": round(seconds, 1), **per_release(op, total),
+                       **cpu_per_release(own, helm, total), **load.per_release(total),
+                       **memory.peak()}
+        log(f"(s) {total} releases at {version} in {seconds:.1f}s")
+        op.stop()
     return result
 
 
@@ -1369,6 +1418,8 @@ def main() -> int:
                 "runs": [cluster_scale(bed, m) for m in CLUSTER_COUNTS]}
         if "u" in PARTS:
             results["unit_costs"] = unit_costs(bed)
+        if "s" in PARTS:
+            results["fleet_shape"] = fleet_shape(bed, SHAPE_M)
         if "k" in PARTS:
             results["helm_concurrency"] = [
                 {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm",
