@@ -121,7 +121,9 @@ main() {
     --invalidation-mode checked-hash /opt/krypton/lib >/dev/null
 
   install -D -m 0755 "${helm}" "${rootfs}/usr/local/bin/helm"
-  install -D -m 0755 "$(helmworker_binary)" "${rootfs}/usr/local/bin/krypton-helmworker"
+  local rootfs_worker="${work}/krypton-helmworker"
+  cp "$(helmworker_binary)" "${rootfs_worker}"
+  install -D -m 0755 "${rootfs_worker}" "${rootfs}/usr/local/bin/krypton-helmworker"
   # what the operator and the CLI import at start must be there, and CEL's native library
   # load (--health-check-expr)
   chroot "${rootfs}" /usr/bin/python3 -c 'import sys; sys.path.insert(0, "/opt/krypton/lib")
@@ -176,7 +178,8 @@ EOF
   digest="$("${PYTHON}" "${ROOT}/hack/image_meta.py" digest "${layout}")"
   printf '%s\n' "${digest}" > "${out}/krypton-${VERSION}.digest"
   "${PYTHON}" "${ROOT}/hack/image_meta.py" sbom "${work}/bundle/rootfs" "${ROOT}/image/requirements.lock" \
-    "$("${helm}" version --template '{{.Version}}')" "${VERSION}" "${digest}" > "${out}/krypton-${VERSION}.spdx.json"
+    "$("${helm}" version --template '{{.Version}}')" "${VERSION}" "${digest}" \
+    "${rootfs_worker}" > "${out}/krypton-${VERSION}.spdx.json"
   say "${archive}: ${digest}, $(du -sm "${work}/bundle/rootfs" | cut -f1) MB unpacked," \
       "$(du -m "${archive}" | cut -f1) MB archived"
   printf '%s\n' "${archive}"

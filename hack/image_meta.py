@@ -1,12 +1,14 @@
 """Helpers of hack/image.sh: the Python lock file from pip's resolution report, the image's
 manifest digest from its OCI layout, and an SPDX 2.3 bill of materials of what the image
-holds (Debian packages, Python distributions, helm, krypton)."""
+holds (Debian packages, Python distributions, helm, the helm worker and its Go modules,
+krypton)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,7 +40,16 @@ def _debian(rootfs: Path) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def sbom(rootfs: str, pylock: str, helm: str, version: str, image_digest: str) -> None:
+def _go_modules(binary: str) -> list[tuple[str, str]]:
+    """The Go modules built into `binary`, from its build information (`go version -m`)."""
+    out = subprocess.run(["go", "version", "-m", binary], capture_output=True, text=True,
+                         check=True).stdout
+    rows = (line.split("\t") for line in out.splitlines())
+    return [(f[2], f[3]) for f in rows if len(f) >= 4 and f[1] == "dep"]
+
+
+def sbom(rootfs: str, pylock: str, helm: str, version: str, image_digest: str,
+         worker: str = "") -> None:
     created = dt.datetime.fromtimestamp(int(os.environ.get("SOURCE_DATE_EPOCH", "0")), dt.UTC)
     packages = [{"SPDXID": "SPDXRef-krypton", "name": "krypton", "versionInfo": version,
                  "downloadLocation": "NOASSERTION", "primaryPackagePurpose": "CONTAINER",
@@ -59,6 +70,11 @@ def sbom(rootfs: str, pylock: str, helm: str, version: str, image_digest: str) -
             name, ver = line.split(" ", 1)[0].split("==")
             add("pypi", name, ver, f"pkg:pypi/{name.lower()}@{ver}")
     add("golang", "helm", helm, f"pkg:golang/helm.sh/helm/{helm.split('.')[0]}@{helm}")
+    if worker:  # the helm worker and the Go modules built into it
+        add("golang", "krypton-helmworker", version,
+            f"pkg:golang/krypton.local/helmworker@{version}")
+        for module, ver in _go_modules(worker):
+            add("golang", module, ver, f"pkg:golang/{module}@{ver}")
     document = {
         "spdxVersion": "SPDX-2.3", "dataLicense": "CC0-1.0", "SPDXID": "SPDXRef-DOCUMENT",
         "name": f"krypton-{version}",
