@@ -12,7 +12,9 @@ from .conftest import Cluster, Fleet, unique
 
 
 def _start(fleet: Fleet, helm_dir: Path, version: str = "0.2.0") -> OperatorProcess:
-    op = OperatorProcess(fleet.args(version=version), helm_dir=helm_dir)
+    # Helm 3 is served by the helm binary only; Helm 4 by the default engine, the worker
+    engine = ["--helm-engine=cli"] if helm_dir.name == "lane-helm3" else []
+    op = OperatorProcess([*fleet.args(version=version), *engine], helm_dir=helm_dir)
     fleet.operators.append(op)
     op.start()
     op.wait_ready()
