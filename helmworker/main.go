@@ -25,6 +25,10 @@ import (
 
 const helmModule = "helm.sh/helm/v4"
 
+// discoveryQPS is the worker's rate of discovery requests (server version, groups): as many a
+// second as a helm process may send in its whole run.
+const discoveryQPS = 300
+
 // helmVersion is the version of Helm's library this program was built with.
 func helmVersion() string {
 	if info, ok := debug.ReadBuildInfo(); ok {
@@ -55,6 +59,10 @@ func getter(kubeconfig string) genericclioptions.RESTClientGetter {
 	if burst != 100 {
 		flags = flags.WithDiscoveryBurst(burst)
 	}
+	// The discovery client lives as long as the worker: its bucket (300, client-go's 5 a
+	// second after that) would throttle a worker past its first hundred releases, where each
+	// helm process starts with a full one. It refills as fast as it empties.
+	flags = flags.WithDiscoveryQPS(discoveryQPS)
 	return &lookingAgain{ConfigFlags: flags}
 }
 
@@ -76,6 +84,7 @@ func main() {
 	// The field manager of helm's writes, as when the binary named helm makes them: conflicts
 	// and take-overs are judged the same on either engine.
 	kube.ManagedFieldsManager = "helm"
+	countThrottling()
 	// Answers go only where krypton reads them; whatever a library prints goes to stderr.
 	out := NewWriter(os.Stdout)
 	os.Stdout = os.Stderr

@@ -44,13 +44,16 @@ type Request struct {
 }
 
 // Answer is one line the worker writes: a release (install, upgrade, rollback, status), the
-// documents of a manifest (manifest, render), or an error as helm's command line says it.
+// documents of a manifest (manifest, render), the worker's counts (stats), or an error as
+// helm's command line says it.
 type Answer struct {
 	ID       int64  `json:"id"`
 	Release  any    `json:"release,omitempty"`
 	Manifest string `json:"manifest,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Done     bool   `json:"done,omitempty"`
+	// Throttled (stats): requests client-go's rate limiters held back over 50 ms so far.
+	Throttled int64 `json:"throttled,omitempty"`
 }
 
 // Hello is the worker's first line.

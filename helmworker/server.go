@@ -116,6 +116,8 @@ func (s *Server) run(ctx context.Context, req Request) (answer Answer) {
 		answer.Manifest, err = s.manifest(req)
 	case "render":
 		answer.Manifest, err = s.render(ctx, req)
+	case "stats":
+		answer.Throttled = throttled.Load()
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)
 	}
