@@ -314,13 +314,26 @@ class WorkerProcess:
         if why and run.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 run.proc.kill()
-        await stop_process(run.proc, STOP_GRACE)
+        try:
+            # A worker whose output ended is exiting: waited for, not signalled (a signal
+            # polls the process first, and a poll that reaps it leaves the child watcher an
+            # unknown pid, reported as exit status 255)
+            async with asyncio.timeout(STOP_GRACE):
+                await run.proc.wait()
+        except TimeoutError:
+            await stop_process(run.proc, STOP_GRACE)
         metrics.HELM_WORKERS.dec()
+        quiet = not why and not run.waiting and (self._closed or run.proc.returncode == 0)
         current = asyncio.current_task()
+        drain = run.tasks[1] if len(run.tasks) > 1 else None
+        if not quiet and drain is not None and drain is not current:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(1.0):  # its last words, written as it ended
+                    await asyncio.shield(drain)
         for task in run.tasks:
             if task is not current:
                 task.cancel()
-        if not why and not run.waiting and (self._closed or run.proc.returncode == 0):
+        if quiet:
             return
         words = run.last_words()
         message = (f"the helm worker of cluster {self.cluster} ended "

@@ -46,8 +46,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie has ended too
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie has ended too
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped meanwhile
+        return False
 
 
 def records(cluster: Cluster, ns: str, release: str) -> list[dict[str, str]]:

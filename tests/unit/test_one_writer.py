@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from .sources import parse
+
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "krypton"
@@ -22,7 +24,7 @@ def _calls(name: str) -> dict[str, int]:
     """The modules of the package calling a method `name`, with how often."""
     found: dict[str, int] = {}
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse(path.read_text(), str(path))
         count = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and
                     isinstance(node.func, ast.Attribute) and node.func.attr == name)
         if count:
@@ -36,7 +38,7 @@ def test_only_the_status_writer_writes_a_tenants_status() -> None:
 
 def test_elsewhere_a_tenant_is_only_asked_through_its_annotations() -> None:
     assert set(_calls("patch_tenant")) == {STATUS_WRITER, *ASKING}
-    for node in (n for m in ASKING for n in ast.walk(ast.parse((PACKAGE / m).read_text()))):
+    for node in (n for m in ASKING for n in ast.walk(parse((PACKAGE / m).read_text()))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr == "patch_tenant":
             patch = node.args[1]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from krypton.decisions.reasons import HELM_VERBS, REASONS
 
+from .sources import parse
+
 ROOT = Path(__file__).resolve().parents[2] / "krypton"
 NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 EVENT_TYPES = ("Warning", "Normal")
@@ -39,7 +41,7 @@ def emitted() -> dict[str, str]:
     for path in sorted(ROOT.rglob("*.py")):
         if "testing" in path.parts:
             continue  # the test bed's own words
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             where = f"{path.relative_to(ROOT.parent)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Tuple) and len(node.elts) == 3 and \
                     isinstance(node.elts[0], ast.Constant) and node.elts[0].value in EVENT_TYPES:
