@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,16 @@ def worker_helm(cluster: Cluster, tmp: Path, **kw: Any) -> WorkerHelm:
     options: dict[str, Any] = {"timeout": 60, "wait": False, **kw}
     return WorkerHelm("helm", resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
                       cache_dir=tmp / "kube-cache", cluster="remote", **options)
+
+
+def reporter() -> tuple[list[tuple[str, str]], Callable[[str, str], Awaitable[None]]]:
+    """What a worker's end says, kept: (reason, message) pairs, and the callback keeping them."""
+    said: list[tuple[str, str]] = []
+
+    async def ended(reason: str, message: str) -> None:
+        said.append((reason, message))
+
+    return said, ended
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -111,10 +121,7 @@ def test_a_worker_that_dies_fails_its_requests_and_starts_again_after_a_delay(
     cluster = Cluster("remote", remote)  # type: ignore[arg-type]
     ns = unique("hw")
     cluster.ensure_namespace(ns)
-    said: list[tuple[str, str]] = []
-
-    async def ended(reason: str, message: str) -> None:
-        said.append((reason, message))
+    said, ended = reporter()
 
     async def main() -> None:
         helm = worker_helm(cluster, tmp_path, wait=True, on_exit=ended)
@@ -148,10 +155,7 @@ def test_a_cancelled_request_ends_inside_the_worker_which_then_retires(
     cluster = Cluster("remote", remote)  # type: ignore[arg-type]
     ns = unique("hw")
     cluster.ensure_namespace(ns)
-    said: list[str] = []
-
-    async def ended(reason: str, _message: str) -> None:
-        said.append(reason)
+    said, ended = reporter()
 
     async def main() -> None:
         helm = worker_helm(cluster, tmp_path, wait=True, on_exit=ended)
@@ -183,10 +187,7 @@ def test_a_worker_past_its_bounds_costs_that_worker_only(
     cluster = Cluster("remote", remote)  # type: ignore[arg-type]
     ns = unique("hw")
     cluster.ensure_namespace(ns)
-    said: list[tuple[str, str]] = []
-
-    async def ended(reason: str, message: str) -> None:
-        said.append((reason, message))
+    said, ended = reporter()
 
     limits = {"answer": {"answer_limit": 256}, "memory": {"memory_limit": 1 << 20}}[bound]
 
@@ -214,10 +215,7 @@ def test_a_worker_past_its_bounds_costs_that_worker_only(
 def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> None:
     """A program that is not a helm worker (here helm itself) is refused at start, said,
     and not started again at once."""
-    said: list[str] = []
-
-    async def ended(reason: str, _message: str) -> None:
-        said.append(reason)
+    said, ended = reporter()
 
     async def main() -> str:
         process = helmworker.WorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
@@ -229,7 +227,7 @@ def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> 
         return str(first.value)
 
     message = asyncio.run(main())
-    assert "is not protocol 1's" in message and said == ["HelmWorkerFailed"]
+    assert "is not protocol 1's" in message and [r for r, _ in said] == ["HelmWorkerFailed"]
 
 
 def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
