@@ -43,9 +43,13 @@ def reporter() -> tuple[list[tuple[str, str]], Callable[[str, str], Awaitable[No
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """`predicate`'s first truthy answer (awaited when it is a coroutine), asked every 0.1 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if value := predicate():
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
             return value
         await asyncio.sleep(0.1)
     raise TimeoutError(f"no {what} in {timeout}s")
@@ -137,9 +141,21 @@ def test_a_worker_that_dies_fails_its_requests_and_starts_again_after_a_delay(
         with pytest.raises(HelmWorkerFailed, match="started again in"):
             await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
         assert helm.process.starts == 1
-        await asyncio.sleep(helmworker.BACKOFF_FIRST)  # the delay itself is what is tested
-        done = await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
+        refused = 0
+
+        async def attempt() -> dict[str, Any] | None:
+            nonlocal refused
+            try:
+                return await helm.install_or_upgrade("s", SAMPLE, ns, {}, operation="install")
+            except HelmWorkerFailed as exc:
+                assert "started again in" in str(exc), exc
+                refused += 1
+                return None
+
+        # asked every 0.1 s until the delay has passed: refused meanwhile, without a start
+        done = await until(attempt, "a new worker after the delay")
         assert done["info"]["status"] == "deployed" and helm.process.starts == 2
+        assert refused >= 1
         await helm.close()
 
     asyncio.run(main())
