@@ -4,8 +4,9 @@ bounded and translated into krypton's error types (the typed resource calls are
 :mod:`krypton.adapters.clientconfig`).
 
 krypton speaks to API servers on the event loop, over HTTP/1.1 connections of its own
-(:mod:`krypton.adapters.wire`), or aiohttp's pool when the operator's environment names a
-proxy: every cluster gets its own connections, with its own TLS context and credentials. No
+(:mod:`krypton.adapters.wire`), through the proxy the operator's environment names for the
+cluster if any: every cluster gets its own connections, with its own TLS context and
+credentials. No
 thread per watch, no executor for requests, so a cluster that never answers holds nothing
 but its own coroutine for at most ``timeout`` seconds. :meth:`Transport.request` reads the
 body as JSON into plain dicts.
@@ -17,19 +18,15 @@ import asyncio
 import dataclasses
 import json
 import ssl
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import aiohttp
 import structlog
-from aiohttp.http_exceptions import LineTooLong
 
 from krypton import __version__
 from krypton.adapters import metrics, wire
 from krypton.adapters.clientconfig import ClientConfig
-from krypton.adapters.http import read_answer
 from krypton.decisions.errors import (
     AlreadyExists,
     APIError,
@@ -125,7 +122,7 @@ def transport_error(exc: BaseException, what: str) -> ClusterUnreachable:
     return ClusterUnreachable(f"{what}: {type(exc).__name__}: {_short(str(exc))}")
 
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+TRANSPORT_ERRORS = (OSError, TimeoutError, ValueError)
 
 
 def _path(*parts: str) -> str:
@@ -173,13 +170,6 @@ def retry_after(header: str | None) -> float:
 USER_AGENT = f"krypton/{__version__}"
 
 
-def proxy_in_environment() -> bool:
-    """Whether the operator's own environment names a proxy (HTTPS_PROXY, HTTP_PROXY, ...;
-    NO_PROXY alone is none). A kubeconfig's proxy-url is refused (D4); the environment is
-    the operator's own, so a proxy it names is used."""
-    return any(scheme != "no" for scheme in urllib.request.getproxies_environment())
-
-
 class Transport:
     """Requests, paged lists and watches of one cluster's API, bounded, with krypton's
     error types."""
@@ -190,10 +180,8 @@ class Transport:
         self.timeout = timeout
         self.limits = limits
         self.config = cfg
-        # the operator's environment names a proxy: aiohttp's pool, made on first use, goes
-        # through it; decided once: looking scans the whole environment (0.14 ms here)
-        self._proxied = proxy_in_environment()
-        self._pool: aiohttp.ClientSession | None = None
+        # decided once: looking scans the whole environment (0.14 ms here)
+        self._proxy = wire.proxy_for(cfg.host)
         self._discovery: dict[str, tuple[float, list[Obj]]] = {}  # api version -> resources
         self._default_tls: ssl.SSLContext | None = None  # made on first use
         self._slots = asyncio.Semaphore(CONNECTIONS)
@@ -206,12 +194,6 @@ class Transport:
             connection, timer = self._idle.pop()
             timer.cancel()
             connection.close()
-        pool, self._pool = self._pool, None
-        try:
-            if pool is not None:
-                await pool.close()
-        except Exception:  # noqa: BLE001 - closing a pool must never fail a disengage
-            pass
 
     async def _headers(self, accept: str, content_type: str | None = None) -> dict[str, str]:
         """A request's headers: what it accepts, as whom, in which encoding."""
@@ -241,52 +223,18 @@ class Transport:
         headers = await self._headers(accept, content_type)
         data = body if body is None or isinstance(body, bytes) else \
             (body if isinstance(body, str) else json.dumps(body)).encode()
-        if self._proxied:
-            return await self._pooled_exchange(what, method, path, query, headers, data)
         if self.config.compress:
             headers["Accept-Encoding"] = "gzip"  # as client-go asks, and only that
         async with self._slots, asyncio.timeout(self.timeout):
             status, answer_headers, answer = await wire.exchange(
                 self._url(path, query), headers, self._tls(), self.config.tls_server_name,
                 what, lifetime=self.timeout, method=method, body=data, idle=self._take(),
-                keep=self._keep)
+                keep=self._keep, proxy=self._proxy)
             try:
                 return status, answer_headers.get("retry-after"), \
                     await answer.read(self.limits.answer)
             finally:
                 answer.close()
-
-    async def _pooled_exchange(self, what: str, method: str, path: str, query: Query | None,
-                               headers: dict[str, str], data: bytes | None,
-                               ) -> tuple[int, str | None, bytearray]:
-        """:meth:`_exchange` through the proxy the environment names, on aiohttp's pool."""
-        resp = await self._send(method, path, query, headers, data, self.timeout)
-        try:
-            return resp.status, resp.headers.get("Retry-After"), \
-                await read_answer(resp, self.limits.answer, what)
-        finally:
-            resp.release()
-
-    async def _send(self, method: str, path: str, query: Query | None,
-                    headers: dict[str, str], data: bytes | None,
-                    timeout: float) -> aiohttp.ClientResponse:
-        extra: dict[str, Any] = {}
-        if self.config.tls_server_name:
-            extra["server_hostname"] = self.config.tls_server_name
-        return await self._session().request(
-            method, self._url(path, query), headers=headers, data=data, allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=timeout), **extra)
-
-    def _session(self) -> aiohttp.ClientSession:
-        """The connection pool of a cluster reached through a proxy, made on first use (in
-        the event loop): up to 16 connections. It keeps no cookies, as client-go keeps none:
-        a server of a cluster krypton does not control could otherwise grow the jar with
-        every answer and see every cookie back."""
-        if self._pool is None:
-            self._pool = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=self.config.ssl),
-                cookie_jar=aiohttp.DummyCookieJar(), trust_env=True)
-        return self._pool
 
     async def request(self, what: str, method: str, path: str, *, query: Query | None = None,
                       body: Any = None, content_type: str | None = None,
@@ -382,25 +330,19 @@ class Transport:
                     label_selector: str | None, accept: str, server_timeout: int,
                     field_selector: str | None = None) -> Watch:
         """Open a watch from `resource_version`; the caller reads its lines and closes it.
-        It has a connection of its own (:mod:`krypton.adapters.wire`), or one of the pool's
-        when the operator's environment names a proxy."""
+        It has a connection of its own (:mod:`krypton.adapters.wire`)."""
         metrics.API_REQUESTS.labels(self.name, "watch").inc()
         query: Query = {"watch": "true", "resourceVersion": resource_version,
                         "allowWatchBookmarks": "true", "labelSelector": label_selector,
                         "fieldSelector": field_selector, "timeoutSeconds": server_timeout}
-        body: Watch
         try:
             headers = await self._headers(accept)
             headers["Accept-Encoding"] = "identity"  # an API server compresses no watch
-            if self._proxied:
-                resp = await self._send("GET", path, query, headers, None, server_timeout + 30)
-                status, body = resp.status, PooledWatch(resp, what)
-            else:
-                async with asyncio.timeout(self.timeout):
-                    status, _, body = await wire.exchange(
-                        self._url(path, query), headers, self._tls(),
-                        self.config.tls_server_name, what, lifetime=server_timeout + 30,
-                        idle=self._take(), keep=self._keep)
+            async with asyncio.timeout(self.timeout):
+                status, _, body = await wire.exchange(
+                    self._url(path, query), headers, self._tls(),
+                    self.config.tls_server_name, what, lifetime=server_timeout + 30,
+                    idle=self._take(), keep=self._keep, proxy=self._proxy)
         except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, what) from exc
         if status == 200:
@@ -455,28 +397,4 @@ class Transport:
         return self._default_tls
 
 
-class PooledWatch:
-    """A watch on a connection of aiohttp's pool, read as :class:`wire.Body` is."""
-
-    def __init__(self, resp: aiohttp.ClientResponse, what: str) -> None:
-        self._resp, self._what = resp, what
-
-    async def readline(self, limit: int) -> bytes:
-        try:
-            return await self._resp.content.readline(max_line_length=limit)
-        except LineTooLong:
-            raise TemporaryError(f"{self._what}: an event is over {limit} bytes",
-                                 reason="AnswerTooLarge") from None
-
-    async def read(self, limit: int) -> bytearray:
-        return await read_answer(self._resp, limit, self._what)
-
-    def close(self) -> None:
-        """Ends the watch: its connection goes back to the pool once the server ended it."""
-        if self._resp.content.at_eof():
-            self._resp.release()
-        else:
-            self._resp.close()
-
-
-Watch = wire.Body | PooledWatch
+Watch = wire.Body

@@ -7,17 +7,22 @@ keeps a receive buffer of 256 KiB, zeroed and resident, for as long as it is ope
 runs on :class:`ssl.MemoryBIO` over a plain TCP stream, which holds only what arrived and was
 not yet read. It speaks only what krypton's client needs: a request with or without a body,
 the answer's head, a chunked, sized or close-delimited body, gzip when asked for, each part
-bounded.
+bounded; through the proxy the operator's environment names for the cluster, as client-go
+goes (:func:`proxy_for`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import ipaddress
+import os
 import re
 import ssl
 import zlib
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from krypton.decisions.errors import TemporaryError
 
@@ -29,6 +34,84 @@ _LENGTH = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit takes oth
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110 section 5.1)
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
 REPLAYABLE = frozenset({"GET", "HEAD"})  # sent again on a new connection if a kept one fails
+
+
+@dataclasses.dataclass(frozen=True)
+class Proxy:
+    """A proxy the operator's environment names: reached over TCP, or TLS when its URL is
+    https; a cluster served over https is reached through a CONNECT tunnel, one over http by
+    requests in absolute form, as Go's transport does. Its credentials, if its URL has
+    them, go only to it, in Proxy-Authorization; it is never named in an error with them."""
+
+    scheme: str
+    host: str
+    port: int
+    authorization: str | None = dataclasses.field(default=None, repr=False)
+
+
+def proxy_for(url: str) -> Proxy | None:
+    """The proxy for `url` as client-go's ``http.ProxyFromEnvironment`` picks it:
+    HTTPS_PROXY for an https server, HTTP_PROXY for an http one (either case, the upper
+    first), none for localhost, a loopback address or a host NO_PROXY names."""
+    target = urlsplit(url)
+    chosen = _environment(f"{target.scheme}_proxy")
+    if not chosen or _bypassed(target.hostname or "", target.port, _environment("no_proxy")):
+        return None
+    parts = urlsplit(chosen if "://" in chosen else f"http://{chosen}")
+    authorization = None
+    if parts.username is not None:
+        user = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(user.encode()).decode("ascii")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # not a port: refused at use, as a proxy of another scheme is
+        return Proxy("", parts.hostname or "", 0)
+    return Proxy(parts.scheme, parts.hostname or "", port, authorization)
+
+
+def _environment(name: str) -> str:
+    return os.environ.get(name.upper()) or os.environ.get(name) or ""
+
+
+_WITH_PORT = re.compile(r"([^:\[\]]+|\[[^\]]+\]):([0-9]{1,5})")
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """localhost or a loopback address, or a host NO_PROXY names as Go reads it: "*" every
+    host; an address or a CIDR block; a name with its subdomains ("example.com") or its
+    subdomains only (".example.com", "*.example.com"); each with ":port" for that port
+    alone."""
+    host = host.lower().rstrip(".")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = \
+            ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if host == "localhost" or (address is not None and address.is_loopback):
+        return True
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        with_port = _WITH_PORT.fullmatch(entry)
+        if with_port:
+            if port != int(with_port.group(2)):
+                continue
+            entry = with_port.group(1).strip("[]")
+        if not entry:
+            continue
+        try:
+            block = ipaddress.ip_network(entry, strict=False)
+        except ValueError:  # a name
+            block = None
+        if block is not None:
+            if address is not None and address in block:
+                return True
+            continue
+        name = entry.removeprefix("*").rstrip(".")
+        if host.endswith(name) if name.startswith(".") else \
+                host == name or host.endswith(f".{name}"):
+            return True
+    return False
 
 
 def bad_answer(what: str, detail: str) -> TemporaryError:
@@ -51,21 +134,46 @@ class Wire:
 
     @classmethod
     async def open(cls, url: str, context: ssl.SSLContext | None, server_name: str | None,
-                   what: str) -> Wire:
-        """Connected to `url`'s host; TLS shaken hands when `context` is given."""
+                   what: str, proxy: Proxy | None = None) -> Wire:
+        """Connected to `url`'s host, or to `proxy` and through it; TLS shaken hands when
+        `context` is given."""
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        reader, writer = await asyncio.open_connection(parts.hostname, port, limit=READ)
+        if proxy is None:
+            reader, writer = await asyncio.open_connection(parts.hostname, port, limit=READ)
+        elif proxy.scheme in ("http", "https"):
+            reader, writer = await asyncio.open_connection(
+                proxy.host, proxy.port, limit=READ,
+                ssl=ssl.create_default_context() if proxy.scheme == "https" else None)
+        else:
+            raise ConnectionRefusedError("the proxy the environment names is neither http "
+                                         "nor https, the schemes krypton speaks to a proxy")
         wire = cls(reader, writer, None, what)
-        if context is not None:
-            try:
+        try:
+            if proxy is not None and parts.scheme == "https":
+                await wire._tunnel(f"{_bracketed(parts.hostname or '')}:{port}", proxy)
+            if context is not None:
                 wire._tls = context.wrap_bio(wire._incoming, wire._outgoing,
                                              server_hostname=server_name or parts.hostname)
                 await wire._handshake()
-            except BaseException:
-                wire.close()
-                raise
+        except BaseException:
+            wire.close()
+            raise
         return wire
+
+    async def _tunnel(self, authority: str, proxy: Proxy) -> None:
+        """Asks `proxy` for a tunnel to `authority` (RFC 9110 section 9.3.6): its answer's
+        head is read as strictly as a server's; anything but 2xx is a refusal."""
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        if proxy.authorization:
+            lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        await self.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        status, _, _ = await _head(self, f"{self._what} (the proxy's CONNECT)", gzip=False)
+        if not 200 <= status < 300:
+            raise ConnectionRefusedError(f"the proxy refused a tunnel to {authority}: "
+                                         f"HTTP {status}")
+        if self._buf:
+            raise bad_answer(self._what, "the proxy sent more than its answer to CONNECT")
 
     async def _handshake(self) -> None:
         assert self._tls is not None
@@ -267,18 +375,23 @@ class Body:
 async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | None,
                    server_name: str | None, what: str, *, lifetime: float, method: str = "GET",
                    body: bytes | None = None, idle: Wire | None = None,
-                   keep: Callable[[Wire], None] | None = None,
+                   keep: Callable[[Wire], None] | None = None, proxy: Proxy | None = None,
                    ) -> tuple[int, dict[str, str], Body]:
     """Send one request for `url` and read the answer's head: its status, its headers (names
     in lower case) and its body, to be read within `lifetime` seconds and closed by the
     caller. The answer may come in gzip only when `headers` ask for it. The request goes on
     the `idle` connection an earlier answer left, when there is one; if that fails, a GET
     is sent again on a new connection (the server may have closed the kept one meanwhile).
-    A body that ends cleanly gives its connection to `keep`."""
+    A body that ends cleanly gives its connection to `keep`. Through `proxy`, if given."""
     parts = urlsplit(url)
+    authority = parts.netloc.rpartition('@')[2]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}",
              *(f"{name}: {value}" for name, value in headers.items())]
+    if proxy is not None and parts.scheme == "http":  # no tunnel: the proxy forwards it
+        lines[0] = f"{method} http://{authority}{target} HTTP/1.1"
+        if proxy.authorization:
+            lines.append(f"Proxy-Authorization: {proxy.authorization}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
     if any(c in line for line in lines for c in "\r\n\0"):
@@ -286,7 +399,7 @@ async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | 
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
     gzip = "gzip" in headers.get("Accept-Encoding", "")
     while True:
-        wire = idle or await Wire.open(url, context, server_name, what)
+        wire = idle or await Wire.open(url, context, server_name, what, proxy)
         try:
             await wire.send(request)
             status, answer_headers, persistent = await _head(wire, what, gzip)
@@ -308,6 +421,10 @@ async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | 
         raise
     return status, answer_headers, Body(wire, answer_headers, what, deadline,
                                         keep if persistent else None, framed=framed)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def framing(headers: dict[str, str], what: str) -> tuple[bool, int]:

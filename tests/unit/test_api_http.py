@@ -22,7 +22,6 @@ from krypton.decisions.errors import ClusterUnreachable, TemporaryError
 
 NAMESPACE = json.dumps({"kind": "Namespace", "metadata": {"name": "x"}}).encode()
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY")
 
 
 def answer(body: bytes, *headers: bytes) -> bytes:
@@ -100,14 +99,6 @@ async def exchange(requests: int) -> list[tuple[str, str | None]]:
         finally:
             await kube.close()
     return server.requests
-
-
-@pytest.fixture
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    return monkeypatch
 
 
 def test_an_api_servers_cookies_are_neither_kept_nor_sent_back(

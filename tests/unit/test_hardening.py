@@ -361,26 +361,6 @@ def test_a_credential_registered_later_is_masked_in_a_text_scrubbed_before() -> 
     assert secret not in redact.scrub(text) and redact.MASK in redact.scrub(text)
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({}, False),
-    ({"NO_PROXY": "10.0.0.0/8"}, False),  # says what not to proxy, names no proxy
-    ({"HTTPS_PROXY": "http://proxy.example:3128"}, True),
-    ({"http_proxy": "http://proxy.example:3128"}, True),
-])
-def test_the_environment_decides_whether_requests_look_for_a_proxy(
-        env: dict[str, str], expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """aiohttp trusts the environment (proxy variables, ~/.netrc, looked up per request in a
-    thread) only when the operator's own environment names a proxy."""
-    from krypton.adapters.kubeapi import proxy_in_environment
-
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy",
-                 "no_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert proxy_in_environment() is expected
-
-
 def test_a_task_groups_failure_is_described_by_its_cause() -> None:
     """A worker failing inside its task group says what failed, not "unhandled errors in a
     TaskGroup"."""
