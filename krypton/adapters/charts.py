@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from krypton.adapters.helm import Helm, unpack_archive
+from krypton.adapters.chartarchive import unpack_archive
+from krypton.adapters.helm import Helm
 from krypton.adapters.http import read_bounded
 from krypton.adapters.registry import (
     Credentials,

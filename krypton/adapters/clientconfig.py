@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from krypton.adapters.execcredentials import ExecCredentials
+from krypton.decisions import incluster
 from krypton.decisions import kubeconfig as kubeconfigs
 from krypton.decisions.errors import ClusterUnreachable, KubeconfigRejected, SettingsError
 from krypton.decisions.execplugins import PluginAccess
@@ -197,12 +198,12 @@ async def configuration_from_file(path: str, context: str | None = None, *, work
 def configuration_in_cluster() -> ClientConfig | None:
     """The pod's service-account configuration (its token read again as it rotates); None
     outside a pod."""
-    server = kubeconfigs.service_server(os.environ)
-    if not server or not os.path.isfile(kubeconfigs.SA_TOKEN):
+    server = incluster.service_server(os.environ)
+    if not server or not os.path.isfile(incluster.SA_TOKEN):
         return None
     try:
-        ca = Path(kubeconfigs.SA_CA).read_bytes()
+        ca = Path(incluster.SA_CA).read_bytes()
         return ClientConfig(host=server, ssl=tls_context(ca, None, None), ca_pem=ca,
-                            credentials=TokenFile(kubeconfigs.SA_TOKEN))
+                            credentials=TokenFile(incluster.SA_TOKEN))
     except (OSError, ValueError, ssl.SSLError):
         return None

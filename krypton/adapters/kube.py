@@ -34,7 +34,73 @@ from krypton.decisions.errors import (
 from krypton.decisions.model import CRD_NAME, TenantKey
 
 
-class Kube(Transport):
+class Objects(Transport):
+    """Calls on objects of any kind, found by discovery: what a chart renders and krypton
+    looks at (its workloads, shared objects, CRDs)."""
+
+    async def _resource(self, api_version: str, kind: str) -> tuple[list[str], Obj] | None:
+        """The API path parts of `api_version` and the resource serving `kind` there, found
+        by discovery (one answer per group version, remembered for DISCOVERY_TTL seconds);
+        None when the kind is not served."""
+        group_version = ["api", api_version] if "/" not in api_version else \
+            ["apis", *api_version.split("/", 1)]
+        cached = self._discovery.get(api_version)
+        if cached is None or time.monotonic() - cached[0] > DISCOVERY_TTL:
+            try:
+                served = await self.request(f"discover {api_version}", "GET",
+                                            _path(*group_version))
+            except NotFound:
+                return None  # not remembered: a CRD may bring the group version later
+            cached = (time.monotonic(), list(served.get("resources") or []))
+            self._discovery[api_version] = cached
+        for resource in cached[1]:
+            if resource.get("kind") == kind and "/" not in str(resource.get("name")):
+                return group_version, resource
+        return None
+
+    async def _resource_path(self, api_version: str, kind: str, name: str,
+                             namespace: str) -> str | None:
+        """The API path of an object of any kind; None when the kind is not served."""
+        found = await self._resource(api_version, kind)
+        if found is None:
+            return None
+        parts, resource = found
+        if resource.get("namespaced"):
+            parts = [*parts, "namespaces", namespace]
+        return _path(*parts, str(resource["name"]), name)
+
+    async def cluster_scoped(self, api_version: str, kind: str) -> bool | None:
+        """Whether `kind` is cluster-scoped on this cluster (None: the kind is not served)."""
+        found = await self._resource(api_version, kind)
+        return None if found is None else not found[1].get("namespaced")
+
+    async def collection_path(self, api_version: str, kind: str) -> str | None:
+        """The path of every object of `kind`, in all namespaces (for a watch)."""
+        found = await self._resource(api_version, kind)
+        return None if found is None else _path(*found[0], str(found[1]["name"]))
+
+    async def collection_version(self, what: str, path: str) -> str:
+        """The collection's current resourceVersion, read with a one-item page of metadata:
+        where a watch starts that wants changes from now on, not every object."""
+        page = await self.request(what, "GET", path, accept=METADATA_ONLY,
+                                  query={"limit": 1})
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def get_object(self, api_version: str, kind: str, name: str,
+                         namespace: str) -> Obj | None:
+        """A live object of any kind, or None when it does not exist (or its kind is not
+        served). `namespace` is used only for namespaced kinds."""
+        path = await self._resource_path(api_version, kind, name, namespace)
+        return None if path is None else await self.get(f"get {kind} {name}", path)
+
+    async def object_annotations(self, api_version: str, kind: str, name: str,
+                                 namespace: str) -> dict[str, str] | None:
+        """Annotations of a live object of any kind, or None when it does not exist."""
+        obj = await self.get_object(api_version, kind, name, namespace)
+        return None if obj is None else dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+class Kube(Objects):
     """Async façade over one cluster's API, with krypton's error types."""
 
     # -- cluster ---------------------------------------------------------------------------
@@ -142,69 +208,6 @@ class Kube(Transport):
             f"patch tenant status {key}", "PATCH",
             f"{tenants_path(key.namespace)}/{quote(key.name, safe='')}/status",
             body=patch, content_type=MERGE_PATCH)
-
-    # -- any object ------------------------------------------------------------------------
-
-    async def _resource(self, api_version: str, kind: str) -> tuple[list[str], Obj] | None:
-        """The API path parts of `api_version` and the resource serving `kind` there, found
-        by discovery (one answer per group version, remembered for DISCOVERY_TTL seconds);
-        None when the kind is not served."""
-        group_version = ["api", api_version] if "/" not in api_version else \
-            ["apis", *api_version.split("/", 1)]
-        cached = self._discovery.get(api_version)
-        if cached is None or time.monotonic() - cached[0] > DISCOVERY_TTL:
-            try:
-                served = await self.request(f"discover {api_version}", "GET",
-                                            _path(*group_version))
-            except NotFound:
-                return None  # not remembered: a CRD may bring the group version later
-            cached = (time.monotonic(), list(served.get("resources") or []))
-            self._discovery[api_version] = cached
-        for resource in cached[1]:
-            if resource.get("kind") == kind and "/" not in str(resource.get("name")):
-                return group_version, resource
-        return None
-
-    async def _resource_path(self, api_version: str, kind: str, name: str,
-                             namespace: str) -> str | None:
-        """The API path of an object of any kind; None when the kind is not served."""
-        found = await self._resource(api_version, kind)
-        if found is None:
-            return None
-        parts, resource = found
-        if resource.get("namespaced"):
-            parts = [*parts, "namespaces", namespace]
-        return _path(*parts, str(resource["name"]), name)
-
-    async def cluster_scoped(self, api_version: str, kind: str) -> bool | None:
-        """Whether `kind` is cluster-scoped on this cluster (None: the kind is not served)."""
-        found = await self._resource(api_version, kind)
-        return None if found is None else not found[1].get("namespaced")
-
-    async def collection_path(self, api_version: str, kind: str) -> str | None:
-        """The path of every object of `kind`, in all namespaces (for a watch)."""
-        found = await self._resource(api_version, kind)
-        return None if found is None else _path(*found[0], str(found[1]["name"]))
-
-    async def collection_version(self, what: str, path: str) -> str:
-        """The collection's current resourceVersion, read with a one-item page of metadata:
-        where a watch starts that wants changes from now on, not every object."""
-        page = await self.request(what, "GET", path, accept=METADATA_ONLY,
-                                  query={"limit": 1})
-        return str((page.get("metadata") or {}).get("resourceVersion") or "")
-
-    async def get_object(self, api_version: str, kind: str, name: str,
-                         namespace: str) -> Obj | None:
-        """A live object of any kind, or None when it does not exist (or its kind is not
-        served). `namespace` is used only for namespaced kinds."""
-        path = await self._resource_path(api_version, kind, name, namespace)
-        return None if path is None else await self.get(f"get {kind} {name}", path)
-
-    async def object_annotations(self, api_version: str, kind: str, name: str,
-                                 namespace: str) -> dict[str, str] | None:
-        """Annotations of a live object of any kind, or None when it does not exist."""
-        obj = await self.get_object(api_version, kind, name, namespace)
-        return None if obj is None else dict((obj.get("metadata") or {}).get("annotations") or {})
 
     # -- namespaces, secrets, configmaps, events -------------------------------------------
 

@@ -20,8 +20,8 @@ from krypton.adapters.clientconfig import (
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HOME, Obj
 from krypton.app.config import file_reader
+from krypton.decisions import incluster, records, redact
 from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions import records, redact
 from krypton.decisions.discovery import SELF_CLUSTER, decode_data
 from krypton.decisions.errors import (
     AlreadyExists,
@@ -56,7 +56,7 @@ def context_namespace(settings: Settings) -> str | None:
     path = settings.watch_kubeconfig or None
     if path is None and configuration_in_cluster() is not None:
         try:
-            return Path(kubeconfigs.SA_NAMESPACE).read_text().strip() or None
+            return Path(incluster.SA_NAMESPACE).read_text().strip() or None
         except OSError:
             return None
     try:
@@ -208,7 +208,7 @@ async def _self_kubeconfig(home: Kube, pod_server: str) -> str:
     if not os.path.exists(path):
         if configuration_in_cluster() is not None:
             # In a pod: reference the rotating service-account token, never copy it.
-            return kubeconfigs.in_cluster_kubeconfig(SELF_CLUSTER, pod_server)
+            return incluster.in_cluster_kubeconfig(SELF_CLUSTER, pod_server)
         return synthesize_kubeconfig(home)
     text = Path(path).read_text()
     inlined = kubeconfigs.inline_files(text, file_reader(os.path.dirname(path)))

@@ -193,20 +193,18 @@ class Operator:
             shared.fence, shared.owns = self.shards.holds, self.shards.owns
             fleet.handed_over = self.shards.release
         self.fleet = fleet
-        policy = Policy.from_settings(s)
-        if policy.enabled and self.shards is not None:
-            self._share_rollout(policy, chart, fleet, home_events)
-        elif policy.enabled:
-            controller = RolloutController(self.home, s.namespace, policy, chart, s.chart_values,
-                                           home_events, lambda: fleet.workers,
-                                           fence=shared.fence, metric_gate=self._metric_gate)
-            shared.gate = controller.gate
-            self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
+        self._start_rollout(Policy.from_settings(s), chart, fleet, home_events, shared)
         fleet.resync = dirty.set
         if self.shards is not None:
             self.shards.discovered = self._discovered
         self.discovery = Discovery(self.home, s, home_events, dirty.set).start()
         log.info("krypton started", namespace=s.namespace, chart=f"{s.chart_name} {s.chart_version}")
+        await self._follow(dirty, fleet)
+
+    async def _follow(self, dirty: asyncio.Event, fleet: Fleet) -> None:
+        """Engage and disengage the fleet's clusters as discovery finds them, until the
+        operator stops: every time `dirty` is set."""
+        assert self.discovery is not None
         while not self.stopping.is_set():
             waiter = asyncio.create_task(dirty.wait())
             stopper = asyncio.create_task(self.stopping.wait())
@@ -225,6 +223,23 @@ class Operator:
             metrics.SHARD_OWNED.set(len(self.shards.held()))
             if waiting:  # assigned here, still held by a member not yet expired: try again
                 asyncio.get_running_loop().call_later(self.settings.retry_period, dirty.set)
+
+    def _start_rollout(self, policy: Policy, chart: ChartSource, fleet: Fleet,
+                       home_events: EventRecorder, shared: Shared) -> None:
+        """The fleet-wide rollout (F1), when configured: its controller here, or shared out
+        among the replicas when the fleet is sharded."""
+        if not policy.enabled:
+            return
+        if self.shards is not None:
+            self._share_rollout(policy, chart, fleet, home_events)
+            return
+        assert self.home is not None
+        controller = RolloutController(self.home, self.settings.namespace, policy, chart,
+                                       self.settings.chart_values, home_events,
+                                       lambda: fleet.workers, fence=shared.fence,
+                                       metric_gate=self._metric_gate)
+        shared.gate = controller.gate
+        self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
 
     def _share_rollout(self, policy: Policy, chart: ChartSource, fleet: Fleet,
                        events: EventRecorder) -> None:

@@ -15,7 +15,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from krypton.app import config
@@ -56,10 +56,31 @@ def build_parser() -> Parser:
                     "of Kubernetes clusters.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    run = sub.add_parser("run", help="run the operator", allow_abbrev=False,
+    add = sub.add_parser
+    tools = [*_fleet_commands(add), _register_command(add), *_release_commands(add),
+             _rollout_command(add)]
+    _printing_commands(add)
+    for tool in tools:
+        tool.add_argument(
+            "--from-deployment", metavar="NAMESPACE/NAME",
+            help="take the settings this command leaves unset (no flag, no environment "
+                 "variable) from the operator Deployment NAMESPACE/NAME on the cluster of "
+                 "--watch-kubeconfig or the kube context; none: do not [env "
+                 "$KRYPTON_FROM_DEPLOYMENT; default: the one Deployment labelled "
+                 f"{NAME_LABEL} that runs `krypton run`, if there is exactly one]")
+    parser.commands = sub.choices
+    return parser
+
+
+AddCommand = Callable[..., argparse.ArgumentParser]  # a subparsers' add_parser
+
+
+def _fleet_commands(add: AddCommand) -> list[argparse.ArgumentParser]:
+    """run, and what shows the fleet: plan, diff, status."""
+    run = add("run", help="run the operator", allow_abbrev=False,
                          description="Run the operator. Flag > environment > default.")
     settings_mod.add_arguments(run)
-    plan = sub.add_parser(
+    plan = add(
         "plan", help="dry run: what the next reconcile would do per Tenant x cluster",
         allow_abbrev=False,
         description="Show, for every Tenant on every discovered cluster, what the operator's "
@@ -68,7 +89,7 @@ def build_parser() -> Parser:
                     "blocked; 2: something would change or is blocked; 1: an error.")
     settings_mod.add_arguments(plan)
     plan.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    diff = sub.add_parser(
+    diff = add(
         "diff", help="per Tenant x cluster: deployed manifest vs what the next reconcile applies",
         allow_abbrev=False,
         description="For every Tenant on every discovered cluster, the unified diff between "
@@ -77,7 +98,7 @@ def build_parser() -> Parser:
                     "values). Values of Secrets are masked. Takes the flags of `run`. Exit "
                     "status 0: no differences; 2: differences; 1: an error.")
     settings_mod.add_arguments(diff)
-    status = sub.add_parser(
+    status = add(
         "status", help="fleet table: Tenants x clusters with phase, release, chart version",
         allow_abbrev=False, description="Print the fleet. Takes the flags of `run`.")
     settings_mod.add_arguments(status)
@@ -87,7 +108,11 @@ def build_parser() -> Parser:
                              "change, until Ctrl-C")
     status.add_argument("--wide", action="store_true",
                         help="add the MESSAGE column (each Tenant's Ready message)")
-    reg = sub.add_parser(
+    return [plan, diff, status]
+
+
+def _register_command(add: AddCommand) -> argparse.ArgumentParser:
+    reg = add(
         "register-cluster", help="create the labelled, self-contained kubeconfig Secret",
         allow_abbrev=False,
         description="Inline and reduce a kubeconfig to one context, check it (no exec or "
@@ -102,9 +127,38 @@ def build_parser() -> Parser:
                      help="replace an existing Secret of that name (refused without it; the "
                           "output says which server it pointed at before and after)")
     settings_mod.add_arguments(reg)
+    return reg
+
+
+def _printing_commands(add: AddCommand) -> None:
+    """What prints manifests for an admin to apply: crds, guard."""
+    add("crds", help="print the Tenant CRD")
+    guard = add(
+        "guard", help="print the guard of krypton's release records, for an admin to apply",
+        allow_abbrev=False,
+        description="Print the ValidatingAdmissionPolicy and its binding that let only USER "
+                    "create, change or delete the Helm release records of krypton's releases "
+                    "(SPEC S4). krypton installs them itself when it engages a cluster "
+                    "(--record-guard=install); on a cluster where it may not, an admin applies "
+                    "these (`krypton guard --print --user U | kubectl apply -f -`) and krypton "
+                    "finds them (--record-guard=check).")
+    guard.add_argument("--print", dest="print_", action="store_true", required=True,
+                       help="print the manifests as YAML")
+    guard.add_argument("--user", required=True,
+                       help="the user krypton's credentials authenticate as on the cluster "
+                            "(kubectl auth whoami with krypton's kubeconfig)")
+    guard.add_argument("--watch-namespace", default="",
+                       help="the WATCH_NAMESPACE of a namespaced krypton instance")
+    guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
+                       help="where the instance's releases go (as its --release-namespace)")
+
+
+def _release_commands(add: AddCommand) -> list[argparse.ArgumentParser]:
+    """What asks the operator for something on a Tenant's release: retry, adopt-records;
+    and rotate-record-key."""
     def tenant_command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
         """A command on one Tenant, on every discovered cluster that has it or one."""
-        command = sub.add_parser(name, help=summary, allow_abbrev=False,
+        command = add(name, help=summary, allow_abbrev=False,
                                  description=description)
         command.add_argument("tenant", metavar="NAMESPACE/NAME", help="the Tenant")
         command.add_argument("--cluster", help="only on this cluster")
@@ -118,7 +172,7 @@ def build_parser() -> Parser:
         "--max-retries failures (RetriesExhausted), or waiting for its next attempt, is tried "
         "again at once with a fresh budget. Takes the flags of `run`. Exit status 0: asked on "
         "at least one cluster; 1: the Tenant was found nowhere.")
-    adopt = sub.add_parser(
+    adopt = add(
         "adopt-records", help="adopt release records as krypton's, as they are",
         allow_abbrev=False,
         description="Ask the operator to adopt the deployed and superseded release records "
@@ -139,7 +193,7 @@ def build_parser() -> Parser:
     adopt.add_argument("--dry-run", action="store_true",
                        help="list what would be adopted and what krypton said of it")
     settings_mod.add_arguments(adopt)
-    rotate = sub.add_parser(
+    rotate = add(
         "rotate-record-key", help="rotate the key that seals release records",
         allow_abbrev=False,
         description="Make a new key for sealing release records (Secret krypton-record-key in "
@@ -150,7 +204,11 @@ def build_parser() -> Parser:
     rotate.add_argument("--prune", action="store_true",
                         help="drop the retired keys no seal uses any more")
     settings_mod.add_arguments(rotate)
-    control = sub.add_parser(
+    return [again, adopt, rotate]
+
+
+def _rollout_command(add: AddCommand) -> argparse.ArgumentParser:
+    control = add(
         "rollout", help="approve a wave of the fleet rollout, pause, resume or abort it, or "
                         "show its history", allow_abbrev=False,
         description="Control the progressive rollout (SPEC F9) by writing an annotation on "
@@ -167,35 +225,7 @@ def build_parser() -> Parser:
                          help="who acts, as recorded in the history and the Events "
                               "[default: USER@HOST]")
     settings_mod.add_arguments(control)
-    sub.add_parser("crds", help="print the Tenant CRD")
-    guard = sub.add_parser(
-        "guard", help="print the guard of krypton's release records, for an admin to apply",
-        allow_abbrev=False,
-        description="Print the ValidatingAdmissionPolicy and its binding that let only USER "
-                    "create, change or delete the Helm release records of krypton's releases "
-                    "(SPEC S4). krypton installs them itself when it engages a cluster "
-                    "(--record-guard=install); on a cluster where it may not, an admin applies "
-                    "these (`krypton guard --print --user U | kubectl apply -f -`) and krypton "
-                    "finds them (--record-guard=check).")
-    guard.add_argument("--print", dest="print_", action="store_true", required=True,
-                       help="print the manifests as YAML")
-    guard.add_argument("--user", required=True,
-                       help="the user krypton's credentials authenticate as on the cluster "
-                            "(kubectl auth whoami with krypton's kubeconfig)")
-    guard.add_argument("--watch-namespace", default="",
-                       help="the WATCH_NAMESPACE of a namespaced krypton instance")
-    guard.add_argument("--release-namespace", choices=("tenant", "watch"), default="tenant",
-                       help="where the instance's releases go (as its --release-namespace)")
-    for tool in (plan, diff, status, reg, again, adopt, rotate, control):
-        tool.add_argument(
-            "--from-deployment", metavar="NAMESPACE/NAME",
-            help="take the settings this command leaves unset (no flag, no environment "
-                 "variable) from the operator Deployment NAMESPACE/NAME on the cluster of "
-                 "--watch-kubeconfig or the kube context; none: do not [env "
-                 "$KRYPTON_FROM_DEPLOYMENT; default: the one Deployment labelled "
-                 f"{NAME_LABEL} that runs `krypton run`, if there is exactly one]")
-    parser.commands = sub.choices
-    return parser
+    return control
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,23 +257,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "watch", False) and args.output != "table":
         parser.commands["status"].error("--watch shows a table: it takes no -o")
-    if args.command == "crds":
-        from krypton.decisions.crd import crd_text
-
-        sys.stdout.write(crd_text())
-        return 0
-    if args.command == "guard":
-        import yaml
-
-        from krypton.decisions import guard
-
-        if args.release_namespace == "watch" and not args.watch_namespace:
-            parser.commands["guard"].error("--release-namespace=watch needs --watch-namespace")
-        shared = args.watch_namespace if args.release_namespace == "watch" else None
-        sys.stdout.write(yaml.safe_dump_all(guard.manifests(
-            args.user, watch_namespace=args.watch_namespace, release_namespace=shared),
-            sort_keys=False))
-        return 0
+    if args.command in ("crds", "guard"):
+        return _print(parser, args)
     if args.command in TOOLS:
         import tempfile
 
@@ -274,6 +289,26 @@ def _main(argv: Sequence[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
     log.configure(settings.log_format, settings.log_level)
     return asyncio.run(Operator(settings).run())
+
+
+def _print(parser: Parser, args: argparse.Namespace) -> int:
+    """crds and guard: manifests printed for an admin to apply."""
+    if args.command == "crds":
+        from krypton.decisions.crd import crd_text
+
+        sys.stdout.write(crd_text())
+        return 0
+    import yaml
+
+    from krypton.decisions import guard
+
+    if args.release_namespace == "watch" and not args.watch_namespace:
+        parser.commands["guard"].error("--release-namespace=watch needs --watch-namespace")
+    shared = args.watch_namespace if args.release_namespace == "watch" else None
+    sys.stdout.write(yaml.safe_dump_all(guard.manifests(
+        args.user, watch_namespace=args.watch_namespace, release_namespace=shared),
+        sort_keys=False))
+    return 0
 
 
 def _inherit(args: argparse.Namespace, private: str) -> None:

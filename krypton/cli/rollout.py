@@ -12,16 +12,8 @@ from typing import Any
 from krypton.app.home import watch_cluster
 from krypton.decisions.errors import Conflict
 from krypton.decisions.printable import escape
-from krypton.decisions.rollout import (
-    ABORT,
-    APPROVE,
-    BY,
-    CONFIGMAP,
-    FORMAT,
-    PAUSE,
-    PROGRESSING,
-    RolloutState,
-)
+from krypton.decisions.rollout import CONFIGMAP, FORMAT, PROGRESSING, RolloutState
+from krypton.decisions.rolloutcontrol import ABORT, APPROVE, BY, PAUSE
 from krypton.decisions.settings import Settings
 
 COMMANDS = ("approve", "pause", "resume", "abort", "history")

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import functools
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -223,6 +224,32 @@ async def watch_status(settings: Settings,
         await asyncio.sleep(WATCH_DEBOUNCE)  # Secrets changing in a burst reopen it once
 
 
+def _leases(settings: Settings, home: Kube, what: str, label: str,
+            on_change: Callable[[str, dict[str, Any]], None]) -> Informer:
+    """The sharding Leases of this operator's group with `label` (SPEC S3), if any."""
+    return Informer(home, what, home.lease_path(settings.lease_namespace), on_change,
+                    label_selector=f"{label}={settings.leader_election_id}",
+                    on_error=lambda _exc: None)
+
+
+def _frame(clusters: list[ClusterHandle], events: list[dict[str, Any]],
+           tenants: dict[str, Informer], stale: dict[str, str],
+           unreachable: dict[str, str]) -> list[Row]:
+    """The rows of one frame of `krypton status --watch`, from what the informers hold."""
+    failing = failing_clusters(events, time.time())
+    orphans, unguarded = orphan_notes(events), unguarded_notes(events)
+    rows: list[Row] = []
+    for c in clusters:
+        rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error,
+                             stale=stale.get(c.name, ""), unreachable=unreachable.get(c.name, ""),
+                             orphans=orphans.get(c.name, ""), unguarded=unguarded.get(c.name, ""))
+        watched = tenants.get(c.name)
+        if watched is not None and watched.synced.is_set():
+            rows += tenant_rows(c.name, watched.store.values())
+    assign_sources(rows, {c.name: c.source for c in clusters})
+    return rows
+
+
 async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHandle],
                        show: Callable[[list[Row], RolloutState | None], None]) -> None:
     changed, reopen = asyncio.Event(), asyncio.Event()
@@ -237,33 +264,24 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
             reopen.set()
             changed.set()
 
-    def failed(name: str) -> Callable[[Exception], None]:
-        def note(exc: Exception) -> None:
-            unreachable[name] = f"unreachable: {redact.describe(exc)}"
-            changed.set()
-        return note
-
-    def healthy(name: str) -> Callable[[], None]:
-        def note() -> None:
+    def reached(name: str, exc: Exception | None = None) -> None:
+        if exc is None:
             unreachable.pop(name, None)
-            changed.set()
-        return note
+        else:
+            unreachable[name] = f"unreachable: {redact.describe(exc)}"
+        changed.set()
 
     ns = settings.namespace
     secrets = Informer(home, "secrets", core_path("secrets", ns), secret_changed,
                        label_selector=f"{settings.kubeconfig_label}=true", metadata_only=True)
     configmaps = Informer(home, "configmaps", core_path("configmaps", ns), poke)
-    group, lease_ns = settings.leader_election_id, settings.lease_namespace
-    owners = Informer(home, "cluster leases", home.lease_path(lease_ns), poke,
-                      label_selector=f"{sharding.CLUSTER_LABEL}={group}",
-                      on_error=lambda _exc: None)
-    members = Informer(home, "member leases", home.lease_path(lease_ns),
-                       lambda _t, _o: None,  # renewed every retry period: no frame for that
-                       label_selector=f"{sharding.MEMBER_LABEL}={group}",
-                       on_error=lambda _exc: None)
+    owners = _leases(settings, home, "cluster leases", sharding.CLUSTER_LABEL, poke)
+    members = _leases(settings, home, "member leases", sharding.MEMBER_LABEL,
+                      lambda _t, _o: None)  # renewed every retry period: no frame for that
     events = Informer(home, "events", core_path("events", ns), poke)
     tenants = {c.name: Informer(c.kube, "tenants", tenants_path(settings.watch_namespace or None),
-                                poke, on_error=failed(c.name), on_healthy=healthy(c.name))
+                                poke, on_error=functools.partial(reached, c.name),
+                                on_healthy=functools.partial(reached, c.name))
                for c in clusters if c.kube is not None}
     informers = [secrets, configmaps, events, owners, members, *tenants.values()]
     for informer in informers:
@@ -282,22 +300,9 @@ async def _watch_fleet(settings: Settings, home: Kube, clusters: list[ClusterHan
                     await changed.wait()
             await asyncio.sleep(WATCH_DEBOUNCE)
             changed.clear()
-            failing = failing_clusters(events.store.values(), time.time())
-            orphans = orphan_notes(events.store.values())
-            unguarded = unguarded_notes(events.store.values())
-            rows: list[Row] = []
-            for c in clusters:
-                rows += cluster_rows(c.name, failing=failing.get(c.name, ""), rejected=c.error,
-                                     stale=stale.get(c.name, ""),
-                                     unreachable=unreachable.get(c.name, ""),
-                                     orphans=orphans.get(c.name, ""),
-                                     unguarded=unguarded.get(c.name, ""))
-                watched = tenants.get(c.name)
-                if watched is not None and watched.synced.is_set():
-                    rows += tenant_rows(c.name, watched.store.values())
+            rows = _frame(clusters, list(events.store.values()), tenants, stale, unreachable)
             assign_replicas(rows, sharding.owners(owners.store.values(), members.store.values(),
                                                   time.time(), settings.lease_duration))
-            assign_sources(rows, {c.name: c.source for c in clusters})
             show(rows, RolloutState.from_configmap(configmaps.store.get((ns, CONFIGMAP))))
     finally:
         for informer in informers:

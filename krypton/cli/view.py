@@ -178,7 +178,7 @@ def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: 
 
 def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
              cluster: str) -> str:
-    """A failing release's retry record (R18): how often it failed and when it is tried
+    """A failing release's retry state (R18): how often it failed and when it is tried
     again; nothing once it succeeded or stalled (RetriesExhausted says it all)."""
     error = by_type.get(f"ClusterError/{cluster}") or {}
     failures = mine.get("failures")

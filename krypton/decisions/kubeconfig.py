@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,15 +29,11 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from krypton.decisions import execplugins, safeyaml
+from krypton.decisions import execplugins, incluster, safeyaml
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.execplugins import PluginAccess, Provider
 
 EXPIRY_WARNING = dt.timedelta(days=14)
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-SA_TOKEN, SA_CA = f"{SA_DIR}/token", f"{SA_DIR}/ca.crt"
-SA_NAMESPACE = f"{SA_DIR}/namespace"
-IN_CLUSTER_SERVERS = ("https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local")
 FILE_REFERENCES = {
     "cluster": ("certificate-authority",),
     "user": ("client-certificate", "client-key", "tokenFile"),
@@ -204,13 +200,56 @@ def parse(
     client-go reads it or refused (:func:`_as_client_go_reads`). `base` is the directory of
     the file it was read from (relative file references are made absolute from there, so
     that krypton and helm read the same files); a kubeconfig from a Secret has none.
-
     With `allow_in_cluster`, the pod's service-account files may be named for the in-cluster
     API server: ``kubernetes.default.svc`` or `pod_server`, the one the pod's environment
-    names (:func:`service_server`). Raises KubeconfigRejected with a precise, credential-free
-    message.
+    names (:func:`krypton.decisions.incluster.service_server`). Raises KubeconfigRejected
+    with a precise, credential-free message.
     """
     now = now or dt.datetime.now(dt.UTC)
+    chosen, ctx, cluster_name, user_name, cluster, user = _context(_document(data), context)
+    cluster, user = _as_client_go_reads(cluster, user, str(cluster_name), base)
+    server, risky, in_cluster = _reach(cluster, user, str(cluster_name), trust=trust,
+                                       allow_in_cluster=allow_in_cluster, pod_server=pod_server)
+    if user.get("auth-provider"):
+        raise _reject("kubeconfig uses user.auth-provider, which krypton does not support; "
+                      "use an exec credential plugin (user.exec) instead")
+    plugin = _plugin(user, str(user_name))
+    insecure = _boolean(cluster, "insecure-skip-tls-verify", "cluster")
+    tls_server_name = _text(cluster, "tls-server-name", "cluster")
+    disable_compression = _boolean(cluster, "disable-compression", "cluster")
+    token = _text(user, "token", "user", header=True)
+    username = _text(user, "username", "user", header=True)
+    password = _text(user, "password", "user", header=True)
+    if (username is None) != (password is None):
+        raise _reject("user username and password must be given together")
+    sends_secret = bool(token or password or user.get("client-key-data"))
+    if server.startswith("http://") and sends_secret and not trust:
+        raise _reject(f"cluster {cluster_name!r} server uses http://: its credentials would be "
+                      "sent in clear; use https (--trust-kubeconfig-secrets allows http)")
+
+    ca, cert, key, warnings = _certificates(cluster, user, now)
+    reduced = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": cluster}],
+        "users": [{"name": user_name, "user": user}] if user_name else [],
+        "contexts": [{"name": chosen, "context": ctx}], "current-context": chosen,
+    }
+    return Kubeconfig(
+        context=chosen, server=server, config=reduced, ca_pem=ca, cert_pem=cert, key_pem=key,
+        token=token, username=username, password=password, insecure=insecure,
+        tls_server_name=tls_server_name, disable_compression=disable_compression,
+        uses_plugins_or_files=bool(risky) and not in_cluster, in_cluster=in_cluster,
+        warnings=tuple(warnings),
+        ca_file=_text(cluster, "certificate-authority", "cluster"),
+        cert_file=_text(user, "client-certificate", "user"),
+        key_file=_text(user, "client-key", "user"),
+        token_file=_text(user, "tokenFile", "user"),
+        plugin=plugin,
+    )
+
+
+def _document(data: bytes | str | None) -> dict[str, Any]:
+    """The kubeconfig's text as a mapping, or why not."""
     if data is None:
         raise _reject("kubeconfig data key is missing")
     if isinstance(data, bytes):
@@ -220,8 +259,12 @@ def parse(
             raise _reject("kubeconfig is not UTF-8 text") from exc
     if not data.strip():
         raise _reject("kubeconfig is empty")
-    doc = _mapping(data)
+    return _mapping(data)
 
+
+def _context(doc: dict[str, Any], context: str | None) -> tuple[
+        str, dict[str, Any], Any, Any, dict[str, Any], dict[str, Any]]:
+    """The chosen context's name and entry, its cluster's and user's names and entries."""
     contexts = doc.get("contexts") or []
     if not isinstance(contexts, list):
         raise _reject("kubeconfig contexts is not a list")
@@ -237,48 +280,37 @@ def parse(
         raise _reject(f"context {chosen!r} names no cluster")
     cluster = _named(doc.get("clusters"), "cluster", cluster_name)
     user = _named(doc.get("users"), "user", user_name) if user_name else {}
+    return chosen, ctx, cluster_name, user_name, cluster, user
 
-    cluster, user = _as_client_go_reads(cluster, user, str(cluster_name), base)
+
+def _reach(cluster: dict[str, Any], user: dict[str, Any], cluster_name: str, *, trust: bool,
+           allow_in_cluster: bool, pod_server: str) -> tuple[str, list[str], bool]:
+    """The server, the plugins and files the kubeconfig names, and whether it is the pod's
+    own service account; refused when it names a proxy, or plugins or files untrusted."""
     risky = [f"user.{k}" for k in PLUGINS if user.get(k)]
     risky += [f"cluster.{k}" for k in FILE_REFERENCES["cluster"] if cluster.get(k)]
     risky += [f"user.{k}" for k in FILE_REFERENCES["user"] if user.get(k)]
-    server = server_url(cluster, str(cluster_name))
+    server = server_url(cluster, cluster_name)
     if cluster.get("proxy-url") is not None:
         # helm would go through the proxy and krypton's own client would not: two paths
         # to one cluster, and checks made on one of them (SPEC S2). Refused, trust or not.
         raise _reject(f"cluster {cluster_name!r} sets proxy-url, which krypton does not "
                       "support: its own client and helm would reach the server by different "
                       "paths; remove proxy-url (a server reached directly)")
-    in_cluster = allow_in_cluster and _is_in_cluster(cluster, user, server, pod_server)
+    in_cluster = allow_in_cluster and incluster.uses_service_account(cluster, user, server,
+                                                                     pod_server)
     if risky and not trust and not in_cluster:
         raise _reject(
             f"kubeconfig uses {', '.join(risky)}; only self-contained kubeconfigs are accepted "
             "from Secrets (--trust-kubeconfig-secrets allows them)"
         )
-    if user.get("auth-provider"):
-        raise _reject("kubeconfig uses user.auth-provider, which krypton does not support; "
-                      "use an exec credential plugin (user.exec) instead")
-    plugin = None
-    if user.get("exec"):
-        if not isinstance(user["exec"], dict):
-            raise _reject("user.exec is not a mapping")
-        try:
-            plugin = execplugins.exec_plugin(str(user_name), user["exec"], "user.exec")
-        except ValueError as exc:
-            raise _reject(str(exc)) from None
-    insecure = _boolean(cluster, "insecure-skip-tls-verify", "cluster")
-    tls_server_name = _text(cluster, "tls-server-name", "cluster")
-    disable_compression = _boolean(cluster, "disable-compression", "cluster")
-    token = _text(user, "token", "user", header=True)
-    username = _text(user, "username", "user", header=True)
-    password = _text(user, "password", "user", header=True)
-    if (username is None) != (password is None):
-        raise _reject("user username and password must be given together")
-    sends_secret = bool(token or password or user.get("client-key-data"))
-    if server.startswith("http://") and sends_secret and not trust:
-        raise _reject(f"cluster {cluster_name!r} server uses http://: its credentials would be "
-                      "sent in clear; use https (--trust-kubeconfig-secrets allows http)")
+    return server, risky, in_cluster
 
+
+def _certificates(cluster: dict[str, Any], user: dict[str, Any], now: dt.datetime
+                  ) -> tuple[bytes | None, bytes | None, bytes | None, list[str]]:
+    """The CA bundle, the client certificate and key, checked, and what they deserve a
+    warning for."""
     ca = cert = key = None
     if cluster.get("certificate-authority-data"):
         ca = ca_bundle(cluster["certificate-authority-data"], "certificate-authority-data")
@@ -289,36 +321,19 @@ def parse(
         cert = _b64(user["client-certificate-data"], "client-certificate-data")
         key = _b64(user["client-key-data"], "client-key-data")
         warnings += _check_client_pair(cert, key, now)
-    reduced = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": cluster}],
-        "users": [{"name": user_name, "user": user}] if user_name else [],
-        "contexts": [{"name": chosen, "context": ctx}],
-        "current-context": chosen,
-    }
-    return Kubeconfig(
-        context=chosen,
-        server=server,
-        config=reduced,
-        ca_pem=ca,
-        cert_pem=cert,
-        key_pem=key,
-        token=token,
-        username=username,
-        password=password,
-        insecure=insecure,
-        tls_server_name=tls_server_name,
-        disable_compression=disable_compression,
-        uses_plugins_or_files=bool(risky) and not in_cluster,
-        in_cluster=in_cluster,
-        warnings=tuple(warnings),
-        ca_file=_text(cluster, "certificate-authority", "cluster"),
-        cert_file=_text(user, "client-certificate", "user"),
-        key_file=_text(user, "client-key", "user"),
-        token_file=_text(user, "tokenFile", "user"),
-        plugin=plugin,
-    )
+    return ca, cert, key, warnings
+
+
+def _plugin(user: dict[str, Any], user_name: str) -> Provider | None:
+    """The user's exec credential plugin, checked; None without one."""
+    if not user.get("exec"):
+        return None
+    if not isinstance(user["exec"], dict):
+        raise _reject("user.exec is not a mapping")
+    try:
+        return execplugins.exec_plugin(user_name, user["exec"], "user.exec")
+    except ValueError as exc:
+        raise _reject(str(exc)) from None
 
 
 def _as_client_go_reads(cluster: dict[str, Any], user: dict[str, Any], name: str,
@@ -430,45 +445,6 @@ def _text(entry: dict[str, Any], key: str, where: str, *, header: bool = False) 
             raise _reject(f"{where}.{key} contains characters an HTTP header cannot carry") \
                 from exc
     return value
-
-
-def service_server(env: Mapping[str, str]) -> str:
-    """The API server a pod reaches through its environment `env`, as the in-cluster client
-    configuration finds it (``KUBERNETES_SERVICE_HOST``/``_PORT``); "" outside a pod."""
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port or not port.isdigit():
-        return ""
-    host = f"[{host}]" if ":" in host else host
-    return f"https://{host}:{port}"
-
-
-def _is_in_cluster(cluster: dict[str, Any], user: dict[str, Any], server: str,
-                   pod_server: str) -> bool:
-    """The service-account files of the pod, used only against the in-cluster API server.
-
-    Such a kubeconfig cannot send the token anywhere else, and reading the token file on
-    every use keeps it working across token rotation (SPEC D6).
-    """
-    return ((server in IN_CLUSTER_SERVERS or (pod_server != "" and server == pod_server))
-            and cluster.get("certificate-authority") == SA_CA
-            and set(user) == {"tokenFile"} and user["tokenFile"] == SA_TOKEN)
-
-
-def in_cluster_kubeconfig(name: str, pod_server: str) -> str:
-    """A kubeconfig that uses the pod's service account by reference, never by copy.
-
-    The server is `pod_server`, the one the pod's environment names (:func:`service_server`),
-    so that helm reaches it the way the operator's own client does (also in pods without
-    cluster DNS or on the host network).
-    """
-    return str(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": pod_server or IN_CLUSTER_SERVERS[0],
-                                                "certificate-authority": SA_CA}}],
-        "users": [{"name": name, "user": {"tokenFile": SA_TOKEN}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-        "current-context": name,
-    }, sort_keys=False))
 
 
 def inline_files(data: str, read_file: Callable[[str], bytes]) -> str:

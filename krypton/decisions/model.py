@@ -117,6 +117,19 @@ class NamespaceState(enum.Enum):
     CONFLICT = "conflict"  # owned by another Tenant
 
 
+def namespace_refusal(name: str, state: NamespaceState, owner: str | None,
+                      adopt: bool) -> str | None:
+    """Why the existing namespace `name` is not the Tenant's to install into (R5, R16):
+    another Tenant's, or not krypton's and not to be adopted; None when it may be used. The
+    planner's rule, and the install's when its create finds the namespace there."""
+    if state is NamespaceState.CONFLICT:
+        return f"namespace {name!r} is owned by Tenant {owner}"
+    if state is NamespaceState.UNMANAGED and not adopt:
+        return (f"namespace {name!r} exists and was not created by krypton "
+                "(--adopt-namespaces allows taking it over)")
+    return None
+
+
 class ReleaseStatus(enum.Enum):
     ABSENT = "absent"
     DEPLOYED = "deployed"
@@ -213,7 +226,7 @@ class TenantView:
     readiness: tuple[bool, str] | None = None  # ClusterReady/c: (status, reason)
     error: tuple[str, str] | None = None  # ClusterError/c when True: (reason, message)
     annotations: dict[str, str] = field(default_factory=dict)
-    # the retry record of status.clusters[c] (R18): consecutive failed helm runs of
+    # the retry state of status.clusters[c] (R18): consecutive failed helm runs of
     # `failed_target`, and the RETRY_ANNOTATION value that is part of every target
     failures: int = 0
     failed_target: str = ""

@@ -78,26 +78,10 @@ from krypton.decisions.model import (
     ReleaseStatus,
     TenantView,
     is_valid_namespace_name,
+    namespace_refusal,
 )
 from krypton.decisions.printable import short
-
-
-class ReleaseState(enum.Enum):
-    """The release on the cluster, judged against the target fingerprint."""
-
-    IN_SYNC = "in-sync"  # deployed, at the revision recorded, with the target's fingerprint
-    UNRECORDED = "unrecorded"  # deployed as recorded; the fingerprint annotation is missing/wrong
-    LOCKED = "locked"  # a recent pending operation: another helm run may still be at work
-    STALE = "stale"  # a pending operation left behind by a helm run that did not finish
-    FAILED = "failed"  # the last operation failed
-    DRIFTED = "drifted"  # the target was applied, and the release changed or went since
-    ABSENT = "absent"  # no release, and the target was never applied here
-    OUT_OF_SYNC = "out-of-sync"  # deployed; the target changed
-
-
-PENDING = {ReleaseStatus.PENDING_INSTALL, ReleaseStatus.PENDING_UPGRADE,
-           ReleaseStatus.PENDING_ROLLBACK, ReleaseStatus.UNINSTALLING}
-
+from krypton.decisions.releases import ReleaseState, release_state
 
 # why a release stays on its version while the fleet-wide rollout holds its cluster (F1, F9)
 HELD = {
@@ -108,29 +92,6 @@ HELD = {
     "RolloutPaused": "the fleet-wide rollout is paused (krypton rollout resume); this cluster "
                      "stays where it is",
 }
-
-
-def release_state(t: TenantView, target: str, rel: ReleaseObservation,
-                  missing: tuple[str, ...] = ()) -> ReleaseState:
-    """One value for the release of Tenant `t`, given the target fingerprint and the objects
-    of its manifest found gone from the cluster."""
-    deployed = rel.status is ReleaseStatus.DEPLOYED and not missing
-    if deployed and t.applied_fingerprint == target and \
-            (t.applied_revision is None or t.applied_revision == rel.revision):
-        return ReleaseState.IN_SYNC
-    if deployed and t.recorded_fingerprint == target and t.applied_revision == rel.revision:
-        return ReleaseState.UNRECORDED
-    if rel.locked:
-        return ReleaseState.LOCKED
-    if rel.status in PENDING:
-        return ReleaseState.STALE
-    if rel.status in (ReleaseStatus.FAILED, ReleaseStatus.UNKNOWN):
-        return ReleaseState.FAILED
-    if target in (t.applied_fingerprint, t.recorded_fingerprint):
-        return ReleaseState.DRIFTED
-    if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
-        return ReleaseState.ABSENT
-    return ReleaseState.OUT_OF_SYNC
 
 
 class Action(enum.Enum):
@@ -354,15 +315,8 @@ def _plan(obs: Observation) -> Plan:
         return Plan(Action.ADD_FINALIZER, "Finalizer", "add the release-cleanup finalizer")
     rel, target = obs.release, obs.chart.fingerprint
     state = release_state(t, target, rel, obs.missing)
-    if obs.rollout.revert and obs.rollout.revert_healthy_to and \
-            target in (t.applied_fingerprint, t.recorded_fingerprint) and \
-            t.reverted_fingerprint != target and rel.status is ReleaseStatus.DEPLOYED:
-        # the wave failed its metric gate (F7): a release Ready on the target goes back too
-        if rel.locked:
-            return _locked(rel)
-        return Plan(Action.REVERT, "RolloutHalted",
-                    f"chart {obs.chart.version} failed the rollout's metric gate: roll back "
-                    f"to chart {obs.rollout.revert_healthy_to}")
+    if (healthy := _revert_healthy(obs, target, obs.chart.version)) is not None:
+        return healthy
     if state is ReleaseState.IN_SYNC:
         return _in_sync(obs, obs.chart.version)
     if state is ReleaseState.UNRECORDED:
@@ -374,16 +328,8 @@ def _plan(obs: Observation) -> Plan:
                     f"{why}: chart {obs.chart.version} is deployed at revision {rel.revision} as "
                     "recorded; write the annotation", drift=t.applied_fingerprint is None)
     version = obs.chart.version
-    if obs.rollout.revert and t.failed_fingerprint == target and \
-            t.reverted_fingerprint != target and t.applied_revision is not None and \
-            rel.revision != t.applied_revision:
-        # (the last check also stops a second rollback where an older CRD drops
-        # revertedFingerprint: the revision a rollback made is the one recorded)
-        if state is ReleaseState.LOCKED:
-            return _locked(rel)
-        return Plan(Action.REVERT, "RolloutHalted",
-                    f"chart {version} failed and the rollout halted: roll back to revision "
-                    f"{t.applied_revision} (chart {t.recorded_version or 'as applied'})")
+    if (failed := _revert_failed(obs, target, version, state)) is not None:
+        return failed
     drift = target in (t.applied_fingerprint, t.recorded_fingerprint)
     moving = t.applied_fingerprint is not None or rel.status is not ReleaseStatus.ABSENT
     if not obs.rollout.open and moving and not drift:
@@ -405,6 +351,43 @@ def _plan(obs: Observation) -> Plan:
                     f"chart {version} cannot be installed once per Tenant on this cluster: "
                     f"{'; '.join(obs.shared[:5])}{more}; install the shared part once per "
                     "cluster (see the docs, \"Shared objects and charts with CRDs\")", permanent=True)
+    return _helm_action(obs, state, version, drift)
+
+
+def _revert_healthy(obs: Observation, target: str, version: str) -> Plan | None:
+    """The wave failed its metric gate (F7): a release Ready on the target goes back too."""
+    t, rel = obs.tenant, obs.release
+    if not (obs.rollout.revert and obs.rollout.revert_healthy_to and
+            target in (t.applied_fingerprint, t.recorded_fingerprint) and
+            t.reverted_fingerprint != target and rel.status is ReleaseStatus.DEPLOYED):
+        return None
+    if rel.locked:
+        return _locked(rel)
+    return Plan(Action.REVERT, "RolloutHalted",
+                f"chart {version} failed the rollout's metric gate: roll back to chart "
+                f"{obs.rollout.revert_healthy_to}")
+
+
+def _revert_failed(obs: Observation, target: str, version: str, state: ReleaseState
+                   ) -> Plan | None:
+    """The rollout halted and asks to revert: this release failed on the target."""
+    t, rel = obs.tenant, obs.release
+    # (the last check also stops a second rollback where an older CRD drops
+    # revertedFingerprint: the revision a rollback made is the one recorded)
+    if not (obs.rollout.revert and t.failed_fingerprint == target and
+            t.reverted_fingerprint != target and t.applied_revision is not None and
+            rel.revision != t.applied_revision):
+        return None
+    if state is ReleaseState.LOCKED:
+        return _locked(rel)
+    return Plan(Action.REVERT, "RolloutHalted",
+                f"chart {version} failed and the rollout halted: roll back to revision "
+                f"{t.applied_revision} (chart {t.recorded_version or 'as applied'})")
+
+
+def _helm_action(obs: Observation, state: ReleaseState, version: str, drift: bool) -> Plan:
+    """The helm run that brings the release to the target (steps 13 and 14)."""
+    t, rel = obs.tenant, obs.release
     if state in (ReleaseState.STALE, ReleaseState.FAILED) and (
             rel.status in (ReleaseStatus.PENDING_INSTALL, ReleaseStatus.UNINSTALLING)
             or not rel.has_good_revision):
@@ -471,19 +454,6 @@ def _namespace_rules(obs: Observation, creates: bool = False) -> Plan | None:
     why = namespace_refusal(t.key.name, obs.namespace, obs.namespace_owner,
                             obs.adopt_namespaces)
     return None if why is None else Plan(Action.BLOCKED, "NamespaceConflict", why, permanent=True)
-
-
-def namespace_refusal(name: str, state: NamespaceState, owner: str | None,
-                      adopt: bool) -> str | None:
-    """Why the existing namespace `name` is not the Tenant's to install into (R5, R16):
-    another Tenant's, or not krypton's and not to be adopted; None when it may be used. The
-    planner's rule, and the install's when its create finds the namespace there."""
-    if state is NamespaceState.CONFLICT:
-        return f"namespace {name!r} is owned by Tenant {owner}"
-    if state is NamespaceState.UNMANAGED and not adopt:
-        return (f"namespace {name!r} exists and was not created by krypton "
-                "(--adopt-namespaces allows taking it over)")
-    return None
 
 
 HEALTH_REASONS = UNHEALTHY | {WAITING}

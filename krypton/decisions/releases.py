@@ -9,6 +9,7 @@ so that a stale view never triggers a second operation.
 
 from __future__ import annotations
 
+import enum
 import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -19,6 +20,7 @@ from krypton.decisions.model import (
     RELEASE_WRITER_LABEL,
     ReleaseObservation,
     ReleaseStatus,
+    TenantView,
     epoch_seconds,
 )
 
@@ -235,3 +237,39 @@ def orphan_message(found: list[tuple[str, str, str]], limit: int = 5) -> str:
     return (f"{len(found)} release(s) of cluster name(s) {', '.join(names)} that are no longer "
             f"discovered (a renamed or removed cluster Secret); krypton does not adopt or "
             f"remove them. Remove them with: {shown}{more}")
+
+
+class ReleaseState(enum.Enum):
+    """The release on the cluster, judged against the target fingerprint."""
+
+    IN_SYNC = "in-sync"  # deployed, at the revision recorded, with the target's fingerprint
+    UNRECORDED = "unrecorded"  # deployed as recorded; the fingerprint annotation is missing/wrong
+    LOCKED = "locked"  # a recent pending operation: another helm run may still be at work
+    STALE = "stale"  # a pending operation left behind by a helm run that did not finish
+    FAILED = "failed"  # the last operation failed
+    DRIFTED = "drifted"  # the target was applied, and the release changed or went since
+    ABSENT = "absent"  # no release, and the target was never applied here
+    OUT_OF_SYNC = "out-of-sync"  # deployed; the target changed
+
+
+def release_state(t: TenantView, target: str, rel: ReleaseObservation,
+                  missing: tuple[str, ...] = ()) -> ReleaseState:
+    """One value for the release of Tenant `t`, given the target fingerprint and the objects
+    of its manifest found gone from the cluster."""
+    deployed = rel.status is ReleaseStatus.DEPLOYED and not missing
+    if deployed and t.applied_fingerprint == target and \
+            (t.applied_revision is None or t.applied_revision == rel.revision):
+        return ReleaseState.IN_SYNC
+    if deployed and t.recorded_fingerprint == target and t.applied_revision == rel.revision:
+        return ReleaseState.UNRECORDED
+    if rel.locked:
+        return ReleaseState.LOCKED
+    if rel.status in BUSY:
+        return ReleaseState.STALE
+    if rel.status in (ReleaseStatus.FAILED, ReleaseStatus.UNKNOWN):
+        return ReleaseState.FAILED
+    if target in (t.applied_fingerprint, t.recorded_fingerprint):
+        return ReleaseState.DRIFTED
+    if rel.status in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+        return ReleaseState.ABSENT
+    return ReleaseState.OUT_OF_SYNC

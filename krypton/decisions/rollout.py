@@ -18,7 +18,6 @@ the controller in rollout_controller.py does the I/O.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,19 +27,12 @@ from krypton.decisions import gates, windows
 from krypton.decisions.gates import GatePolicy
 from krypton.decisions.health import UNHEALTHY
 from krypton.decisions.model import RolloutGate
-from krypton.decisions.printable import escape
 from krypton.decisions.settings import Settings
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"
 CONFIGMAP = "krypton-rollout"  # holds the state as state.json, in the discovery namespace
 FORMAT = 2  # of the state: 2 with rollout control (F9); a state without one is of format 1
 APPROVALS = ("none", "every-wave", "after-canaries")  # --rollout-approval
-# Rollout control (F9): annotations on the rollout ConfigMap, written by `krypton rollout` or
-# by anyone who may write it (GitOps, chat-ops); each names the target it is meant for.
-APPROVE = "mesh.openkcm.io/rollout-approve"  # "<wave>@<target>": that wave may open
-PAUSE = "mesh.openkcm.io/rollout-pause"  # "<target>": no helm run of it starts meanwhile
-ABORT = "mesh.openkcm.io/rollout-abort"  # "<target>": it ends, halted
-BY = "mesh.openkcm.io/rollout-by"  # who wrote the last of them (recorded as given)
 PAST = 5  # rollouts kept in the history besides the current one
 
 
@@ -246,61 +238,6 @@ def needs_approval(state: RolloutState, index: int, policy: Policy) -> bool:
         set(state.waves[0]) <= set(policy.canaries)
 
 
-Said = tuple[str, str, str]  # an Event: type, reason, message
-
-
-def control(state: RolloutState, annotations: Mapping[str, Any],
-            observed: Mapping[str, ClusterObservation], now: float
-            ) -> tuple[RolloutState, list[Said]]:
-    """The rollout control annotations of the rollout ConfigMap (F9) applied to a progressing
-    rollout: an abort of its target ends it halted (the failed releases of its reached waves
-    go back with --rollout-auto-revert); a pause of its target holds it until the annotation
-    goes; an approval of its target and of the wave waiting lets that wave open. An
-    annotation naming another target (an earlier rollout's) does nothing. Returns the state
-    and the Events to say."""
-    if state.phase != PROGRESSING:
-        return state, []
-    by = escape(str(annotations.get(BY) or "someone"))[:64]
-    wave = f"wave {state.wave + 1}/{len(state.waves)}"
-    if annotations.get(ABORT) == state.target:
-        failed = tuple(c for c in sorted(state.reached())
-                       if c in observed and observed[c].reachable and observed[c].failed)
-        message = f"aborted by {by} in {wave}" + (
-            f"; failed releases on {', '.join(failed)}" if failed else "")
-        return dataclasses.replace(state, phase=HALTED, aborted=by, paused_at=None,
-                                   awaiting=False, failed=failed, message=message), []
-    said: list[Said] = []
-    paused = annotations.get(PAUSE) == state.target
-    if paused and not state.paused:
-        state = dataclasses.replace(state, paused_at=now, message=f"paused by {by} in {wave}")
-        said.append(("Normal", "RolloutPaused", f"{state.message}: no helm run of the "
-                     f"rollout to {state.version} starts until it is resumed"))
-    elif not paused and state.paused_at is not None:
-        # the wave's deadline does not count the pause
-        state = dataclasses.replace(state, paused_at=None,
-                                    wave_started=state.wave_started + now - state.paused_at,
-                                    message=f"resumed in {wave}")
-        said.append(("Normal", "RolloutResumed", f"resumed by {by} in {wave}"))
-    given = str(annotations.get(APPROVE) or "")
-    number, _, target = given.partition("@")
-    # kept as a digest: an annotation may be 256 KiB, the state is written on every change
-    digest = hashlib.sha256(given.encode()).hexdigest()[:16]
-    if state.awaiting and given and digest != state.ignored and \
-            (target != state.target or number != str(state.wave + 1)):
-        state = dataclasses.replace(state, ignored=digest)
-        said.append(("Warning", "RolloutApprovalIgnored",
-                     f"{APPROVE}={escape(given[:120])} approves nothing: {wave} of the "
-                     f"rollout to {state.version} waits for {state.wave + 1}@{state.target}"))
-    elif state.awaiting and state.approved < state.wave and target == state.target and \
-            number == str(state.wave + 1):
-        approval = {"wave": state.wave + 1, "by": by, "at": now}
-        state = dataclasses.replace(state, approved=state.wave,
-                                    approvals=(state.approvals + (approval,))[-2 * PAST:])
-        said.append(("Normal", "RolloutApproved", f"{wave} ({', '.join(state.waves[state.wave])}) "
-                     f"of the rollout to {state.version} approved by {by}"))
-    return state, said
-
-
 def ended(state: RolloutState, now: float) -> RolloutState:
     """The state with its end time, once it is complete or halted."""
     if state.phase == PROGRESSING or state.ended is not None:
@@ -486,29 +423,37 @@ def evaluate(state: RolloutState, observed: dict[str, ClusterObservation], polic
             return dataclasses.replace(state, skipped=skipped, wave_healthy_since=None,
                                        message=f"wave {state.wave + 1}/{len(state.waves)}: "
                                                f"{', '.join(wave)}")
-        healthy_since = state.wave_healthy_since if state.wave_healthy_since is not None else now
-        soaked = now - healthy_since >= policy.soak
-        if policy.gate.enabled:
-            gate_failed = gates.failing(state.gates, tuple(reachable), policy.gate, now)
-            if gate_failed:
-                return dataclasses.replace(
-                    state, phase=HALTED, skipped=skipped, gate_failed=True,
-                    failed=tuple(c for c, _ in gate_failed),
-                    message=f"halted in wave {state.wave + 1}: {gate_failed[0][1]}")
-            if why := gates.waiting_for(state.gates, tuple(reachable), soaked):
-                return dataclasses.replace(state, skipped=skipped,
-                                           wave_healthy_since=healthy_since,
-                                           message=f"wave {state.wave + 1}/{len(state.waves)} "
-                                                   f"done, soaking; {why}")
-        elif not soaked:
-            return dataclasses.replace(state, skipped=skipped, wave_healthy_since=healthy_since,
-                                       message=f"wave {state.wave + 1}/{len(state.waves)} done, "
-                                               f"soaking")
+        if (held := _soaking(state, tuple(reachable), skipped, policy, now)) is not None:
+            return held
         state = dataclasses.replace(state, wave=state.wave + 1, wave_started=now,
                                     wave_healthy_since=None, skipped=skipped, gates={})
     return dataclasses.replace(state, phase=COMPLETE,
                                message=f"complete: {state.version} on every reachable cluster"
                                + (f" (skipped: {', '.join(state.skipped)})" if state.skipped else ""))
+
+
+def _soaking(state: RolloutState, reachable: tuple[str, ...], skipped: tuple[str, ...],
+             policy: Policy, now: float) -> RolloutState | None:
+    """The state of a wave that is done and soaks, or failed its metric gate (F7); None
+    once it has soaked and passed its gate: the next wave opens."""
+    healthy_since = state.wave_healthy_since if state.wave_healthy_since is not None else now
+    soaked = now - healthy_since >= policy.soak
+    if policy.gate.enabled:
+        gate_failed = gates.failing(state.gates, reachable, policy.gate, now)
+        if gate_failed:
+            return dataclasses.replace(
+                state, phase=HALTED, skipped=skipped, gate_failed=True,
+                failed=tuple(c for c, _ in gate_failed),
+                message=f"halted in wave {state.wave + 1}: {gate_failed[0][1]}")
+        if why := gates.waiting_for(state.gates, reachable, soaked):
+            return dataclasses.replace(state, skipped=skipped, wave_healthy_since=healthy_since,
+                                       message=f"wave {state.wave + 1}/{len(state.waves)} "
+                                               f"done, soaking; {why}")
+    elif not soaked:
+        return dataclasses.replace(state, skipped=skipped, wave_healthy_since=healthy_since,
+                                   message=f"wave {state.wave + 1}/{len(state.waves)} done, "
+                                           f"soaking")
+    return None
 
 
 def soaking(state: RolloutState | None) -> tuple[str, ...]:

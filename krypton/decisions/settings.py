@@ -18,7 +18,7 @@ from krypton.decisions import oci, versions, windows
 from krypton.decisions.celhealth import HealthRules
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.execplugins import Provider
-from krypton.decisions.kubeconfig import service_server
+from krypton.decisions.incluster import service_server
 from krypton.decisions.options import OPTIONS, Opt, boolean, duration, option
 
 __all__ = ["OPTIONS", "Opt", "Settings", "SettingsError", "duration", "option", "parse",

@@ -35,7 +35,7 @@ class Consumer:
         self.name, self.max_concurrent = name, max_concurrent
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.queue: WorkQueue[TenantKey] = WorkQueue()
-        self.memory = Memory(name)  # one record per Tenant of the cluster's cache
+        self.memory = Memory(name)  # what is remembered of each Tenant of the cache
         self.own_writes = OwnWrites(self.memory)  # its Tenant writes, whose echoes start no pass
         self.reconciles = 0
         self.release_changes = 0  # release record changes seen (the orphan look's clock)
@@ -69,8 +69,8 @@ class Consumer:
             self.queue.add(key, urgent=True)
             return
         self._gone.discard(key)
-        record = self.memory.of(key)  # made on first sight
-        urgent, record.signature = record.signature != signature, signature
+        kept = self.memory.of(key)  # made on first sight
+        urgent, kept.signature = kept.signature != signature, signature
         version = str(meta.get("resourceVersion"))
         if self.queue.processing(key):
             self.own_writes.hold(key, version, urgent=urgent)
@@ -158,8 +158,8 @@ class Consumer:
             self._went(key)
 
     def _went(self, key: TenantKey) -> None:
-        """The Tenant went from the cluster's cache: its record is dropped, at once or, while
-        a pass of it runs, when that pass ends (the pass may still write to the record)."""
+        """The Tenant went from the cluster's cache: what is remembered of it is dropped, at
+        once or, while a pass of it runs, when that pass ends (the pass may still write it)."""
         if self.queue.processing(key):
             self._gone.add(key)
             return

@@ -36,7 +36,6 @@ from krypton.decisions.rollout import (
     ClusterObservation,
     Policy,
     RolloutState,
-    control,
     ended,
     engaging,
     evaluate,
@@ -49,6 +48,7 @@ from krypton.decisions.rollout import (
     to_wake,
     with_readings,
 )
+from krypton.decisions.rolloutcontrol import control
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")
@@ -207,7 +207,20 @@ class RolloutController(_Gated):
         for type_, reason, message in said:
             log.info("rollout control", reason=reason, detail=message)
             await self.events.emit(self._involved(), type_, reason, message)
-        state = evaluate(state, observed, self.policy, now, settling)
+        state = await self._said(old, evaluate(state, observed, self.policy, now, settling))
+        state = ended(revert_outcome(state, observed), now)
+        await self._said_reverted(old, state)
+        _report(state)
+        if old is None or state.to_json() != old.to_json():
+            await self._save(state)  # the gate follows only what was written
+            self.state = state
+            self._wake(old, state)
+            if old is None or old.phase != state.phase or old.wave != state.wave:
+                log.info("rollout", phase=state.phase, wave=state.wave + 1, detail=state.message)
+
+    async def _said(self, old: RolloutState | None, state: RolloutState) -> RolloutState:
+        """An approval waited for, or a halt, said once; a halt with --rollout-auto-revert
+        hands the failed releases back."""
         if state.awaiting and state.phase == PROGRESSING and not (
                 old is not None and old.awaiting and old.target == state.target
                 and old.wave == state.wave):
@@ -224,7 +237,10 @@ class RolloutController(_Gated):
                 # requeues every Tenant); each release reports its own outcome.
                 state = dataclasses.replace(state, reverted=True, message=state.message
                                             + "; rolling the failed releases back")
-        state = ended(revert_outcome(state, observed), now)
+        return state
+
+    async def _said_reverted(self, old: RolloutState | None, state: RolloutState) -> None:
+        """The failed releases' rollback, said once when every one of them reported."""
         if state.revert_reported and not (old and old.revert_reported
                                           and old.target == state.target):
             summary = (f"on {', '.join(state.failed)}: {state.reverted_releases} failed "
@@ -237,13 +253,6 @@ class RolloutController(_Gated):
             else:
                 log.info("rollout reverted", detail=state.message)
                 await self.events.emit(self._involved(), "Normal", "RolloutReverted", summary)
-        _report(state)
-        if old is None or state.to_json() != old.to_json():
-            await self._save(state)  # the gate follows only what was written
-            self.state = state
-            self._wake(old, state)
-            if old is None or old.phase != state.phase or old.wave != state.wave:
-                log.info("rollout", phase=state.phase, wave=state.wave + 1, detail=state.message)
 
     async def _read_gate(self, state: RolloutState, now: float) -> RolloutState:
         """The metric gate's evaluations (F7) for the clusters of a soaking wave, every

@@ -89,6 +89,77 @@ class Shared:
     helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(8))
 
 
+def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path) -> Helm:
+    """A cluster's helm: its worker (`--helm-engine=worker`, started on the first request)
+    or the helm binary."""
+    s = shared.settings
+    executable = s.helm_path or s.helm_executable
+    common: dict[str, Any] = {
+        "kubeconfig": kubeconfig, "timeout": s.helm_timeout, "wait": s.helm_wait,
+        "driver": s.helm_driver, "history_max": s.helm_history_max, "cache_dir": cache_dir}
+    if s.helm_engine != "worker":
+        return Helm(executable, **common)
+
+    async def ended(reason: str, message: str) -> None:
+        await shared.report(name, "Warning", reason, message)
+
+    return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=name,
+                      on_exit=ended, pool=shared.helm_workers, **common)
+
+
+async def forget_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
+    """Remove a cluster that left the fleet from each of its Tenants (best effort, within
+    `timeout` seconds)."""
+    reconciler = Reconciler(rt)
+
+    async def forget_all() -> None:
+        for obj in list(rt.tenants.values()):
+            try:
+                await reconciler.forget(obj)
+            except KryptonError as exc:
+                log.warning("could not clear the cluster from a Tenant",
+                            tenant=f"{obj['metadata'].get('namespace')}/"
+                                   f"{obj['metadata'].get('name')}", error=str(exc))
+
+    try:
+        async with asyncio.timeout(timeout):
+            await forget_all()
+    except TimeoutError:
+        log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
+    log.info("cluster cleared from its Tenants")
+
+
+def observe_for_rollout(rt: ClusterRuntime, chart: ChartSource, values: dict[str, Any],
+                        window: Window | None) -> ClusterObservation:
+    """What a cluster's Tenants say of the rollout's target (F1): only those it serves, by
+    the planner's own admission rules (a paused, deleted, elsewhere-targeted or permanently
+    refused Tenant is not waited for by a rollout wave)."""
+    resolved = chart.cached
+    desired = None if resolved is None else \
+        fingerprint(resolved.repo, resolved.name, resolved.fingerprinted, values)
+    served = [t for t in list(rt.tenants.values()) if admission(rt.observe(t)) is None]
+    seen = rollout.observe_cluster(rt.name, served, desired)
+    return dataclasses.replace(seen, window=window.text if window else "")
+
+
+async def crd_applied(kube: Kube, health: ClusterHealth, rt: ClusterRuntime) -> bool:
+    """Whether the outdated Tenant CRD was replaced by a current one (an administrator
+    applied krypton's): said, and the phases it accepts taken."""
+    try:
+        served = await kube.get_crd()
+    except KryptonError as exc:
+        if exc.reason in HOSTILE_ANSWERS:
+            health.answer_refused(exc)  # a strike, as for any request (SPEC S5)
+        return False  # looked at again in CRD_CHECK seconds
+    if served is None:
+        return False
+    await health.judge_crd(served)
+    if health.crd_outdated:
+        return False
+    rt.phases = crd.served_phases(served)
+    return True
+
+
 class Worker:
     """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
     Tenant keys, its periodic work and its :class:`ClusterHealth`."""
@@ -175,7 +246,7 @@ class Worker:
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
-        helm = self._helm(kubeconfig)
+        helm = cluster_helm(self.shared, self.name, kubeconfig, self._dir / "kube-cache")
         self.guard = recordguard.Keeper(self.kube, settings, self.health)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
@@ -200,24 +271,6 @@ class Worker:
             readiness.forget if readiness is not None else lambda _key: None
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
-
-    def _helm(self, kubeconfig: Path) -> Helm:
-        """The cluster's helm: its worker (`--helm-engine=worker`, started on the first
-        request) or the helm binary."""
-        s = self.shared.settings
-        executable = s.helm_path or s.helm_executable
-        common: dict[str, Any] = {
-            "kubeconfig": kubeconfig, "timeout": s.helm_timeout, "wait": s.helm_wait,
-            "driver": s.helm_driver, "history_max": s.helm_history_max,
-            "cache_dir": self._dir / "kube-cache"}
-        if s.helm_engine != "worker":
-            return Helm(executable, **common)
-
-        async def ended(reason: str, message: str) -> None:
-            await self.shared.report(self.name, "Warning", reason, message)
-
-        return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=self.name,
-                          on_exit=ended, pool=self.shared.helm_workers, **common)
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or
@@ -299,7 +352,8 @@ class Worker:
                 tenants.relist()
             if self.health.crd_outdated and now >= next_crd:
                 next_crd = now + CRD_CHECK
-                relist = await self._crd_applied()
+                assert self.kube is not None
+                relist = await crd_applied(self.kube, self.health, self.runtime)
             if now >= next_orphans:
                 next_orphans = now + ORPHAN_CHECK
                 await self.health.look_for_orphans(
@@ -314,24 +368,6 @@ class Worker:
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))
-
-    async def _crd_applied(self) -> bool:
-        """Whether the outdated Tenant CRD was replaced by a current one (an administrator
-        applied krypton's): said, and the phases it accepts taken."""
-        assert self.kube is not None and self.runtime is not None
-        try:
-            served = await self.kube.get_crd()
-        except KryptonError as exc:
-            if exc.reason in HOSTILE_ANSWERS:
-                self.health.answer_refused(exc)  # a strike, as for any request (SPEC S5)
-            return False  # looked at again in CRD_CHECK seconds
-        if served is None:
-            return False
-        await self.health.judge_crd(served)
-        if self.health.crd_outdated:
-            return False
-        self.runtime.phases = crd.served_phases(served)
-        return True
 
     async def _first_list(self, group: asyncio.TaskGroup, informer: Informer, what: str
                           ) -> None:
@@ -368,23 +404,7 @@ class Worker:
         await self.stop(grace=min(timeout, 10.0))
         if not self.engaged or self.runtime is None:
             return
-        reconciler = Reconciler(self.runtime)
-
-        async def forget_all() -> None:
-            for obj in list(self.runtime.tenants.values()) if self.runtime else []:
-                try:
-                    await reconciler.forget(obj)
-                except KryptonError as exc:
-                    self.log.warning("could not clear the cluster from a Tenant",
-                                     tenant=f"{obj['metadata'].get('namespace')}/"
-                                            f"{obj['metadata'].get('name')}", error=str(exc))
-
-        try:
-            async with asyncio.timeout(timeout):
-                await forget_all()
-        except TimeoutError:
-            self.log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
-        self.log.info("cluster cleared from its Tenants")
+        await forget_tenants(self.runtime, self.log, timeout)
 
     # -- rollout (F1) -------------------------------------------------------------------
 
@@ -392,25 +412,10 @@ class Worker:
         if self.runtime is not None:
             self.consumer.requeue(list(self.runtime.tenants))
 
-    def _desired_fingerprint(self) -> str | None:
-        resolved = self.shared.chart.cached
-        if resolved is None:
-            return None
-        return fingerprint(resolved.repo, resolved.name, resolved.fingerprinted, self.values)
-
-    def _served(self) -> list[dict[str, Any]]:
-        """The Tenants this cluster serves, by the planner's own admission rules: a paused,
-        deleted, elsewhere-targeted or permanently refused Tenant is not waited for by a
-        rollout wave."""
-        assert self.runtime is not None
-        rt = self.runtime
-        return [t for t in list(rt.tenants.values()) if admission(rt.observe(t)) is None]
-
     def rollout_observation(self) -> ClusterObservation:
         if not self.engaged or self.runtime is None:
             return ClusterObservation(False, 0, 0, 0)
-        seen = rollout.observe_cluster(self.name, self._served(), self._desired_fingerprint())
-        return dataclasses.replace(seen, window=self.window.text if self.window else "")
+        return observe_for_rollout(self.runtime, self.shared.chart, self.values, self.window)
 
     def _release_changed(self, type_: str, obj: dict[str, Any]) -> None:
         assert self.runtime is not None

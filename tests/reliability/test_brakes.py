@@ -1,7 +1,7 @@
 """SPEC R18, H2: a release that keeps failing is retried on a growing schedule kept
 in the Tenant's status (it survives passes and restarts), stalls after --max-retries, and
 runs again when its target changes or a retry is asked for. Every test counts the helm
-processes the operator started (its own metric) and reads the retry record it wrote."""
+processes the operator started (its own metric) and reads the retry state it wrote."""
 
 from __future__ import annotations
 

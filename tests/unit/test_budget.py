@@ -187,6 +187,7 @@ def test_the_outdated_crds_second_look_strikes_on_an_answer_past_a_bound(
     is only looked at again."""
     from krypton.decisions.errors import TemporaryError
     from krypton.decisions.settings import Settings
+    from krypton.runtime.worker import crd_applied
     from tests.unit.workers import workers
 
     class Kube:
@@ -198,8 +199,8 @@ def test_the_outdated_crds_second_look_strikes_on_an_answer_past_a_bound(
 
     async def look() -> tuple[bool, int]:
         worker = workers(tmp_path, Settings(), 1)[0]
-        worker.kube, worker.runtime, worker.health.report = Kube(), object(), said
-        applied = await worker._crd_applied()
+        worker.health.report = said
+        applied = await crd_applied(Kube(), worker.health, object())  # type: ignore[arg-type]
         await asyncio.sleep(0)  # the report's task
         return applied, worker.health.budget.strikes
 

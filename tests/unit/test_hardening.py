@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from krypton.adapters.chartarchive import _safe_component
 from krypton.adapters.charts import index_versions
-from krypton.adapters.helm import _safe_component
 from krypton.decisions import ownership, redact, retry, safeyaml
 from krypton.decisions.errors import ChartNotLoaded
 

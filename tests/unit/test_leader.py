@@ -354,7 +354,7 @@ def _failed_once() -> tuple[Any, Any, dict[str, Any]]:
     return rt, reconciler, written
 
 
-def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
+def test_the_retry_state_holds_where_an_older_crd_drops_it() -> None:
     """R18 on a cluster whose Tenant CRD prunes the record: the copy the process kept brakes
     the next pass all the same (no attempt before the one scheduled)."""
     from krypton.decisions.planner import Action
@@ -365,7 +365,7 @@ def test_the_retry_record_holds_where_an_older_crd_drops_it() -> None:
     assert asyncio.run(reconciler.decide(pruned)).plan.action is Action.BACKOFF
 
 
-def test_the_retry_record_holds_until_the_status_shows_it() -> None:
+def test_the_retry_state_holds_until_the_status_shows_it() -> None:
     """R18: a pass that starts before the watch brought back the last failure's status
     write (a release record's event right after the run) sees the status of the failure
     before; the copy the process kept brakes it all the same. A status ahead of the copy

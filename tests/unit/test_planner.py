@@ -17,7 +17,8 @@ from krypton.decisions.model import (
     TenantKey,
     TenantView,
 )
-from krypton.decisions.planner import Action, Need, ReleaseState, announced, plan, release_state
+from krypton.decisions.planner import Action, Need, announced, plan
+from krypton.decisions.releases import ReleaseState, release_state
 
 FP = "f" * 64
 CHART = ChartTarget("https://r", "sample", "0.2.0", {}, FP, "/tmp/chart")

@@ -385,13 +385,14 @@ def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_tar
 
 from krypton.cli import rollout as rollout_cli  # noqa: E402
 from krypton.decisions import rollout as rollout_mod  # noqa: E402
+from krypton.decisions import rolloutcontrol  # noqa: E402
 
 APPROVING = dataclasses.replace(POLICY, approval="after-canaries")
 
 
 def _approve(state: RolloutState, wave: int, target: str | None = None,
              by: str = "alice") -> dict[str, str]:
-    return {rollout_mod.APPROVE: f"{wave}@{target or state.target}", rollout_mod.BY: by}
+    return {rolloutcontrol.APPROVE: f"{wave}@{target or state.target}", rolloutcontrol.BY: by}
 
 
 def test_the_wave_after_the_canaries_waits_for_an_approval_of_its_own_target() -> None:
@@ -401,31 +402,31 @@ def test_the_wave_after_the_canaries_waits_for_an_approval_of_its_own_target() -
     assert allowed(s, "a") == (False, "RolloutAwaitingApproval")
     assert allowed(s, "c") == (True, "")
     # an approval written for the previous target, or for another wave, lets nothing through
-    huge = {rollout_mod.APPROVE: f"2@{s.target}" + "x" * 200_000}
+    huge = {rolloutcontrol.APPROVE: f"2@{s.target}" + "x" * 200_000}
     for stale in (_approve(s, 2, target="t1"), _approve(s, 1), _approve(s, 3), huge):
-        same, said = rollout_mod.control(s, stale, {}, now=2)
+        same, said = rolloutcontrol.control(s, stale, {}, now=2)
         assert [r for _, r, _ in said] == ["RolloutApprovalIgnored"]
         assert same.approved == -1 and 0 < len(same.ignored) <= 16  # not kept whole
         assert len(said[0][2]) < 400
-        assert rollout_mod.control(same, stale, {}, now=3) == (same, [])  # said once
+        assert rolloutcontrol.control(same, stale, {}, now=3) == (same, [])  # said once
         assert evaluate(same, {"c": OK, "a": TODO, "b": TODO}, APPROVING, now=2).awaiting
-    s, said = rollout_mod.control(s, _approve(s, 2), {}, now=3)
+    s, said = rolloutcontrol.control(s, _approve(s, 2), {}, now=3)
     assert [r for _, r, _ in said] == ["RolloutApproved"] and "alice" in said[0][2]
     s = evaluate(s, {"c": OK, "a": TODO, "b": TODO}, APPROVING, now=3)
     assert (s.wave, s.awaiting, s.wave_started) == (1, False, 3)
     assert allowed(s, "a") == (True, "")
     assert s.approvals == ({"wave": 2, "by": "alice", "at": 3},)
     # the approval stays on the ConfigMap: it approves that wave again, never the next
-    again, said = rollout_mod.control(s, _approve(s, 2), {}, now=4)
+    again, said = rolloutcontrol.control(s, _approve(s, 2), {}, now=4)
     assert again == s and said == []
 
 
 def test_a_wave_approved_while_paused_stays_closed_and_is_approved_once() -> None:
     s = start("t2", "2.0.0", ["a", "c"], APPROVING, now=0)
     s = evaluate(s, {"c": OK, "a": TODO}, APPROVING, now=1)
-    given = {**_approve(s, 2), rollout_mod.PAUSE: "t2"}
+    given = {**_approve(s, 2), rolloutcontrol.PAUSE: "t2"}
     for now in (2, 3, 4):
-        s, _ = rollout_mod.control(s, given, {}, now=now)
+        s, _ = rolloutcontrol.control(s, given, {}, now=now)
         s = evaluate(s, {"c": OK, "a": TODO}, APPROVING, now=now)
     assert allowed(s, "a") == (False, "RolloutPaused")
     assert [a["at"] for a in s.approvals] == [2]
@@ -441,24 +442,24 @@ def test_every_wave_waits_with_every_wave_approval() -> None:
 
 def test_a_pause_holds_every_cluster_and_its_deadline_until_resumed() -> None:
     s = start("t", "2.0.0", ["a", "b", "c"], POLICY, now=0)
-    paused, said = rollout_mod.control(s, {rollout_mod.PAUSE: "t"}, {}, now=10)
+    paused, said = rolloutcontrol.control(s, {rolloutcontrol.PAUSE: "t"}, {}, now=10)
     assert [r for _, r, _ in said] == ["RolloutPaused"]
     assert allowed(paused, "c") == (False, "RolloutPaused")
     # a pause lasting past the wave's deadline does not fail the wave
     assert evaluate(paused, {"c": TODO}, POLICY, now=500) == paused
-    resumed, said = rollout_mod.control(paused, {}, {}, now=500)
+    resumed, said = rolloutcontrol.control(paused, {}, {}, now=500)
     assert [r for _, r, _ in said] == ["RolloutResumed"]
     assert resumed.wave_started == 490 and allowed(resumed, "c") == (True, "")
     assert evaluate(resumed, {"c": TODO, "a": TODO, "b": TODO}, POLICY, now=501).phase == PROGRESSING
     assert to_wake(s, paused)[1] and to_wake(paused, resumed)[1]
     # a pause of another target does nothing
-    assert rollout_mod.control(s, {rollout_mod.PAUSE: "old"}, {}, now=10) == (s, [])
+    assert rolloutcontrol.control(s, {rolloutcontrol.PAUSE: "old"}, {}, now=10) == (s, [])
 
 
 def test_an_abort_halts_with_the_failed_clusters_of_the_reached_waves() -> None:
     s = start("t", "2.0.0", ["a", "b", "c"], POLICY, now=0)
     s = evaluate(s, {"c": OK, "a": TODO, "b": TODO}, POLICY, now=1)
-    aborted, _ = rollout_mod.control(s, {rollout_mod.ABORT: "t", rollout_mod.BY: "bob"},
+    aborted, _ = rolloutcontrol.control(s, {rolloutcontrol.ABORT: "t", rolloutcontrol.BY: "bob"},
                                      {"c": OK, "a": FAILED, "b": TODO}, now=2)
     assert (aborted.phase, aborted.failed, aborted.aborted) == (HALTED, ("a",), "bob")
     assert "aborted by bob in wave 2/2" in aborted.message
@@ -466,7 +467,7 @@ def test_an_abort_halts_with_the_failed_clusters_of_the_reached_waves() -> None:
     handed = dataclasses.replace(aborted, reverted=True)
     reverting = dataclasses.replace(POLICY, auto_revert=True)
     assert gate(handed, "a", reverting).revert and not gate(handed, "c", reverting).revert
-    assert rollout_mod.control(aborted, {rollout_mod.ABORT: "t"}, {}, now=3) == (aborted, [])
+    assert rolloutcontrol.control(aborted, {rolloutcontrol.ABORT: "t"}, {}, now=3) == (aborted, [])
 
 
 def test_the_history_keeps_the_last_rollouts_with_their_approvals() -> None:
@@ -492,8 +493,8 @@ def test_a_command_on_a_rollout_not_running_or_of_another_format_changes_nothing
     assert annotations is None and "format 1" in said
     done = dataclasses.replace(s, phase=COMPLETE)
     assert rollout_cli.command(done, "abort", "me")[0] is None
-    assert rollout_cli.command(s, "pause", "me")[0] == {rollout_mod.PAUSE: "t",
-                                                        rollout_mod.BY: "me"}
+    assert rollout_cli.command(s, "pause", "me")[0] == {rolloutcontrol.PAUSE: "t",
+                                                        rolloutcontrol.BY: "me"}
     waiting = evaluate(s, {"c": OK, "a": TODO}, APPROVING, now=1)
     assert rollout_cli.command(waiting, "approve", "me")[0] == {
-        rollout_mod.APPROVE: "2@t", rollout_mod.BY: "me"}
+        rolloutcontrol.APPROVE: "2@t", rolloutcontrol.BY: "me"}

@@ -36,8 +36,9 @@ from krypton.decisions.model import (
     NamespaceState,
     ReleaseStatus,
     TenantKey,
+    namespace_refusal,
 )
-from krypton.decisions.planner import INSTALLING, Action, announced, namespace_refusal
+from krypton.decisions.planner import INSTALLING, Action, announced
 from krypton.decisions.records import Trust, Use
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look, reports, status

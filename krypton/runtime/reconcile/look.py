@@ -61,12 +61,12 @@ def look_due(rt: ClusterRuntime, key: TenantKey, t: TenantView) -> bool:
     object of the fleet at once)."""
     if t.readiness is None or not t.readiness[0]:
         return True
-    now, record = time.monotonic(), rt.memory.of(key)
-    if record.looked_at is None:
-        record.looked_at = now
-    if now - record.looked_at < rt.settings.resync_period:
+    now, kept = time.monotonic(), rt.memory.of(key)
+    if kept.looked_at is None:
+        kept.looked_at = now
+    if now - kept.looked_at < rt.settings.resync_period:
         return False
-    record.looked_at = now
+    kept.looked_at = now
     return True
 
 

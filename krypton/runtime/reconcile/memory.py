@@ -1,4 +1,4 @@
-"""What a cluster's runtime remembers of each Tenant (SPEC A1): one record per Tenant,
+"""What a cluster's runtime remembers of each Tenant (SPEC A1): one TenantMemory per Tenant,
 made when the Tenant is first seen and dropped in one place, :meth:`Memory.drop`, when it
 goes. Everything else the runtime keeps is per cluster or per release.
 """
@@ -14,7 +14,7 @@ from krypton.decisions.model import TenantKey
 
 
 @dataclass
-class TenantRecord:
+class TenantMemory:
     """One Tenant on one cluster, as the runtime remembers it between passes."""
 
     # its metadata that a pass acts on (generation, deletion, annotations, finalizers): a
@@ -24,7 +24,7 @@ class TenantRecord:
     # back, and the events held while a pass of it runs (versions, one of them urgent)
     own_versions: list[str] = field(default_factory=list)
     held: tuple[tuple[str, ...], bool] = ((), False)
-    # the retry record of its last failed helm run, as written (R18), for a CRD that drops it
+    # the retry state of its last failed helm run, as written (R18), for a CRD that drops it
     retry: dict[str, Any] | None = None
     # when it was first seen without a lastAppliedTime (monotonic)
     unapplied_since: float | None = None
@@ -43,53 +43,53 @@ class TenantRecord:
 
 
 class Memory:
-    """The records of one cluster's Tenants, and an index of the namespaces each Tenant
+    """What one cluster's runtime remembers of each of its Tenants, and an index of the namespaces each Tenant
     name is in (a release's namespace is its Tenant's name)."""
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
-        self._records: dict[TenantKey, TenantRecord] = {}
+        self._kept: dict[TenantKey, TenantMemory] = {}
         self._namespaces: dict[str, set[str]] = {}
-        # what else keeps state per Tenant and forgets it with the record (the workloads
+        # what else keeps state per Tenant and forgets it with this (the workloads
         # followed for it, by the engagement's Readiness)
         self.forget_elsewhere: Callable[[TenantKey], None] = lambda _key: None
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._kept)
 
     def __iter__(self) -> Iterator[TenantKey]:
-        return iter(list(self._records))
+        return iter(list(self._kept))
 
     def __contains__(self, key: object) -> bool:
-        return key in self._records
+        return key in self._kept
 
-    def of(self, key: TenantKey) -> TenantRecord:
-        """The record of `key`, made on first sight."""
-        record = self._records.get(key)
-        if record is None:
-            record = self._records[key] = TenantRecord()
+    def of(self, key: TenantKey) -> TenantMemory:
+        """What is remembered of `key`, made on first sight."""
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = TenantMemory()
             self._namespaces.setdefault(key.name, set()).add(key.namespace)
             self._count()
-        return record
+        return kept
 
-    def peek(self, key: TenantKey) -> TenantRecord | None:
-        """The record of `key`, without making one."""
-        return self._records.get(key)
+    def peek(self, key: TenantKey) -> TenantMemory | None:
+        """What is remembered of `key`, without making it."""
+        return self._kept.get(key)
 
     def namespaces_with(self, name: str) -> tuple[str, ...]:
         return tuple(self._namespaces.get(name, ()))
 
     def unpublish(self, key: TenantKey) -> None:
         """Remove the Tenant's info metric series, if it has one."""
-        record = self._records.get(key)
-        if record is not None and record.published is not None:
-            metrics.TENANT_RELEASE.remove(*record.published)
-            record.published = None
+        kept = self._kept.get(key)
+        if kept is not None and kept.published is not None:
+            metrics.TENANT_RELEASE.remove(*kept.published)
+            kept.published = None
 
     def drop(self, key: TenantKey) -> None:
         """The Tenant went: everything remembered of it goes, its metric series too."""
         self.unpublish(key)
-        if self._records.pop(key, None) is not None:
+        if self._kept.pop(key, None) is not None:
             names = self._namespaces[key.name]
             names.discard(key.namespace)
             if not names:
@@ -99,5 +99,5 @@ class Memory:
 
     def _count(self) -> None:
         if self.cluster:  # a cluster's runtime (not the CLI's view of one)
-            metrics.TENANT_RECORDS.labels(self.cluster).set(len(self._records))
+            metrics.TENANT_RECORDS.labels(self.cluster).set(len(self._kept))
 

@@ -97,13 +97,13 @@ async def another_writer(rt: ClusterRuntime, p: Pass) -> Report:
     The key comes back once the other is no longer taken to be at work (its Lease run out,
     its window past), or with the resync."""
     metrics.RELEASES_YIELDED.labels(rt.name).inc()
-    record, writer = rt.memory.of(p.key), p.obs.tenant.writer or p.obs.release.writer or ""
+    kept, writer = rt.memory.of(p.key), p.obs.tenant.writer or p.obs.release.writer or ""
     # back when the other is no longer taken to be at work, else with the resync
     outcome = Outcome(reason=p.plan.reason, requeue_after=p.obs.writer_wait + 1.0
                       if p.obs.writer_wait > 0 else None)
-    if record.yielded_to == writer:
+    if kept.yielded_to == writer:
         return Report(outcome=outcome)
-    record.yielded_to = writer
+    kept.yielded_to = writer
     p.log.warning("release left to another writer", writer=writer, detail=p.plan.message)
     return Report(events=[("Warning", p.plan.reason, p.plan.message)], outcome=outcome)
 
@@ -121,7 +121,7 @@ def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
     out not to be the Tenant's): the status says so, in the pass's one write, instead of
     keeping what the pass announced. A permanent error waits for a change of the input;
     a temporary one is retried with the work queue's backoff. No helm run failed, so the
-    retry record is not touched."""
+    retry state is not touched."""
     reason, message = exc.reason, str(exc)
     p.log.warning("pass failed", reason=reason, error=message)
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()

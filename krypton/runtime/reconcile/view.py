@@ -77,7 +77,7 @@ class ClusterView:
     window: Window | None = None  # the cluster's maintenance window (None: always open)
     # its state as last worked out: (at, open, when that changes); valid until it changes
     _window_seen: tuple[float, bool, float] | None = field(default=None, init=False, repr=False)
-    # what is remembered of each Tenant between passes (one record each)
+    # what is remembered of each Tenant between passes (a TenantMemory each)
     memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
     known_clusters: Callable[[], frozenset[str] | None] = lambda: None
@@ -242,13 +242,13 @@ class ClusterView:
         release krypton took over), from when this view first saw it so: a missing time
         never counts as elapsed (SPEC F5b)."""
         since = _since(text)
-        record = self.memory.of(key)
+        kept = self.memory.of(key)
         if since is not None:
-            record.unapplied_since = None
+            kept.unapplied_since = None
             return since
-        if record.unapplied_since is None:
-            record.unapplied_since = time.monotonic()
-        return time.monotonic() - record.unapplied_since
+        if kept.unapplied_since is None:
+            kept.unapplied_since = time.monotonic()
+        return time.monotonic() - kept.unapplied_since
 
     def _known_for(self, view: TenantView) -> frozenset[str] | None:
         """Every discovered cluster's name, for a Tenant that targets another cluster (the
@@ -267,11 +267,11 @@ class ClusterView:
     def observe(self, obj: dict[str, Any], rollout: RolloutGate | None = None) -> Observation:
         view = tenant_view(obj, self.name)
         applied = ((obj.get("status") or {}).get("clusters") or {}).get(self.name) or {}
-        record = self.memory.peek(view.key)
-        remembered = record.retry if record is not None else None
+        kept = self.memory.peek(view.key)
+        remembered = kept.retry if kept is not None else None
         if remembered is not None and _behind(applied, remembered):
             # the status does not show the failure this process wrote last: its write has
-            # not come back through the watch yet, or an older CRD dropped the retry record.
+            # not come back through the watch yet, or an older CRD dropped the retry state.
             # The brakes hold on the copy kept here (until a success or a restart).
             applied = {**applied, **remembered}
             view = dataclasses.replace(view, failures=int(remembered["failures"]),
@@ -320,7 +320,7 @@ class ClusterView:
 
 
 def _behind(applied: dict[str, Any], remembered: dict[str, Any]) -> bool:
-    """Whether a Tenant's status (`applied`) is older than the retry record this process
+    """Whether a Tenant's status (`applied`) is older than the retry state this process
     wrote last (`remembered`): it has none (a CRD that drops it), another target's, or
     fewer failures of the same target."""
     failures = applied.get("failures")
@@ -351,8 +351,8 @@ class OwnWrites:
         """Whether an event of `key` at `resource_version` is the echo of an own write. A
         Tenant's events come in the order of its versions, so the versions written before
         it go too (a relist skips events)."""
-        record = self.memory.peek(key)
-        versions = record.own_versions if record is not None else []
+        kept = self.memory.peek(key)
+        versions = kept.own_versions if kept is not None else []
         if resource_version not in versions:
             return False
         del versions[:versions.index(resource_version) + 1]
@@ -360,17 +360,17 @@ class OwnWrites:
 
     def hold(self, key: TenantKey, resource_version: str, *, urgent: bool) -> None:
         """An event of `key` came while a pass of it runs: judged when it ends (`settle`)."""
-        record = self.memory.of(key)
-        versions, was_urgent = record.held
-        record.held = ((*versions, resource_version), was_urgent or urgent)
+        kept = self.memory.of(key)
+        versions, was_urgent = kept.held
+        kept.held = ((*versions, resource_version), was_urgent or urgent)
 
     def settle(self, key: TenantKey) -> bool | None:
         """The pass of `key` ended: None when every event held meanwhile was the echo of an
         own write (or none came), else whether one of them was urgent."""
-        record = self.memory.peek(key)
-        if record is None:
+        kept = self.memory.peek(key)
+        if kept is None:
             return None
-        (versions, urgent), record.held = record.held, ((), False)
+        (versions, urgent), kept.held = kept.held, ((), False)
         echoes = [self.echo(key, version) for version in versions]  # each one consumed
         return None if all(echoes) else urgent
 
@@ -422,12 +422,12 @@ class ClusterRuntime(ClusterView):
         the newer version of the update notice ("" when there is none)."""
         labels = (self.name, key.namespace, key.name, release, chart.version, chart.fingerprint,
                   chart.newer)
-        record = self.memory.of(key)
-        if record.published == labels:
+        kept = self.memory.of(key)
+        if kept.published == labels:
             return
         self.memory.unpublish(key)
         metrics.TENANT_RELEASE.labels(*labels).set(1)
-        record.published = labels
+        kept.published = labels
 
     def wrote(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` is a Tenant as one of this cluster's writes left it. Returns `obj`."""
@@ -441,7 +441,7 @@ class ClusterRuntime(ClusterView):
 
     def unpublish(self, key: TenantKey) -> None:
         """The release is gone from this cluster: its info metric series goes (what else
-        is remembered of the Tenant goes with its record, when the Tenant goes)."""
+        is remembered of the Tenant goes when the Tenant goes)."""
         self.memory.unpublish(key)
 
     async def _render(self, chart: ChartTarget, release: str) -> list[Any]:
