@@ -111,6 +111,14 @@ def tell(cluster: str, verdict: Verdict, reason: str, message: str, *,
                 said, outcome)
 
 
+def guarded(cluster: str, guard: tuple[bool, str]) -> Change:
+    """The condition RecordsGuarded/<cluster> a pass that ran helm on the release's history
+    writes in its commit (SPEC S4): whether the release records are guarded, and how."""
+    on, how = guard
+    return Change(cond.cluster_type(cond.GUARD, cluster), on,
+                  "RecordsGuarded" if on else "RecordsUnguarded", how)
+
+
 def in_sync(cluster: str, conditions: Iterable[Mapping[str, Any]], reason: str,
             message: str) -> list[Change]:
     """The changes that make a release found in sync say so, given the conditions it has:

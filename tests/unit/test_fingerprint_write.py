@@ -1,6 +1,7 @@
-"""The fingerprint annotation write after a helm run (SPEC R7): retried on a temporary
-failure as FINGERPRINT_WRITE says, given up after its attempts with a Warning Event, and
-said once with FingerprintUpdated when it succeeds."""
+"""The fingerprint annotation write after a helm run (SPEC R7), in the pass's one commit:
+retried on a temporary failure as FINGERPRINT_WRITE says, given up after its attempts with
+a Warning Event and the reason in the status, said once with FingerprintUpdated when it
+succeeds, and not written again when the Tenant already carries it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import pytest
 import structlog
 
 from krypton.decisions import retry
-from krypton.decisions.errors import ClusterUnreachable, TemporaryError
+from krypton.decisions.errors import ClusterUnreachable
+from krypton.decisions.settings import Settings
 from krypton.runtime.reconcile import status
+from krypton.runtime.reconcile.memory import Memory
+from krypton.runtime.reconcile.model import Report
 
 TENANT = {"metadata": {"namespace": "ns", "name": "t", "uid": "u1", "resourceVersion": "1"}}
 FP = "f" * 64
@@ -22,12 +26,17 @@ FP = "f" * 64
 class _Kube:
     def __init__(self, failures: int) -> None:
         self.failures, self.calls = failures, 0
+        self.status: dict[str, Any] = {}
 
     async def patch_tenant(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
         self.calls += 1
         if self.calls <= self.failures:
             raise ClusterUnreachable("connection reset")
         return {"metadata": {**TENANT["metadata"], **patch["metadata"]}}
+
+    async def patch_tenant_status(self, _key: object, patch: dict[str, Any]) -> dict[str, Any]:
+        self.status = patch["status"]
+        return {"metadata": TENANT["metadata"], "status": patch["status"]}
 
 
 class _Recorder:
@@ -38,11 +47,14 @@ class _Recorder:
         self.events.append((type_, reason))
 
 
-def _write(failures: int) -> tuple[Any, _Kube, _Recorder]:
+def _commit(failures: int, tenant: dict[str, Any] = TENANT) -> tuple[Any, _Kube, _Recorder]:
+    """The commit of a pass whose helm run asks for the fingerprint annotation."""
     kube, recorder = _Kube(failures), _Recorder()
-    rt = SimpleNamespace(name="c1", kube=kube, recorder=recorder, wrote=lambda obj: obj)
-    coro = status.set_fingerprint(rt, TENANT, FP, structlog.get_logger())  # type: ignore[arg-type]
-    return coro, kube, recorder
+    rt = SimpleNamespace(name="c1", kube=kube, recorder=recorder, wrote=lambda obj: obj,
+                         settings=Settings(), phases=None, memory=Memory("c1"))
+    p = SimpleNamespace(obj=tenant, changes=[], log=structlog.get_logger())
+    report = Report(fingerprint=FP, ran=("Installed", "chart 0.2.0 installed"))
+    return status.commit(rt, p, report), kube, recorder  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -53,16 +65,26 @@ def quick_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("failures", [0, 1, 4])
 def test_the_annotation_is_written_after_up_to_four_temporary_failures(failures: int) -> None:
-    coro, kube, recorder = _write(failures)
-    obj = asyncio.run(coro)
-    assert obj["metadata"]["annotations"] == {"mesh.openkcm.io/fingerprint-c1": FP}
+    coro, kube, recorder = _commit(failures)
+    assert asyncio.run(coro).reason == ""
     assert kube.calls == failures + 1
     assert recorder.events == [("Normal", "FingerprintUpdated")]
 
 
-def test_the_fifth_failure_is_given_up_with_a_warning_event() -> None:
-    coro, kube, recorder = _write(failures=99)
-    with pytest.raises(TemporaryError):
-        asyncio.run(coro)
+def test_the_fifth_failure_is_given_up_with_a_warning_event_and_the_reason() -> None:
+    coro, kube, recorder = _commit(failures=99)
+    assert asyncio.run(coro).reason == "FingerprintUpdateFailed"
     assert kube.calls == retry.FINGERPRINT_WRITE.attempts == 5
-    assert recorder.events == [("Warning", "FingerprintUpdateFailed")]
+    # the status written first (its phase said), then the failure, once
+    assert recorder.events == [("Normal", "PhaseSet"), ("Warning", "FingerprintUpdateFailed")]
+    error = [c for c in kube.status["conditions"] if c["type"] == "ClusterError/c1"]
+    assert error[0]["reason"] == "FingerprintUpdateFailed" and \
+        "connection reset" in error[0]["message"]
+
+
+def test_an_annotation_already_there_is_neither_written_nor_said() -> None:
+    annotated = {"metadata": {**TENANT["metadata"],
+                              "annotations": {"mesh.openkcm.io/fingerprint-c1": FP}}}
+    coro, kube, recorder = _commit(0, annotated)
+    asyncio.run(coro)
+    assert kube.calls == 0 and recorder.events == []

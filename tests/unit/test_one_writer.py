@@ -21,12 +21,13 @@ ASKING = ("cli/tools.py", "cli/records.py")  # krypton retry, krypton adopt-reco
 
 
 def _calls(name: str) -> dict[str, int]:
-    """The modules of the package calling a method `name`, with how often."""
+    """The modules of the package calling a function or method `name`, with how often."""
     found: dict[str, int] = {}
     for path in PACKAGE.rglob("*.py"):
         tree = parse(path.read_text(), str(path))
-        count = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and
-                    isinstance(node.func, ast.Attribute) and node.func.attr == name)
+        count = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+            isinstance(node.func, ast.Attribute) and node.func.attr == name or
+            isinstance(node.func, ast.Name) and node.func.id == name))
         if count:
             found[str(path.relative_to(PACKAGE))] = count
     return found
@@ -34,6 +35,13 @@ def _calls(name: str) -> dict[str, int]:
 
 def test_only_the_status_writer_writes_a_tenants_status() -> None:
     assert set(_calls("patch_tenant_status")) == {STATUS_WRITER}
+
+
+def test_only_the_status_writer_says_anything_of_a_tenant() -> None:
+    """A pass's Events on its Tenant (the fingerprint written, the helm run started) go out
+    with its commit, from the status writer alone."""
+    assert set(_calls("involved_tenant")) == {STATUS_WRITER}
+    assert set(_calls("write_status")) == {STATUS_WRITER}
 
 
 def test_elsewhere_a_tenant_is_only_asked_through_its_annotations() -> None:

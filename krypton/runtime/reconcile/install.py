@@ -93,12 +93,7 @@ async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
     (the run goes on, and its outcome is written when it ends)."""
     told = verdicts.tell(rt.name, Verdict.ANNOUNCED, p.plan.reason, p.plan.message,
                          event=f"Helm{verb}Start")
-    try:
-        p.obj, _ = await status.write_status(rt, p.obj, [*p.changes, *told.changes], p.log,
-                                             event=told.event)
-        p.changes = []
-    except KryptonError as exc:
-        p.log.info("helm run not announced", error=str(exc))
+    await status.interim(rt, p, Report.of(told))
 
 
 async def run_helm(rt: ClusterRuntime, p: Pass, verb: str

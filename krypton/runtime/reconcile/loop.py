@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from krypton.decisions import conditions as cond
+from krypton.decisions import verdicts
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import Conflict, Fenced, KryptonError
 from krypton.decisions.model import FINALIZER, TenantKey, release_name
@@ -84,9 +85,7 @@ class Reconciler:
             report = reports.raised(rt, p, exc)
         guard = rt.record_guard()
         if action in HELM_ON_HISTORY and guard is not None:  # said by the run's own commit
-            guarded, how = guard
-            p.changes.append(Change(cond.cluster_type(cond.GUARD, rt.name), guarded,
-                                    "RecordsGuarded" if guarded else "RecordsUnguarded", how))
+            p.changes.append(verdicts.guarded(rt.name, guard))
         return await status.commit(rt, p, report)
 
     async def decide(self, obj: dict[str, Any]) -> Pass:

@@ -1,7 +1,8 @@
 """The only writer of a Tenant. A pass ends in one commit (:func:`commit`): the finalizer or
 the fingerprint annotation its action asks for, then the status (one patch, retried on
-conflicts, and only when it changed: SPEC R13), then its Events. Also the announcement of a
-long helm run and the removal of a cluster's traces when the cluster leaves the fleet.
+conflicts, and only when it changed: SPEC R13), then its Events. Also the interim commit
+that announces a long helm run and the removal of a cluster's traces when the cluster leaves
+the fleet.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
     the Events. A fingerprint annotation that cannot be written turns the status into
     what that means (the release is right, the record of it is not: the next pass only
     retries the annotation, never helm)."""
-    changes, outcome = p.changes + report.changes, report.outcome
+    changes, outcome, events = p.changes + report.changes, report.outcome, list(report.events)
+    annotation = fingerprint_annotation(rt.name)
     try:
         if report.finalizer is not None:
             p.obj = await _write_finalizer(rt, p.obj, add=report.finalizer)
-        elif report.fingerprint is not None:
+        elif report.fingerprint is not None and \
+                (p.obj["metadata"].get("annotations") or {}).get(annotation) != report.fingerprint:
             p.obj = await set_fingerprint(rt, p.obj, report.fingerprint, p.log)
+            events.append(("Normal", "FingerprintUpdated", f"{annotation}={report.fingerprint}"))
     except NotFound:
         return Outcome()  # the Tenant went
     except Conflict:
@@ -59,15 +63,27 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
         metrics.RECONCILE_ERRORS.labels(rt.name, "FingerprintUpdateFailed").inc()
         told = verdicts.tell(rt.name, Verdict.UNRECORDED, "FingerprintUpdateFailed",
                              f"{message}; writing the fingerprint annotation failed: {exc}",
-                             event="", ended=done)  # its Event went with the failed write
+                             event="", ended=done)  # said by its Event, every time
         changes, outcome = p.changes + told.changes, told.outcome
+        events.append(("Warning", "FingerprintUpdateFailed", f"{annotation}: {exc}"))
     if changes or report.applied is not None:
         p.obj, _ = await write_status(rt, p.obj, changes, p.log, event=report.event,
                                       applied=report.applied, last_chart=report.last_chart,
                                       chart_version=report.chart_version)
-    for event in report.events:
+    for event in events:
         await rt.recorder.emit(involved_tenant(p.obj), *event)
     return outcome
+
+
+async def interim(rt: ClusterRuntime, p: Pass, report: Report) -> None:
+    """A pass's interim commit, before a long helm run: its status and the Event that goes
+    with it, best effort (the run goes on, and its own commit writes its outcome)."""
+    try:
+        p.obj, _ = await write_status(rt, p.obj, [*p.changes, *report.changes], p.log,
+                                      event=report.event)
+        p.changes = []
+    except KryptonError as exc:
+        p.log.info("helm run not announced", error=str(exc))
 
 
 async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Change],
@@ -156,23 +172,17 @@ async def _write_finalizer(rt: ClusterRuntime, obj: dict[str, Any], *, add: bool
 
 
 
-async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log: Any) -> dict[str, Any]:
+async def set_fingerprint(rt: ClusterRuntime, obj: dict[str, Any], fp: str, log: Any
+                          ) -> dict[str, Any]:
+    """The cluster's fingerprint annotation written (retried: FINGERPRINT_WRITE); the
+    commit says it (FingerprintUpdated, or FingerprintUpdateFailed when this raises)."""
     meta = obj["metadata"]
-    key = TenantKey(meta["namespace"], meta["name"])
-    annotation = fingerprint_annotation(rt.name)
-    if (meta.get("annotations") or {}).get(annotation) == fp:
-        return obj
     try:
-        obj = await _write_fingerprint(rt, key, {"metadata": {"annotations": {annotation: fp}}})
+        return await _write_fingerprint(rt, TenantKey(meta["namespace"], meta["name"]), {
+            "metadata": {"annotations": {fingerprint_annotation(rt.name): fp}}})
     except KryptonError as exc:
         log.error("fingerprint update failed", error=str(exc))
-        await rt.recorder.emit(involved_tenant(obj), "Warning", "FingerprintUpdateFailed",
-                               f"{annotation}: {exc}")
         raise
-    await rt.recorder.emit(involved_tenant(obj), "Normal", "FingerprintUpdated",
-                           f"{annotation}={fp}")
-    return obj
-
 
 
 async def _write_fingerprint(rt: ClusterRuntime, key: TenantKey, patch: dict[str, Any]
