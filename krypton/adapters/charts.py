@@ -18,18 +18,17 @@ import asyncio
 import base64
 import dataclasses
 import ssl
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import aiohttp
+
+from krypton.adapters import http
 from krypton.adapters.chartarchive import unpack_archive
 from krypton.adapters.helm import Helm
-from krypton.adapters.http import read_bounded
 from krypton.adapters.registry import (
     Credentials,
     NotInRegistry,
@@ -41,13 +40,13 @@ from krypton.decisions.errors import (
     ChartNotLoaded,
     ChartVerificationFailed,
     KryptonError,
+    TemporaryError,
     VersionInvalid,
     VersionNotFound,
 )
 from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.versions import is_exact, newer_than, parse_constraint, resolve
 
-T = TypeVar("T")
 INDEX_DEADLINE = 60.0  # the whole index.yaml download, however slowly it trickles in
 INDEX_READ_TIMEOUT = 15.0  # one read from the socket
 FAILURE_BACKOFF_MAX = 300.0
@@ -187,7 +186,7 @@ class ChartSource:
         if self.is_oci:
             return await self._load_oci(None)
         try:
-            versions = await _in_daemon_thread(self._index_versions)
+            versions = await self._index_versions()
             version = resolve(self.spec, versions)
         except (ChartNotLoaded, VersionNotFound):
             if self._resolved is not None and is_exact(self.spec):
@@ -216,10 +215,10 @@ class ChartSource:
         ref = oci.reference(self.url, self.name)
         credentials = (await self.access.credentials(ref.host)
                        if self.access.credentials is not None else None)
-        registry = Registry(ref.host, credentials=credentials, ca_file=self.access.ca_file,
-                            plain_http=self.access.plain_http, deadline=self.index_deadline)
-        resolved = await _in_daemon_thread(lambda: self._from_registry(registry, ref, version))
-        version, digest, archive, newer = resolved
+        async with Registry(ref.host, credentials=credentials, ca_file=self.access.ca_file,
+                            plain_http=self.access.plain_http,
+                            deadline=self.index_deadline) as registry:
+            version, digest, archive, newer = await self._from_registry(registry, ref, version)
         pinned = bool(self.access.digest) and version == self.spec  # checked against the pin
         path = self._pulled.get(digest)
         if path is None:
@@ -232,7 +231,7 @@ class ChartSource:
             self._pulled[digest] = path
         return ResolvedChart(self.repo, self.name, version, str(path), digest, pinned, newer)
 
-    def _from_registry(self, registry: Registry, ref: oci.Reference,
+    async def _from_registry(self, registry: Registry, ref: oci.Reference,
                        version: str | None) -> tuple[str, str, bytes | None, str]:
         """(version, manifest digest, chart archive or None when already unpacked, the
         newer version of the update notice), each checked: the digest against the pin, the
@@ -241,7 +240,7 @@ class ChartSource:
         newer = ""
         if version is None:
             try:
-                tags = registry.versions(ref)
+                tags = await registry.versions(ref)
             except ChartNotLoaded:
                 if not is_exact(self.spec):
                     raise
@@ -250,7 +249,7 @@ class ChartSource:
             newer = newer_than(version, tags)
         where = f"{ref}:{oci.tag(version)}"
         try:
-            digest, body = registry.manifest(ref, oci.tag(version))
+            digest, body = await registry.manifest(ref, oci.tag(version))
         except NotInRegistry as exc:
             raise VersionNotFound(f"chart {self.name} version {version} is not in "
                                   f"{self.url}") from exc
@@ -258,54 +257,67 @@ class ChartSource:
             raise ChartVerificationFailed(f"{where} is now {digest}, not the pinned "
                                           f"--chart-digest {self.access.digest}")
         if self.access.cosign_key is not None:
-            self._check_signature(registry, ref, where, digest)
+            await self._check_signature(registry, ref, where, digest)
         if digest in self._pulled:
             return version, digest, None, newer
         layer, _size = oci.chart_layer(oci.manifest(body, where), where)
-        return version, digest, registry.blob(ref, layer, oci.MAX_CHART), newer
+        return version, digest, await registry.blob(ref, layer, oci.MAX_CHART), newer
 
-    def _check_signature(self, registry: Registry, ref: oci.Reference, where: str,
+    async def _check_signature(self, registry: Registry, ref: oci.Reference, where: str,
                          digest: str) -> None:
         """ChartVerificationFailed unless a cosign signature of `digest` verifies."""
         tag = oci.signature_tag(digest)
         try:
-            _, body = registry.manifest(ref, tag)
+            _, body = await registry.manifest(ref, tag)
         except NotInRegistry as exc:
             raise ChartVerificationFailed(f"{where} ({digest}) has no cosign signature") from exc
         doc = oci.manifest(body, f"{ref}:{tag}")
-        payloads = [(registry.blob(ref, d, oci.MAX_MANIFEST), signature)
+        payloads = [(await registry.blob(ref, d, oci.MAX_MANIFEST), signature)
                     for d, signature in oci.signed_layers(doc)[:16]]
         try:
             oci.verified(self.access.cosign_key, digest, payloads)
         except ChartVerificationFailed as exc:
             raise ChartVerificationFailed(f"{where}: {exc}") from exc
 
-    def _index_versions(self) -> list[str]:
+    async def _index_versions(self) -> list[str]:
         """The versions of the chart in the repository's index.yaml.
 
         The download is bounded in size (safeyaml.CHART_INDEX) and in total time, so a huge,
         endless or trickling response fails with ChartNotLoaded instead of hanging a pass.
+        A redirect is followed to the same origin, or to another host over https.
         """
         self.fetches += 1
-        url = f"{self.url}/index.yaml"
+        url, where = f"{self.url}/index.yaml", f"chart repository {self.url}"
         limit = safeyaml.CHART_INDEX.max_bytes
+        tls: ssl.SSLContext | bool = ssl.create_default_context(cafile=self.access.ca_file) \
+            if self.access.ca_file and url.startswith("https://") else True
         try:
-            context = ssl.create_default_context(cafile=self.access.ca_file) \
-                if self.access.ca_file and url.startswith("https://") else None
-            with urllib.request.urlopen(url, timeout=INDEX_READ_TIMEOUT,  # noqa: S310
-                                        context=context) as resp:
-                body = read_bounded(resp, limit, self.index_deadline,
-                                    f"chart repository {self.url}: index.yaml")
-        except urllib.error.HTTPError as exc:
-            raise ChartNotLoaded(f"chart repository {self.url}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ChartNotLoaded(f"chart repository {self.url} unreachable: {reason}") from exc
+            async with http.session(self.index_deadline, INDEX_READ_TIMEOUT,
+                                    proxied=True) as client:
+                answer = await http.fetch(client, url, limit=limit, what=f"{where}: index.yaml",
+                                          tls=tls, follow=_elsewhere_over_https)
+        except TemporaryError as exc:
+            raise ChartNotLoaded(f"{where}: index.yaml is over the limit of {limit} bytes"
+                                 if exc.reason == "AnswerTooLarge" else exc.message) from exc
+        except TimeoutError as exc:
+            raise ChartNotLoaded(f"{where}: index.yaml did not arrive within "
+                                 f"{self.index_deadline:.0f}s") from exc
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise ChartNotLoaded(f"{where} unreachable: {exc}") from exc
+        if answer.refused or not 200 <= answer.status < 300:
+            raise ChartNotLoaded(f"{where}: HTTP {answer.status}"
+                                 + (f": {answer.refused}" if answer.refused else ""))
         try:
-            index = safeyaml.load(body, safeyaml.CHART_INDEX, what="index.yaml")
+            index = safeyaml.load(answer.body, safeyaml.CHART_INDEX, what="index.yaml")
         except safeyaml.YamlRejected as exc:
-            raise ChartNotLoaded(f"chart repository {self.url}: {exc}") from exc
+            raise ChartNotLoaded(f"{where}: {exc}") from exc
         return index_versions(index, self.name, self.url)
+
+
+def _elsewhere_over_https(old: str, new: str) -> bool:
+    """A chart repository's redirect (to a CDN, say) is followed, but never from https to
+    plain HTTP: no credential goes with the index."""
+    return http.same_origin(old, new) or new.startswith("https://")
 
 
 def index_versions(index: Any, name: str, repo: str) -> list[str]:
@@ -324,36 +336,6 @@ def index_versions(index: Any, name: str, repo: str) -> list[str]:
         raise ChartNotLoaded(f"{where} entries.{name} is not a list")
     return [str(e["version"]) for e in listed
             if isinstance(e, dict) and isinstance(e.get("version"), (str, int, float))]
-
-
-async def _in_daemon_thread(fn: Callable[[], T]) -> T:
-    """Run blocking `fn` in a daemon thread: unlike the loop's executor, a thread stuck in a
-    slow download never holds up the process's exit (SIGTERM works during a fetch)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def deliver(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        result: T | None = None
-        error: BaseException | None = None
-        try:
-            result = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            error = exc
-        try:
-            loop.call_soon_threadsafe(deliver, result, error)
-        except RuntimeError:  # the loop is gone: nobody is waiting any more
-            pass
-
-    threading.Thread(target=run, daemon=True, name="chart-index").start()
-    return await future
 
 
 def read_chart_crds(chart_dir: str | Path) -> list[dict[str, Any]]:

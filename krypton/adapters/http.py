@@ -1,37 +1,23 @@
-"""Reading an HTTP answer within bounds: the chart index, the registry's answers and the
-metric server's are written by others, and one that is huge, endless or trickles in must
-fail a fetch, not hold a pass or the rollout."""
+"""krypton's one HTTP client for what is not a cluster's API (those go over
+:mod:`krypton.adapters.wire`): the chart index, the registry's answers and the metric
+server's, on aiohttp. They are written by others, and one that is huge, endless, trickles in
+or redirects elsewhere must fail a fetch, not hold a pass or the rollout, nor carry a
+credential anywhere else."""
 
 from __future__ import annotations
 
-import time
-import urllib.error
+import ssl
 import urllib.parse
-import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from krypton.decisions.errors import ChartNotLoaded, TemporaryError
+from krypton.decisions.errors import TemporaryError
 
-
-def read_bounded(resp: Any, limit: int, deadline: float, what: str,
-                 error: type[TemporaryError] = ChartNotLoaded) -> bytes:
-    """The body of `resp`, at most `limit` bytes, all of it within `deadline` seconds
-    however slowly it trickles in; `error` naming `what` otherwise."""
-    declared = resp.headers.get("Content-Length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise error(f"{what} is {declared} bytes, over the limit of {limit}")
-    until = time.monotonic() + deadline
-    chunks, size = [], 0
-    while chunk := resp.read1(1 << 16):
-        size += len(chunk)
-        if size > limit:
-            raise error(f"{what} is over the limit of {limit} bytes")
-        if time.monotonic() > until:
-            raise error(f"{what} did not arrive within {deadline:.0f}s")
-        chunks.append(chunk)
-    return b"".join(chunks)
+MAX_REDIRECTS = 10
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 def same_origin(one: str, other: str) -> bool:
@@ -39,21 +25,57 @@ def same_origin(one: str, other: str) -> bool:
     return (a.scheme, a.netloc) == (b.scheme, b.netloc)
 
 
-class SameOrigin(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect only to the same scheme and host: an answer written by others
-    (a registry, a metric server) cannot send krypton, or a credential, elsewhere nor
-    from https to http (SPEC S3)."""
+def session(timeout: float, read_timeout: float | None = None, *,
+            proxied: bool = False) -> aiohttp.ClientSession:
+    """A session for answers written by others: each exchange whole within `timeout`
+    seconds however slowly it trickles in, no cookies kept (a server cannot grow a jar or
+    see one back); `proxied`, through the proxy the operator's environment names, as helm
+    reaches the same chart repositories."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout, sock_read=read_timeout),
+        cookie_jar=aiohttp.DummyCookieJar(), trust_env=proxied)
 
-    def allowed(self, req: Any, newurl: str) -> bool:
-        return same_origin(req.full_url, newurl)
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> Any:
-        if not self.allowed(req, newurl):
-            where = urllib.parse.urlsplit(newurl)
-            raise urllib.error.HTTPError(req.full_url, code, f"redirect to {where.scheme}://"
-                                         f"{where.netloc[:100]} not followed", headers, fp)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+@dataclass(frozen=True)
+class Answer:
+    """An answer, read whole within its bound; `refused` names a redirect not followed."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    body: bytes
+    refused: str = ""
+
+
+async def fetch(client: aiohttp.ClientSession, url: str, *, limit: int, what: str,
+                method: str = "GET", headers: Mapping[str, str] | None = None,
+                data: Any = None, tls: ssl.SSLContext | bool = True,
+                follow: Callable[[str, str], bool] = same_origin,
+                keep_authorization: Callable[[str, str], bool] = same_origin) -> Answer:
+    """One request and its answer, following a redirect only where `follow(from, to)`
+    allows (SPEC S3: by default to the same scheme and host), the Authorization header
+    only where `keep_authorization(from, to)` does; the body refused past `limit` bytes
+    (TemporaryError ``AnswerTooLarge``)."""
+    sent = dict(headers or {})
+    for _ in range(MAX_REDIRECTS + 1):
+        async with client.request(method, url, headers=sent, data=data, ssl=tls,
+                                  allow_redirects=False) as resp:
+            if resp.status in REDIRECTS:
+                target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
+                if not follow(url, target):
+                    where = urllib.parse.urlsplit(target)
+                    return Answer(resp.status, resp.reason or "", resp.headers.copy(), b"",
+                                  refused=f"redirect to {where.scheme}://{where.netloc[:100]} "
+                                          "not followed")
+                if not keep_authorization(url, target):
+                    sent.pop("Authorization", None)
+                if resp.status == 303:
+                    method, data = "GET", None
+                url = target
+                continue
+            body = await read_answer(resp, limit, what)
+            return Answer(resp.status, resp.reason or "", resp.headers.copy(), bytes(body))
+    raise TemporaryError(f"{what}: more than {MAX_REDIRECTS} redirects", reason="BadResponse")
 
 
 async def read_answer(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytearray:

@@ -10,19 +10,17 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from krypton.adapters.http import read_answer, same_origin
+from krypton.adapters import http
 from krypton.decisions import gates
 from krypton.decisions.errors import TemporaryError
 
 TIMEOUT = 10.0
 MAX_ANSWER = 4 << 20
-MAX_REDIRECTS = 5
 # what a query that got no answer raises
 UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 
@@ -72,31 +70,21 @@ class Prometheus:
         """The server's JSON answer to an instant query (an error document for an HTTP
         error); raises Unanswered (a TemporaryError for an answer over MAX_ANSWER bytes),
         all within `timeout` seconds."""
-        url, header = f"{self.url}/api/v1/query", auth.header() if auth else None
-        form = {"query": promql}
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
-            for _ in range(MAX_REDIRECTS + 1):
-                headers = {"Authorization": header} if header else {}
-                async with session.post(url, data=form, headers=headers, ssl=self._tls,
-                                        allow_redirects=False) as resp:
-                    if resp.status in (301, 302, 303, 307, 308):
-                        target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
-                        if not same_origin(url, target):
-                            where = urllib.parse.urlsplit(target)
-                            raise Unanswered(f"HTTP {resp.status}: redirect to {where.scheme}://"
-                                             f"{where.netloc[:100]} not followed")
-                        url, header = target, None  # the credentials stay with the first URL
-                        continue
-                    body = await read_answer(resp, MAX_ANSWER, f"the answer of {self.url}")
-                    if resp.status < 400:
-                        return _json(body)
-                    try:  # Prometheus answers a bad query with 400 and a JSON error document
-                        return _json(body)
-                    except ValueError:
-                        return {"status": "error",
-                                "error": f"HTTP {resp.status}: {resp.reason}"[:200]}
-        raise Unanswered(f"more than {MAX_REDIRECTS} redirects")
+        header = auth.header() if auth else None
+        async with http.session(self.timeout) as client:
+            answer = await http.fetch(
+                client, f"{self.url}/api/v1/query", method="POST", data={"query": promql},
+                headers={"Authorization": header} if header else {}, tls=self._tls,
+                limit=MAX_ANSWER, what=f"the answer of {self.url}",
+                keep_authorization=lambda _from, _to: False)  # it stays with the first URL
+        if answer.refused:
+            raise Unanswered(f"HTTP {answer.status}: {answer.refused}")
+        try:  # Prometheus answers a bad query with 400 and a JSON error document
+            return _json(answer.body)
+        except ValueError:
+            if answer.status < 400:
+                raise
+            return {"status": "error", "error": f"HTTP {answer.status}: {answer.reason}"[:200]}
 
     async def _ask(self, promql: str, auth: ServerAuth | None) -> Any:
         try:

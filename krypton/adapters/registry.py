@@ -1,7 +1,7 @@
 """A client of the OCI distribution API for charts (SPEC R6b): tags, manifests and blobs,
-with the registry's basic or token authentication. Blocking: ChartSource runs it in a
-daemon thread. Every answer is bounded in size and time, and what it fetches by digest is
-checked against that digest before anyone sees it.
+with the registry's basic or token authentication, on the event loop (krypton's HTTP client,
+:mod:`krypton.adapters.http`). Every answer is bounded in size and time, and what it fetches
+by digest is checked against that digest before anyone sees it.
 
 Credentials are sent only to the registry named by the reference (and to the token service
 that registry's own challenge names, over TLS unless the registry itself is plain HTTP);
@@ -14,15 +14,16 @@ import base64
 import json
 import re
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
 
-from krypton.adapters.http import SameOrigin, read_bounded, same_origin
+import aiohttp
+
+from krypton.adapters import http
 from krypton.decisions import oci
-from krypton.decisions.errors import ChartNotLoaded
+from krypton.decisions.errors import ChartNotLoaded, TemporaryError
 
 READ_TIMEOUT = 15.0  # one read from the socket
 DEADLINE = 60.0  # one whole response
@@ -43,24 +44,15 @@ class Credentials:
         return f"Credentials(username={self.username!r}, password=<hidden>)"
 
 
-class _NoRedirectAuth(SameOrigin):
-    """Follows a redirect to the same origin; a blob's (registries send blobs to storage,
-    and a blob is checked against its digest) also to another host, never from https to
-    http, and without the Authorization header: a credential is never carried to another
-    host (SPEC S3)."""
-
-    def allowed(self, req: Any, newurl: str) -> bool:
-        if same_origin(req.full_url, newurl):
-            return True
-        old, new = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
-        return "/blobs/" in old.path and new.scheme in (old.scheme, "https")
-
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> Any:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and not same_origin(req.full_url, newurl):
-            new.remove_header("Authorization")
-        return new
+def _follow(old: str, new: str) -> bool:
+    """A redirect to the same origin; a blob's (registries send blobs to storage, and a blob
+    is checked against its digest) also to another host, never from https to http. The
+    Authorization header goes only to the same origin: a credential is never carried to
+    another host (SPEC S3)."""
+    if http.same_origin(old, new):
+        return True
+    was, now = urllib.parse.urlsplit(old), urllib.parse.urlsplit(new)
+    return "/blobs/" in was.path and now.scheme in (was.scheme, "https")
 
 
 class Registry:
@@ -71,14 +63,22 @@ class Registry:
                  deadline: float = DEADLINE) -> None:
         self.host, self.credentials, self.deadline = host, credentials, deadline
         self.scheme = "http" if plain_http else "https"
-        handlers: list[Any] = [_NoRedirectAuth()]
-        if not plain_http:
-            context = ssl.create_default_context(cafile=ca_file or None)
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._tls: ssl.SSLContext | bool = False if plain_http else \
+            ssl.create_default_context(cafile=ca_file or None)
         self._tokens: dict[str, str] = {}  # scope -> bearer token
+        self._client: aiohttp.ClientSession | None = None
 
-    def versions(self, ref: oci.Reference) -> list[str]:
+    async def __aenter__(self) -> Registry:
+        self._client = http.session(self.deadline, READ_TIMEOUT, proxied=True)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def versions(self, ref: oci.Reference) -> list[str]:
         """The chart versions among the repository's tags, following the API's pagination:
         at most MAX_TAGS bytes of tag lists in all, no page twice (a list that links to
         itself), and of each page only its versions kept."""
@@ -89,7 +89,7 @@ class Registry:
             if url in seen:
                 raise ChartNotLoaded(f"{ref}: the tag list links back to a page already read")
             seen.add(url)
-            body, headers = self._get(ref, url, accept="application/json", limit=left)
+            body, headers = await self._get(ref, url, accept="application/json", limit=left)
             left -= len(body)
             try:
                 doc = json.loads(body)
@@ -105,9 +105,9 @@ class Registry:
                 raise ChartNotLoaded(f"{ref}: the tag list points at another host")
         raise ChartNotLoaded(f"{ref}: the tag list has over {MAX_PAGES} pages")
 
-    def manifest(self, ref: oci.Reference, reference: str) -> tuple[str, bytes]:
+    async def manifest(self, ref: oci.Reference, reference: str) -> tuple[str, bytes]:
         """(digest, body) of the manifest tagged `reference`, or with that digest (checked)."""
-        body, headers = self._get(ref, f"{self._base(ref)}/manifests/{reference}",
+        body, headers = await self._get(ref, f"{self._base(ref)}/manifests/{reference}",
                                   accept=", ".join(oci.MANIFEST_TYPES), limit=oci.MAX_MANIFEST)
         digest = oci.digest_of(body)
         if reference.startswith("sha256:") and digest != reference:
@@ -118,9 +118,9 @@ class Registry:
                                  f"the manifest is {digest}")
         return digest, body
 
-    def blob(self, ref: oci.Reference, digest: str, limit: int) -> bytes:
+    async def blob(self, ref: oci.Reference, digest: str, limit: int) -> bytes:
         """The blob with `digest`, checked against it."""
-        body, _ = self._get(ref, f"{self._base(ref)}/blobs/{digest}",
+        body, _ = await self._get(ref, f"{self._base(ref)}/blobs/{digest}",
                             accept="application/octet-stream", limit=limit)
         if oci.digest_of(body) != digest:
             raise ChartNotLoaded(f"{ref}: blob {digest} does not match its digest")
@@ -129,23 +129,19 @@ class Registry:
     def _base(self, ref: oci.Reference) -> str:
         return f"{self.scheme}://{self.host}/v2/{ref.repository}"
 
-    def _get(self, ref: oci.Reference, url: str, *, accept: str,
-             limit: int) -> tuple[bytes, Any]:
+    async def _get(self, ref: oci.Reference, url: str, *, accept: str,
+                   limit: int) -> tuple[bytes, Mapping[str, str]]:
         scope = f"repository:{ref.repository}:pull"
-        auth = self._tokens.get(scope)
-        try:
-            return self._fetch(url, accept, limit, auth)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 401:
-                raise _failed(ref, exc) from exc
-            challenge = exc.headers.get("WWW-Authenticate") or ""
-        auth = self._authorize(ref, challenge, scope)
-        try:
-            return self._fetch(url, accept, limit, auth)
-        except urllib.error.HTTPError as exc:
-            raise _failed(ref, exc) from exc
+        answer = await self._fetch(url, accept, limit, self._tokens.get(scope))
+        if answer.status == 401:
+            auth = await self._authorize(ref, answer.headers.get("WWW-Authenticate") or "",
+                                         scope)
+            answer = await self._fetch(url, accept, limit, auth)
+        if answer.refused or not 200 <= answer.status < 300:
+            raise _failed(ref, answer)
+        return answer.body, answer.headers
 
-    def _authorize(self, ref: oci.Reference, challenge: str, scope: str) -> str:
+    async def _authorize(self, ref: oci.Reference, challenge: str, scope: str) -> str:
         """The Authorization header the registry's challenge asks for."""
         kind, _, params = challenge.partition(" ")
         if kind.lower() == "basic":
@@ -166,13 +162,12 @@ class Registry:
                                  "is not an https URL")
         query = {"service": fields.get("service", ""), "scope": fields.get("scope", scope)}
         url = f"{realm}?{urllib.parse.urlencode(query)}"
-        auth = _basic(self.credentials) if self.credentials else None
+        answer = await self._fetch(url, "application/json", 1 << 20,
+                                   _basic(self.credentials) if self.credentials else None)
+        if answer.refused or not 200 <= answer.status < 300:
+            raise _failed(ref, answer, what=f"token service of registry {self.host}")
         try:
-            body, _ = self._fetch(url, "application/json", 1 << 20, auth)
-        except urllib.error.HTTPError as exc:
-            raise _failed(ref, exc, what=f"token service of registry {self.host}") from exc
-        try:
-            doc = json.loads(body)
+            doc = json.loads(answer.body)
             token = doc.get("token") or doc.get("access_token")
         except (ValueError, AttributeError, RecursionError) as exc:
             raise ChartNotLoaded(f"registry {self.host}: the token service's answer is "
@@ -182,20 +177,20 @@ class Registry:
         self._tokens[scope] = f"Bearer {token}"
         return self._tokens[scope]
 
-    def _fetch(self, url: str, accept: str, limit: int,
-               auth: str | None) -> tuple[bytes, Any]:
-        request = urllib.request.Request(url, headers={"Accept": accept})
-        if auth:
-            request.add_unredirected_header("Authorization", auth)
+    async def _fetch(self, url: str, accept: str, limit: int, auth: str | None) -> http.Answer:
+        assert self._client is not None, "a Registry is used in `async with`"
+        headers = {"Accept": accept, **({"Authorization": auth} if auth else {})}
+        what = f"registry {self.host}: an answer"
         try:
-            with self._opener.open(request, timeout=READ_TIMEOUT) as resp:
-                return read_bounded(resp, limit, self.deadline, f"registry {self.host}: an "
-                                    "answer"), resp.headers
-        except urllib.error.HTTPError:
-            raise
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ChartNotLoaded(f"registry {self.host} unreachable: {reason}") from exc
+            return await http.fetch(self._client, url, headers=headers, limit=limit, what=what,
+                                    tls=self._tls, follow=_follow)
+        except TemporaryError as exc:  # over its bound, or redirected too often
+            raise ChartNotLoaded(f"{what} is over the limit of {limit} bytes"
+                                 if exc.reason == "AnswerTooLarge" else exc.message) from exc
+        except TimeoutError as exc:
+            raise ChartNotLoaded(f"{what} did not arrive within {self.deadline:.0f}s") from exc
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise ChartNotLoaded(f"registry {self.host} unreachable: {exc}") from exc
 
 
 def _basic(credentials: Credentials) -> str:
@@ -203,13 +198,16 @@ def _basic(credentials: Credentials) -> str:
     return "Basic " + base64.b64encode(raw).decode()
 
 
-def _failed(ref: oci.Reference, exc: urllib.error.HTTPError, what: str = "") -> ChartNotLoaded:
+def _failed(ref: oci.Reference, answer: http.Answer, what: str = "") -> ChartNotLoaded:
     where = what or f"registry {ref.host}"
-    if exc.code in (401, 403):
-        return ChartNotLoaded(f"{where} refused the credentials for {ref} (HTTP {exc.code})")
-    if exc.code == 404:
+    if answer.refused:
+        return ChartNotLoaded(f"{where}: HTTP {answer.status} for {ref}: {answer.refused}")
+    if answer.status in (401, 403):
+        return ChartNotLoaded(f"{where} refused the credentials for {ref} "
+                              f"(HTTP {answer.status})")
+    if answer.status == 404:
         return NotInRegistry(f"{ref}: not found in registry {ref.host} (HTTP 404)")
-    return ChartNotLoaded(f"{where}: HTTP {exc.code} for {ref}")
+    return ChartNotLoaded(f"{where}: HTTP {answer.status} for {ref}")
 
 
 def credentials_from_secret(data: dict[str, str], host: str) -> Credentials | None:

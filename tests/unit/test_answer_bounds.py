@@ -152,8 +152,11 @@ def _tag_pages(body: bytes, next_page: Callable[[str], str]) -> Handler:
 
 def _tags(url: str) -> list[str]:
     host = url.removeprefix("http://")
-    return registry.Registry(host, plain_http=True).versions(
-        oci.reference(f"oci://{host}/charts", "sample"))
+
+    async def read() -> list[str]:
+        async with registry.Registry(host, plain_http=True) as reg:
+            return await reg.versions(oci.reference(f"oci://{host}/charts", "sample"))
+    return asyncio.run(read())
 
 
 def test_a_tag_list_that_links_to_itself_is_read_once() -> None:
@@ -238,3 +241,65 @@ def test_a_write_answered_without_the_object_written_is_a_bad_response() -> None
             pytest.raises(KryptonError) as raised:
         asyncio.run(ask(url))
     assert raised.value.reason == "BadResponse", raised.value
+
+
+# -- a chart's registry and repository: redirects (SPEC S3) ---------------------------------
+
+def test_a_blob_follows_its_redirect_to_storage_without_the_credentials() -> None:
+    """A registry sends a blob to storage on another host: followed (the blob is checked
+    against its digest), the Authorization header left behind; a manifest is not."""
+    blob = b"chart archive"
+    digest = oci.digest_of(blob)
+    seen: list[str | None] = []
+
+    def storage(h: BaseHTTPRequestHandler) -> None:
+        seen.append(h.headers.get("Authorization"))
+        _body(blob)(h)
+
+    def registry_answer(to: str) -> Handler:
+        def send(h: BaseHTTPRequestHandler) -> None:
+            if h.headers.get("Authorization") != "Basic dTpzZWNyZXQ=":  # u:secret
+                h.send_response(401)
+                h.send_header("WWW-Authenticate", 'Basic realm="r"')
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+                return
+            _redirect(f"{to}{h.path}")(h)
+        return send
+
+    async def fetch(host: str) -> tuple[bytes, BaseException | None]:
+        ref = oci.reference(f"oci://{host}/charts", "sample")
+        async with registry.Registry(host, plain_http=True,
+                                     credentials=registry.Credentials("u", "secret")) as reg:
+            got = await reg.blob(ref, digest, 1 << 20)
+            try:
+                await reg.manifest(ref, "1.0.0")
+            except ChartNotLoaded as exc:
+                return got, exc
+            return got, None
+
+    with _serve(storage) as (other, stored), _serve(registry_answer(other)) as (url, _):
+        got, refused = asyncio.run(fetch(url.removeprefix("http://")))
+    assert got == blob and seen == [None], seen  # the blob, without the credentials
+    assert refused is not None and "not followed" in str(refused), refused
+    assert stored == [f"/v2/charts/sample/blobs/{digest}"]  # the manifest never went there
+
+
+@pytest.mark.parametrize(("https_elsewhere", "followed"), [(False, False), (True, True)])
+def test_an_index_follows_a_redirect_elsewhere_only_over_https(
+        https_elsewhere: bool, followed: bool) -> None:
+    """A chart repository may send its index to a CDN over https, never to plain HTTP
+    elsewhere: followed to the first, refused with its reason for the second."""
+    from krypton.adapters import charts
+
+    target = "https://127.0.0.1:1/index.yaml" if https_elsewhere else None  # refused at once
+    index = b"apiVersion: v1\nentries:\n  sample:\n  - version: 1.0.0\n"
+    with _serve(_body(index)) as (other, _), \
+            _serve(_redirect(target or f"{other}/index.yaml")) as (url, _):
+        source = charts.ChartSource(url, "sample", "1.0.0", helm=None,  # type: ignore[arg-type]
+                                    cache_dir=None)  # type: ignore[arg-type]
+        with pytest.raises(ChartNotLoaded) as raised:
+            asyncio.run(source._index_versions())
+    # followed: the "CDN" (nothing listens there) is tried; refused: the reason says so
+    assert ("not followed" in str(raised.value)) is not followed, raised.value
+    assert ("unreachable" in str(raised.value)) is followed, raised.value

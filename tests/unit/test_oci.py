@@ -4,6 +4,7 @@ real cosign's are checked against the real registry in tests/reliability/test_oc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -97,7 +98,8 @@ def test_credentials_never_go_in_clear_text_to_another_host() -> None:
         registry = Registry("reg.example:5000", credentials=Credentials("u", "secret-pw"),
                             plain_http=plain)
         with pytest.raises(ChartNotLoaded, match="is not an https URL") as refused:
-            registry._authorize(ref, f'Bearer realm="{realm}",service="s"', "scope")
+            asyncio.run(registry._authorize(ref, f'Bearer realm="{realm}",service="s"',
+                                            "scope"))
         assert "secret-pw" not in str(refused.value)
 
 
