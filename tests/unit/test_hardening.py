@@ -245,6 +245,27 @@ def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
     assert text.count('cluster="kept-x"') >= 4
 
 
+def test_every_series_labelled_by_cluster_goes_with_its_cluster() -> None:
+    """A metric whose first label is the cluster is one forget_cluster drops: what the
+    operator keeps per cluster returns to baseline when the cluster goes. Read from the
+    source: each metric made with a label list that starts with "cluster"."""
+    import ast
+    import inspect
+
+    from krypton.adapters import metrics
+
+    labelled = set()
+    for node in ast.walk(ast.parse(inspect.getsource(metrics))):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                isinstance(arg, ast.List) and arg.elts and
+                isinstance(arg.elts[0], ast.Constant) and arg.elts[0].value == "cluster"
+                for arg in node.value.args):
+            labelled |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    dropped = {name for name, metric in vars(metrics).items()
+               if any(metric is m for m in metrics._PER_CLUSTER)}  # noqa: SLF001
+    assert len(labelled) > 20 and labelled == dropped, labelled ^ dropped
+
+
 def test_cached_objects_keep_only_what_krypton_reads() -> None:
     """Every engaged cluster's watch caches live in memory: managedFields are dropped from
     every object, and a Helm release record keeps its name, namespace, version, labels and
