@@ -78,6 +78,7 @@ class _Run:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stderr: collections.deque[bytes] = field(default_factory=collections.deque)
     ended: bool = False
+    stopping: bool = False  # asked to end (idle, retired, closed): its exit is no failure
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -154,6 +155,8 @@ class WorkerProcess:
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """`request`'s answer (see the class for cancellation)."""
         run = await self._started()
+        if run.ended:  # it ended on its own between its start and this request
+            raise HelmWorkerFailed(self._last_exit)
         self.last_used = time.monotonic()
         ident = next(self._ids)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -192,6 +195,7 @@ class WorkerProcess:
         self._retire(run)
 
     def _retire(self, run: _Run) -> None:
+        run.stopping = True
         if run is self._run:
             self._run = None
             self._retired.add(run)
@@ -323,7 +327,8 @@ class WorkerProcess:
         except TimeoutError:
             await stop_process(run.proc, STOP_GRACE)
         metrics.HELM_WORKERS.dec()
-        quiet = not why and not run.waiting and (self._closed or run.proc.returncode == 0)
+        quiet = not why and not run.waiting and run.stopping and \
+            (self._closed or run.proc.returncode == 0)
         current = asyncio.current_task()
         drain = run.tasks[1] if len(run.tasks) > 1 else None
         if not quiet and drain is not None and drain is not current:
@@ -375,6 +380,7 @@ class WorkerProcess:
             self.pool.members.discard(self)
         runs = [*self._retired, *([self._run] if self._run else [])]
         for run in runs:
+            run.stopping = True
             if run.waiting:
                 with contextlib.suppress(ProcessLookupError):
                     run.proc.terminate()
