@@ -248,8 +248,10 @@ def bench_concurrency_figure() -> str:
     cost = _results()["operator_cost"]
     now = cost["current"]
     curve = now["helm_concurrency_curve_100x2"]
-    old = cost["helm_message_catalogue"]["helm_concurrency_curve_100x2"]
-    label, before = f"{now['commit']}, {now['date']}", "cd0d9bd, 2026-11-25"
+    processes = cost["helm_processes"]  # the same bench with a helm process per release
+    old = processes["helm_concurrency_curve_100x2"]
+    label = f"{now['commit']}, {now['date']}, helm workers"
+    before = f"{processes['commit']}, {processes['date']}, helm processes"
     k = [r["max_concurrent_helm"] for r in curve]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
     left.plot(k, [r["releases_per_second"] for r in curve], marker="o", label=label)
