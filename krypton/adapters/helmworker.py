@@ -133,6 +133,7 @@ class WorkerProcess:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._not_before, self._backoff, self._last_exit = 0.0, 0.0, ""
         self._closed = False
+        self._asking = 0  # requests on their way to the process (waiting for it to start)
         self.starts = 0  # processes started (tests and the bench read it)
         self.last_used = 0.0  # time.monotonic() of the last request
         self.pool = pool
@@ -145,7 +146,7 @@ class WorkerProcess:
 
     @property
     def idle_now(self) -> bool:
-        return self._run is not None and not self._run.waiting
+        return self._run is not None and not self._run.waiting and not self._asking
 
     @property
     def pid(self) -> int | None:
@@ -154,7 +155,11 @@ class WorkerProcess:
 
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """`request`'s answer (see the class for cancellation)."""
-        run = await self._started()
+        self._asking += 1  # at work from now on: never stopped to make room for another
+        try:
+            run = await self._started()
+        finally:
+            self._asking -= 1
         if run.ended:  # it ended on its own between its start and this request
             raise HelmWorkerFailed(self._last_exit)
         self.last_used = time.monotonic()
@@ -365,7 +370,7 @@ class WorkerProcess:
     def stop_idle(self) -> None:
         self._idle_timer = None
         run = self._run
-        if run is None or run.waiting:
+        if run is None or run.waiting or self._asking:
             return
         _log.debug("helm worker idle, stopped", cluster=self.cluster)
         self._retire(run)

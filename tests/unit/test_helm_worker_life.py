@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from krypton.adapters import helmworker
-from krypton.adapters.helmworker import WorkerProcess
+from krypton.adapters.helmworker import WorkerPool, WorkerProcess
 from krypton.decisions.errors import HelmWorkerFailed
 
 pytestmark = pytest.mark.unit
@@ -79,10 +79,9 @@ def test_a_worker_that_does_not_end_a_cancelled_request_is_killed(
         try:
             asking = asyncio.ensure_future(process.ask({"op": "status"}))
             async with asyncio.timeout(5):
-                while process.pid is None or process.idle_now:  # until it is under way
+                while not (process._run and process._run.waiting):  # noqa: SLF001 - sent
                     await asyncio.sleep(0)
             stuck = process._run  # noqa: SLF001 - the process to see killed
-            assert stuck is not None
             asking.cancel()
             with pytest.raises(asyncio.CancelledError):
                 async with asyncio.timeout(5):
@@ -95,3 +94,37 @@ def test_a_worker_that_does_not_end_a_cancelled_request_is_killed(
     assert returncode is not None and returncode < 0  # killed by a signal
     assert running is None  # nothing takes requests until the next one starts a worker
     assert said == ["HelmWorkerStuck"]
+
+
+ANSWERS = """import json
+for line in sys.stdin:
+    print(json.dumps({"id": json.loads(line)["id"], "manifest": ""}), flush=True)"""
+
+
+def test_a_worker_just_started_for_a_request_is_not_stopped_to_make_room(
+        tmp_path: Path) -> None:
+    """The fleet's pool stops the worker idle longest when another must start. A worker
+    whose request is on its way (started for it, the request not sent yet) is at work, not
+    idle: stopped there, the request went to a closed input and failed when it ended."""
+    said: list[str] = []
+
+    async def ended(reason: str, _message: str) -> None:
+        said.append(reason)
+
+    async def ask_while_room_is_made() -> dict[str, object]:
+        pool = WorkerPool(1)
+        process = WorkerProcess(_stand_in(tmp_path, ANSWERS), None, {}, on_exit=ended,
+                                pool=pool)
+        try:
+            asking = asyncio.ensure_future(process.ask({"op": "manifest"}))
+            async with asyncio.timeout(5):
+                while process.pid is None:  # started, its request not sent yet
+                    await asyncio.sleep(0)
+                pool.make_room()  # as another cluster's worker about to start does
+                return await asking
+        finally:
+            await process.close()
+
+    answer = asyncio.run(ask_while_room_is_made())
+    assert answer.get("manifest") == "" and said == [], (answer, said)
+
