@@ -325,7 +325,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
     from pathlib import Path
 
     from krypton.app.home import context_namespace
-    from krypton.cli import tools
+    from krypton.cli import fleet
     from krypton.decisions import deployed
 
     ref = args.from_deployment
@@ -344,7 +344,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
             where = (f" in namespace {look_in} (your --namespace or kube context)"
                      if look_in else " (no --namespace and no namespace in your kube context: "
                      "name it with --from-deployment NAMESPACE/NAME)")
-        found, contents = asyncio.run(tools.find_operator(user, ref, look_in))
+        found, contents = asyncio.run(fleet.find_operator(user, ref, look_in))
     if found is None:
         unset = [o.flag for o in settings_mod.OPTIONS if o.name in CHART_OPTIONS
                  and settings_mod.given(o, args, os.environ) is None]
@@ -371,7 +371,7 @@ def _inherit(args: argparse.Namespace, private: str) -> None:
 def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
     from krypton.app import log
-    from krypton.cli import records, register, rollout, tools, view
+    from krypton.cli import records, register, rollout, view
     from krypton.decisions.errors import KryptonError, PermanentError
     from krypton.decisions.printable import escape, escape_lines
 
@@ -406,7 +406,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
             print("\n".join(escape(line) for line in lines))
             return 0
         if args.command == "retry":
-            lines = asyncio.run(tools.retry(settings, args.tenant, args.cluster))
+            lines = asyncio.run(records.retry(settings, args.tenant, args.cluster))
             print("\n".join(escape(line) for line in lines))
             return 0
         if args.command == "adopt-records":
@@ -429,11 +429,11 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
-    from krypton.cli import tools, view
+    from krypton.cli import status, view
 
     if args.watch:
         return _watch(args, settings)
-    rows, clusters, rollout = asyncio.run(tools.collect_status(settings))
+    rows, clusters, rollout = asyncio.run(status.collect_status(settings))
     print(view.render(rows, view.with_sources(view.with_replicas(
         view.WIDE_COLUMNS if args.wide else view.STATUS_COLUMNS, rows), rows), args.output))
     if not clusters:
@@ -452,7 +452,7 @@ def _watch(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     import signal
     import time
 
-    from krypton.cli import tools, view
+    from krypton.cli import status, view
     from krypton.decisions.rollout import RolloutState
 
     terminal = sys.stdout.isatty()
@@ -475,5 +475,5 @@ def _watch(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(tools.watch_status(settings, show))
+        asyncio.run(status.watch_status(settings, show))
     return 0

@@ -14,7 +14,8 @@ from typing import Any
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
-from krypton.cli.tools import ClusterHandle, fleet_view, rollout_state, tenants_of
+from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
+from krypton.cli.status import rollout_state
 from krypton.cli.view import Row, assign_sources, joined, update_notice, with_digest
 from krypton.decisions import conflicts as fields
 from krypton.decisions import manifests, ownership, safeyaml

@@ -1,18 +1,19 @@
-"""``krypton adopt-records`` and ``krypton rotate-record-key`` (SPEC S4, S6): an
-administrator's adoption of release records as they are, asked of the operator through the
-Tenant's annotation, and the key that seals them rotated or pruned."""
+"""What an administrator asks of the operator on a Tenant's release, through the Tenant's
+annotations and nothing else: ``krypton retry`` (a new attempt, R18) and ``krypton
+adopt-records`` (release records adopted as they are, S6); and ``krypton
+rotate-record-key``, the key that seals the records rotated or pruned (S4)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from krypton.adapters.kube import Kube
+from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.app.home import RECORD_KEY_SECRET, record_keys
-from krypton.cli.tools import fleet_view, tenants_of
+from krypton.cli.fleet import fleet_view, tenants_of
 from krypton.decisions import conditions, records
 from krypton.decisions.errors import NotFound, SettingsError, TemporaryError
-from krypton.decisions.model import ADOPT_ANNOTATION, TenantKey, release_name
+from krypton.decisions.model import ADOPT_ANNOTATION, RETRY_ANNOTATION, TenantKey, release_name
 from krypton.decisions.settings import Settings
 from krypton.runtime.reconcile import history
 
@@ -135,3 +136,28 @@ async def rotate_record_key(settings: Settings, *, prune: bool) -> list[str]:
                 "type": "Opaque", "data": data}
         await home.replace_secret(settings.namespace, RECORD_KEY_SECRET, body)
         return lines
+
+
+async def retry(settings: Settings, ref: str, only: str | None) -> list[str]:
+    """Ask for a new attempt of Tenant `ref` ("namespace/name") on every discovered cluster
+    that has it, or on `only`: the retry annotation gets a new value (R18). One line per
+    cluster; NotFound when no cluster has the Tenant."""
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name:
+        raise SettingsError(f"invalid Tenant {ref!r}: expected NAMESPACE/NAME")
+    key, token = TenantKey(namespace, name), now_rfc3339()
+    lines = []
+    async with fleet_view(settings, "krypton-retry-") as (_, _home, clusters):
+        for c in clusters:
+            if c.kube is None or (only and c.name != only):
+                continue
+            try:
+                await c.kube.patch_tenant(key, {"metadata": {"annotations": {
+                    RETRY_ANNOTATION: token}}})
+            except NotFound:
+                continue
+            lines.append(f"{c.name}: retry of {key} asked for ({RETRY_ANNOTATION}={token})")
+    if not lines:
+        where = f"cluster {only}" if only else "any discovered cluster"
+        raise NotFound(f"Tenant {key} not found on {where}")
+    return lines

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "krypton"
 STATUS_WRITER = "runtime/reconcile/status.py"
-ASKING = ("cli/tools.py", "cli/records.py")  # krypton retry, krypton adopt-records
+ASKING = ("cli/records.py",)  # krypton retry, krypton adopt-records
 
 
 def _calls(name: str) -> dict[str, int]:
