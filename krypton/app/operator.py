@@ -184,7 +184,7 @@ class Operator:
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
                         record_keys=record_keys, writer=writer.name,
                         writer_active=writer.active,
-                        helm_workers=WorkerPool(2 * s.max_concurrent_helm))
+                        helm_workers=WorkerPool(s.max_concurrent_helm))
         shared.discovered = self._discovered
         if self.elector is not None:
             shared.fence = self.elector.holds

@@ -85,8 +85,8 @@ class Shared:
     # work (SPEC S6; "": no name, no check)
     writer: str = ""
     writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
-    # the fleet's helm workers, at most twice --max-concurrent-helm running (SPEC P5)
-    helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(8))
+    # the fleet's helm workers, at most --max-concurrent-helm running (SPEC P5)
+    helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(4))
 
 
 def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path) -> Helm:
