@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import os
 import secrets
 import signal
 import socket
@@ -40,10 +41,9 @@ def free_port() -> int:
     hand out a port again until it has handed out all the others. Where the range leaves
     no room below it, the kernel chooses (port 0)."""
     global _next_port
-    low, _ = _ephemeral_range()
-    span = low - _LOWEST_PORT
+    lowest, span = _share()
     for _ in range(min(span, 2000)):  # none where span <= 0
-        port = _LOWEST_PORT + (_next_port - _LOWEST_PORT) % span
+        port = lowest + (_next_port - lowest) % span
         _next_port = port + 1
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
@@ -54,6 +54,22 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _share() -> tuple[int, int]:
+    """The first port and the number of ports this process hands out: those below the
+    ephemeral range, or, in a worker of a parallel test run (pytest-xdist's
+    PYTEST_XDIST_WORKER gwN of PYTEST_XDIST_WORKER_COUNT), its own slice of them, so that two
+    workers never hand out one port (two random walks met on 25299: a server failed with
+    EADDRINUSE)."""
+    low, _ = _ephemeral_range()
+    span = low - _LOWEST_PORT
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.isdigit() and count.isdigit() and 0 <= int(worker) < int(count)):
+        return _LOWEST_PORT, span
+    share = span // int(count)
+    return _LOWEST_PORT + int(worker) * share, share
 
 
 def terminate(popen: subprocess.Popen[bytes], grace: float) -> int:

@@ -46,3 +46,17 @@ def test_the_kernel_chooses_when_there_is_no_room_below_the_range(
     monkeypatch.setattr(host, "_ephemeral_range", lambda: (host._LOWEST_PORT, 60999))
     low, high = ephemeral_range()
     assert low <= free_port() <= high
+
+
+def test_the_workers_of_a_parallel_run_hand_out_ports_of_their_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pytest-xdist worker walks its own slice: wherever its walk starts, it never
+    hands out a port another worker may."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    handed: dict[str, set[int]] = {}
+    for worker, start in (("gw0", 20000), ("gw1", 20000)):  # the same random start
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setattr(host, "_next_port", start)
+        handed[worker] = {free_port() for _ in range(200)}
+    assert len(handed["gw0"]) == len(handed["gw1"]) == 200
+    assert not handed["gw0"] & handed["gw1"]
