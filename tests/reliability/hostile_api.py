@@ -30,7 +30,8 @@ class HostileAPI:
     def __init__(self, upstream: Path, rule: Rule) -> None:
         doc = yaml.safe_load(upstream.read_text())
         cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
-        self._dir = Path(tempfile.mkdtemp(prefix="hostile-api-"))
+        files = tempfile.TemporaryDirectory(prefix="hostile-api-")  # keys, read once below
+        self._dir = Path(files.name)
         url = urlsplit(cluster["server"])
         self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
         up = ssl.create_default_context(cadata=base64.b64decode(
@@ -55,6 +56,7 @@ class HostileAPI:
         serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         serving.load_cert_chain(crt, key)
         self.server.socket = serving.wrap_socket(self.server.socket, server_side=True)
+        files.cleanup()
         self.closing = threading.Event()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
