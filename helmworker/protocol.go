@@ -41,6 +41,11 @@ type Request struct {
 	TakeOwnership  bool              `json:"takeOwnership,omitempty"`
 	Force          bool              `json:"force,omitempty"`
 	NoHooks        bool              `json:"noHooks,omitempty"`
+	// Found (upgrade): krypton read the release's history right before and found a record to
+	// upgrade from. The upgrade then runs at once (helm's own checks stand: a pending last
+	// record is refused, the deployed one found); if helm finds no deployed record after all,
+	// or without Found, the history decides, as `helm upgrade --install` decides.
+	Found bool `json:"found,omitempty"`
 }
 
 // Answer is one line the worker writes: a release (install, upgrade, rollback, status), the

@@ -26,6 +26,8 @@ type Server struct {
 	getter genericclioptions.RESTClientGetter
 	driver string // helm's storage driver, as HELM_DRIVER names it
 	out    *Writer
+	// configure makes helm's configuration for one namespace (the cluster's, but in tests).
+	configure func(namespace string) (*action.Configuration, error)
 
 	mu      sync.Mutex
 	running map[int64]context.CancelFunc
@@ -33,7 +35,9 @@ type Server struct {
 }
 
 func NewServer(getter genericclioptions.RESTClientGetter, driver string, out *Writer) *Server {
-	return &Server{getter: getter, driver: driver, out: out, running: map[int64]context.CancelFunc{}}
+	s := &Server{getter: getter, driver: driver, out: out, running: map[int64]context.CancelFunc{}}
+	s.configure = s.configuration
+	return s
 }
 
 // Serve reads requests until the end of input, then waits for those under way.
@@ -178,9 +182,17 @@ func load(path string) (chart.Charter, error) {
 
 // upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
 func (s *Server) upgrade(ctx context.Context, req Request) (*release.Release, error) {
-	cfg, err := s.configuration(req.Namespace)
+	cfg, err := s.configure(req.Namespace)
 	if err != nil {
 		return nil, err
+	}
+	if req.Found { // the history read once, by krypton: not a second time here
+		rel, err := s.upgradeFrom(ctx, cfg, req)
+		if err == nil {
+			return rel, nil
+		} else if !errors.Is(err, driver.ErrNoDeployedReleases) { // before helm wrote anything
+			return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+		}
 	}
 	history := action.NewHistory(cfg)
 	history.Max = 1
@@ -190,6 +202,15 @@ func (s *Server) upgrade(ctx context.Context, req Request) (*release.Release, er
 	} else if err != nil {
 		return nil, err
 	}
+	rel, err := s.upgradeFrom(ctx, cfg, req)
+	if err != nil {
+		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+	}
+	return rel, nil
+}
+
+// upgradeFrom is `helm upgrade` of a release that has a record.
+func (s *Server) upgradeFrom(ctx context.Context, cfg *action.Configuration, req Request) (*release.Release, error) {
 	ch, err := load(req.Chart)
 	if err != nil {
 		return nil, err
@@ -202,7 +223,7 @@ func (s *Server) upgrade(ctx context.Context, req Request) (*release.Release, er
 	up.ServerSideApply = "auto"
 	rel, err := up.RunWithContext(ctx, req.Release, ch, values(req))
 	if err != nil {
-		return nil, fmt.Errorf("UPGRADE FAILED: %w", err)
+		return nil, err
 	}
 	return answered(rel)
 }
@@ -234,7 +255,7 @@ func uninstalled(versions []ri.Releaser) bool {
 
 // rollback is `helm rollback` and then `helm status`: the release the rollback made.
 func (s *Server) rollback(req Request) (*release.Release, error) {
-	cfg, err := s.configuration(req.Namespace)
+	cfg, err := s.configure(req.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +270,7 @@ func (s *Server) rollback(req Request) (*release.Release, error) {
 }
 
 func (s *Server) status(req Request) (*release.Release, error) {
-	cfg, err := s.configuration(req.Namespace)
+	cfg, err := s.configure(req.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +283,7 @@ func (s *Server) status(req Request) (*release.Release, error) {
 
 // uninstall is `helm uninstall --wait`, with --no-hooks when asked.
 func (s *Server) uninstall(req Request) error {
-	cfg, err := s.configuration(req.Namespace)
+	cfg, err := s.configure(req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -275,7 +296,7 @@ func (s *Server) uninstall(req Request) error {
 
 // manifest is `helm get manifest`.
 func (s *Server) manifest(req Request) (string, error) {
-	cfg, err := s.configuration(req.Namespace)
+	cfg, err := s.configure(req.Namespace)
 	if err != nil {
 		return "", err
 	}

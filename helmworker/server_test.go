@@ -2,13 +2,22 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/action"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	kubefake "helm.sh/helm/v4/pkg/kube/fake"
+	ri "helm.sh/helm/v4/pkg/release"
+	"helm.sh/helm/v4/pkg/release/common"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -136,5 +145,64 @@ func TestAKindNotKnownIsLookedForAgainAtMostOncePerSecond(t *testing.T) {
 	base.known = 3 // still unknown after the next reset
 	if _, err := m.RESTMapping(gk); !meta.IsNoMatchError(err) || base.resets != 1 {
 		t.Fatalf("a second miss within a second: err %v after %d resets", err, base.resets)
+	}
+}
+
+// queries counts the history reads of a release store.
+type queries struct {
+	*driver.Memory
+	n int
+}
+
+func (q *queries) Query(labels map[string]string) ([]ri.Releaser, error) {
+	q.n++
+	return q.Memory.Query(labels)
+}
+
+// withStore is a Server on one in-memory release store and a cluster that only prints.
+func withStore(store *queries) *Server {
+	s := NewServer(nil, "memory", NewWriter(io.Discard))
+	s.configure = func(namespace string) (*action.Configuration, error) {
+		cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
+		cfg.Releases = storage.Init(store)
+		cfg.KubeClient = &kubefake.PrintingKubeClient{Out: io.Discard}
+		cfg.Capabilities = chartcommon.DefaultCapabilities
+		return cfg, nil
+	}
+	return s
+}
+
+func TestAnUpgradeOfAReleaseKryptonFoundReadsItsHistoryOnceLess(t *testing.T) {
+	dir := testChart(t)
+	req := Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: dir, HistoryMax: 3}
+	reads := map[bool]int{}
+	for _, found := range []bool{false, true} {
+		store := &queries{Memory: driver.NewMemory()}
+		s := withStore(store)
+		if _, err := s.upgrade(context.Background(), req); err != nil { // installs it
+			t.Fatal(err)
+		}
+		store.n = 0
+		req.Found = found
+		rel, err := s.upgrade(context.Background(), req)
+		if err != nil || rel.Version != 2 {
+			t.Fatalf("upgrade (found %v): %v, %+v", found, err, rel)
+		}
+		reads[found] = store.n
+	}
+	if reads[true] != reads[false]-1 {
+		t.Fatalf("history reads of an upgrade: %d found by krypton, %d not", reads[true], reads[false])
+	}
+}
+
+func TestAReleaseGoneSinceKryptonFoundItIsInstalled(t *testing.T) {
+	dir := testChart(t)
+	s := withStore(&queries{Memory: driver.NewMemory()})
+	rel, err := s.upgrade(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: dir, Found: true})
+	if err != nil || rel.Version != 1 || rel.Info.Status != common.StatusDeployed {
+		t.Fatalf("upgrade of an absent release: %v, %+v", err, rel)
+	}
+	if _, err := s.upgrade(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: filepath.Join(dir, "absent"), Found: true}); err == nil || !strings.HasPrefix(err.Error(), "UPGRADE FAILED: ") {
+		t.Fatalf("a failed upgrade says so as helm does: %v", err)
 	}
 }

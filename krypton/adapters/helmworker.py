@@ -434,7 +434,10 @@ class WorkerHelm(Helm):
             "values": values, "timeout": int(self.timeout), "wait": self.wait,
             "historyMax": self.history_max, "labels": dict(labels or {}),
             "skipCRDs": skip_crds, "forceConflicts": force_conflicts,
-            "takeOwnership": take_ownership}))
+            "takeOwnership": take_ownership,
+            # an upgrade is planned on records krypton has just read (SPEC S4): the worker
+            # does not read them a second time to choose between install and upgrade
+            "found": operation != "install"}))
         return dict(answer.get("release") or {})
 
     async def rollback(self, release: str, namespace: str, revision: int,
