@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from krypton.decisions import safeyaml
+from krypton.decisions.charts.versions import parse_version
 from krypton.decisions.errors import ChartNotLoaded, VersionInvalid
-from krypton.decisions.versions import parse_version
+from krypton.decisions.trust import safeyaml
 
 
 def adopt(unpacked: Path, dest: Path, what: str, expect_name: str,

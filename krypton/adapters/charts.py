@@ -35,7 +35,10 @@ from krypton.adapters.registry import (
     Registry,
     credentials_from_secret,
 )
-from krypton.decisions import chartcrds, oci, retry, safeyaml
+from krypton.decisions import retry
+from krypton.decisions.charts import chartcrds, oci
+from krypton.decisions.charts.ownership import ObjectRef
+from krypton.decisions.charts.versions import is_exact, newer_than, parse_constraint, resolve
 from krypton.decisions.errors import (
     ChartNotLoaded,
     ChartVerificationFailed,
@@ -44,8 +47,7 @@ from krypton.decisions.errors import (
     VersionInvalid,
     VersionNotFound,
 )
-from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.versions import is_exact, newer_than, parse_constraint, resolve
+from krypton.decisions.trust import safeyaml
 
 INDEX_DEADLINE = 60.0  # the whole index.yaml download, however slowly it trickles in
 INDEX_READ_TIMEOUT = 15.0  # one read from the socket
@@ -362,9 +364,9 @@ def chart_access(settings: Any, read_secret: Callable[[str, str], Awaitable[Any]
     --chart-credentials-secret from the watch cluster when a fetch needs it, so a rotated
     credential is taken at the next fetch; None where no cluster is at hand. Raises
     SettingsError for a cosign key that cannot be read."""
-    from krypton.decisions import redact
-    from krypton.decisions.discovery import secret_strings
+    from krypton.decisions.clusters.discovery import secret_strings
     from krypton.decisions.errors import SettingsError
+    from krypton.decisions.trust import redact
 
     key = None
     if settings.chart_verify and settings.chart_cosign_key:

@@ -1,6 +1,6 @@
 """How krypton reaches one cluster's API: where, over which TLS context, as whom
 (:class:`ClientConfig`), built from a validated kubeconfig
-(:mod:`krypton.decisions.kubeconfig`) or the pod's service account, never from a
+(:mod:`krypton.decisions.clusters.kubeconfig`) or the pod's service account, never from a
 process-wide default.
 
 Certificate files for the TLS context are written to a per-cluster directory (mode
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from krypton.adapters.execcredentials import ExecCredentials
-from krypton.decisions import incluster
-from krypton.decisions import kubeconfig as kubeconfigs
+from krypton.decisions.clusters import incluster
+from krypton.decisions.clusters import kubeconfig as kubeconfigs
+from krypton.decisions.clusters.execplugins import PluginAccess
 from krypton.decisions.errors import ClusterUnreachable, KubeconfigRejected, SettingsError
-from krypton.decisions.execplugins import PluginAccess
 
 
 class Credentials(Protocol):

@@ -15,9 +15,9 @@ import structlog
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import Kube, now_micro, now_rfc3339
-from krypton.decisions import redact
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.model import REPORTING_CONTROLLER
+from krypton.decisions.trust import redact
 
 log = structlog.get_logger("krypton.events")
 

@@ -1,4 +1,4 @@
-"""Bearer tokens from exec credential plugins (:mod:`krypton.decisions.execplugins`): a
+"""Bearer tokens from exec credential plugins (:mod:`krypton.decisions.clusters.execplugins`): a
 ClusterProfile provider's of the admin's providers file, a trusted kubeconfig's ``user.exec``.
 
 A plugin runs with the cluster info in ``KUBERNETES_EXEC_INFO`` (when it asks for it), its
@@ -22,8 +22,9 @@ import time
 import structlog
 
 from krypton.adapters import metrics
-from krypton.decisions import execplugins, retry
-from krypton.decisions.execplugins import CredentialPluginFailed, PluginAccess
+from krypton.decisions import retry
+from krypton.decisions.clusters import execplugins
+from krypton.decisions.clusters.execplugins import CredentialPluginFailed, PluginAccess
 
 TIMEOUT = 30.0  # seconds a plugin may take to answer
 NO_EXPIRY = 300.0  # seconds a token without an expirationTimestamp is used

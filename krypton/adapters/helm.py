@@ -29,7 +29,7 @@ from pyhelm3 import errors as helm_errors
 from pyhelm3.command import CHART_NOT_FOUND, Command, SafeLoader
 
 from krypton.adapters import chartarchive, metrics
-from krypton.decisions import conflicts
+from krypton.decisions.charts import conflicts
 from krypton.decisions.errors import (
     ChartNotLoaded,
     ChartVerificationFailed,

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 
 from krypton.adapters import http
-from krypton.decisions import gates
 from krypton.decisions.errors import TemporaryError
+from krypton.decisions.rollouts import gates
 
 TIMEOUT = 10.0
 MAX_ANSWER = 4 << 20

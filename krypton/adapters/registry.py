@@ -22,7 +22,7 @@ from types import TracebackType
 import aiohttp
 
 from krypton.adapters import http
-from krypton.decisions import oci
+from krypton.decisions.charts import oci
 from krypton.decisions.errors import ChartNotLoaded, TemporaryError
 
 READ_TIMEOUT = 15.0  # one read from the socket

@@ -12,14 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from krypton.decisions import safeyaml
-from krypton.decisions.celhealth import HealthRules, compile_rules
+from krypton.decisions.charts.fingerprint import deep_merge
+from krypton.decisions.clusters.execplugins import Provider
+from krypton.decisions.clusters.inventory import parse_providers
 from krypton.decisions.errors import SettingsError
-from krypton.decisions.execplugins import Provider
-from krypton.decisions.fingerprint import deep_merge
-from krypton.decisions.health import WORKLOAD_KINDS
-from krypton.decisions.inventory import parse_providers
+from krypton.decisions.rollouts.celhealth import HealthRules, compile_rules
+from krypton.decisions.rollouts.health import WORKLOAD_KINDS
 from krypton.decisions.settings import Settings, parse
+from krypton.decisions.trust import safeyaml
 
 
 def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
@@ -88,7 +88,7 @@ def resolve_helm(executable: str, flag: str = "--helm-executable") -> str:
 
 def file_reader(base_dir: str) -> Callable[[str], bytes]:
     """Reads the files a kubeconfig in `base_dir` names (relative paths from there, ``~``
-    expanded), for :func:`krypton.decisions.kubeconfig.inline_files`."""
+    expanded), for :func:`krypton.decisions.clusters.kubeconfig.inline_files`."""
     def read(path: str) -> bytes:
         return Path(os.path.expanduser(os.path.join(base_dir, path))).read_bytes()
     return read

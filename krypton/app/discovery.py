@@ -15,7 +15,7 @@ from krypton.adapters.events import EventRecorder, involved_secret
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import core_path, profiles_path
-from krypton.decisions.discovery import (
+from krypton.decisions.clusters.discovery import (
     LABEL_VALUE,
     ClusterSpec,
     by_label,

@@ -6,11 +6,12 @@ import structlog
 
 from krypton.adapters.kube import Kube
 from krypton.adapters.prometheus import Prometheus, QueryRejected, ServerAuth
-from krypton.decisions import gates, redact
-from krypton.decisions.discovery import secret_strings
+from krypton.decisions.clusters.discovery import secret_strings
 from krypton.decisions.errors import KryptonError, SettingsError, TemporaryError
-from krypton.decisions.rollout import Policy
+from krypton.decisions.rollouts import gates
+from krypton.decisions.rollouts.rollout import Policy
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import redact
 from krypton.runtime.rollout_controller import MetricGate
 
 log = structlog.get_logger("krypton")

@@ -20,9 +20,9 @@ from krypton.adapters.clientconfig import (
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HOME, Obj
 from krypton.app.config import file_reader
-from krypton.decisions import incluster, records, redact
-from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions.discovery import SELF_CLUSTER, decode_data
+from krypton.decisions.clusters import incluster
+from krypton.decisions.clusters import kubeconfig as kubeconfigs
+from krypton.decisions.clusters.discovery import SELF_CLUSTER, decode_data
 from krypton.decisions.errors import (
     AlreadyExists,
     KryptonError,
@@ -31,6 +31,7 @@ from krypton.decisions.errors import (
     TemporaryError,
 )
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import records, redact
 
 log = structlog.get_logger("krypton")
 RECORD_KEY_SECRET = "krypton-record-key"
@@ -97,7 +98,7 @@ async def watch_cluster(settings: Settings, workdir: Path, *, trust_secret: bool
             await local.close()
         if secret is None:
             raise SettingsError(f"invalid --watch-kubeconfig-secret: Secret {ref} not found")
-        from krypton.decisions.discovery import decode_data
+        from krypton.decisions.clusters.discovery import decode_data
 
         key = settings.watch_kubeconfig_secret_key
         raw = decode_data((secret.get("data") or {}).get(key))

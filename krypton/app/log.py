@@ -7,7 +7,7 @@ import sys
 
 import structlog
 
-from krypton.decisions import redact
+from krypton.decisions.trust import redact
 
 
 def configure(fmt: str = "", level: str = "info") -> None:

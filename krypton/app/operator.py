@@ -30,11 +30,12 @@ from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import ensure_record_key, ensure_self_cluster, watch_cluster
 from krypton.app.writer import Writer
-from krypton.decisions import crd, retry, sharding
+from krypton.decisions import crd, retry
+from krypton.decisions.clusters import sharding
+from krypton.decisions.clusters.discovery import ClusterSpec
 from krypton.decisions.crd import crd_manifest
-from krypton.decisions.discovery import ClusterSpec
 from krypton.decisions.errors import SettingsError, TemporaryError
-from krypton.decisions.rollout import Policy, read_publication
+from krypton.decisions.rollouts.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector

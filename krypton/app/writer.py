@@ -3,7 +3,7 @@ records it makes, the Lease it keeps while it runs without the fleet's, whether 
 named on a record is at work, and the warning at start when it runs without a Lease while
 another instance holds the fleet's.
 
-The rules are :mod:`krypton.decisions.writers`'s; what is read here is the home cluster's
+The rules are :mod:`krypton.decisions.trust.writers`'s; what is read here is the home cluster's
 Leases.
 """
 
@@ -19,10 +19,10 @@ import structlog
 
 from krypton.adapters.events import EventRecorder, involved_lease, reporting_instance
 from krypton.adapters.kube import Kube, now_micro
-from krypton.decisions import leases, writers
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import leases, writers
 
 log = structlog.get_logger("krypton")
 SAID_MAX = 64  # other instances said (or Leases read), before the memory of them starts again

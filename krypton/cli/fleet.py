@@ -19,14 +19,11 @@ from krypton.adapters.clientconfig import configuration_for, configuration_in_cl
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import profiles_path
 from krypton.app.home import watch_cluster
-from krypton.decisions import (
-    crd,
-    deployed,
-    inventory,
-)
-from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions.deployed import Deployed
-from krypton.decisions.discovery import (
+from krypton.decisions import crd, deployed
+from krypton.decisions.charts.fingerprint import deep_merge
+from krypton.decisions.clusters import inventory
+from krypton.decisions.clusters import kubeconfig as kubeconfigs
+from krypton.decisions.clusters.discovery import (
     PROFILE,
     SECRET,
     SELF_CLUSTER,
@@ -38,15 +35,15 @@ from krypton.decisions.discovery import (
     desired_profiles,
     profile_fields,
 )
+from krypton.decisions.deployed import Deployed
 from krypton.decisions.errors import (
     KubeconfigRejected,
     NotFound,
     SettingsError,
     TemporaryError,
 )
-from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
-from krypton.decisions.windows import Window
 
 
 @dataclass

@@ -267,7 +267,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 _inherit(args, private)
                 settings = config.load(args, check_helm=args.command in ("plan", "diff"))
             except SettingsError as exc:
-                from krypton.decisions.printable import escape
+                from krypton.decisions.trust.printable import escape
 
                 print(f"krypton: {escape(str(exc))}", file=sys.stderr)
                 return 2
@@ -300,7 +300,7 @@ def _print(parser: Parser, args: argparse.Namespace) -> int:
         return 0
     import yaml
 
-    from krypton.decisions import guard
+    from krypton.decisions.trust import guard
 
     if args.release_namespace == "watch" and not args.watch_namespace:
         parser.commands["guard"].error("--release-namespace=watch needs --watch-namespace")
@@ -373,7 +373,7 @@ def _tool(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     from krypton.app import log
     from krypton.cli import records, register, rollout, view
     from krypton.decisions.errors import KryptonError, PermanentError
-    from krypton.decisions.printable import escape, escape_lines
+    from krypton.decisions.trust.printable import escape, escape_lines
 
     log.configure("console", "warning")
     try:
@@ -453,7 +453,7 @@ def _watch(args: argparse.Namespace, settings: settings_mod.Settings) -> int:
     import time
 
     from krypton.cli import status, view
-    from krypton.decisions.rollout import RolloutState
+    from krypton.decisions.rollouts.rollout import RolloutState
 
     terminal = sys.stdout.isatty()
     last = [""]

@@ -17,10 +17,11 @@ from krypton.adapters.kube import Kube
 from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.status import rollout_state
 from krypton.cli.view import Row, assign_sources, joined, update_notice, with_digest
-from krypton.decisions import conflicts as fields
-from krypton.decisions import manifests, ownership, safeyaml
+from krypton.decisions.charts import conflicts as fields
+from krypton.decisions.charts import manifests, ownership
+from krypton.decisions.charts.fingerprint import fingerprint
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import KryptonError, TemporaryError
-from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
     ChartTarget,
     Observation,
@@ -28,12 +29,12 @@ from krypton.decisions.model import (
     fingerprint_annotation,
     release_name,
 )
-from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import HELM_ACTIONS, Action, Need, Plan, attempt_target
-from krypton.decisions.records import decode
 from krypton.decisions.releases import ReleaseIndex
-from krypton.decisions.rollout import Policy, gate_for
+from krypton.decisions.rollouts.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import safeyaml
+from krypton.decisions.trust.records import decode
 from krypton.runtime.reconcile import ClusterView
 
 

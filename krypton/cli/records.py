@@ -11,10 +11,11 @@ from typing import Any
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.app.home import RECORD_KEY_SECRET, record_keys
 from krypton.cli.fleet import fleet_view, tenants_of
-from krypton.decisions import conditions, records
+from krypton.decisions import conditions
 from krypton.decisions.errors import NotFound, SettingsError, TemporaryError
 from krypton.decisions.model import ADOPT_ANNOTATION, RETRY_ANNOTATION, TenantKey, release_name
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import records
 from krypton.runtime.reconcile import history
 
 

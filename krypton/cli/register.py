@@ -12,10 +12,10 @@ from krypton.adapters.clientconfig import configuration_for
 from krypton.adapters.kube import Kube
 from krypton.app.config import file_reader
 from krypton.app.home import watch_cluster
-from krypton.decisions import kubeconfig as kubeconfigs
-from krypton.decisions import safeyaml
+from krypton.decisions.clusters import kubeconfig as kubeconfigs
 from krypton.decisions.errors import ClusterExists, KubeconfigRejected
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import safeyaml
 
 
 async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
@@ -62,7 +62,7 @@ async def register_cluster(settings: Settings, name: str, kubeconfig_path: str,
 
 def _server_of(secret: dict[str, Any], key: str) -> str:
     """The API server a cluster Secret's kubeconfig names (read, never used)."""
-    from krypton.decisions.discovery import decode_data
+    from krypton.decisions.clusters.discovery import decode_data
 
     try:
         raw = decode_data((secret.get("data") or {}).get(key))

@@ -11,10 +11,10 @@ from typing import Any
 
 from krypton.app.home import watch_cluster
 from krypton.decisions.errors import Conflict
-from krypton.decisions.printable import escape
-from krypton.decisions.rollout import CONFIGMAP, FORMAT, PROGRESSING, RolloutState
-from krypton.decisions.rolloutcontrol import ABORT, APPROVE, BY, PAUSE
+from krypton.decisions.rollouts.rollout import CONFIGMAP, FORMAT, PROGRESSING, RolloutState
+from krypton.decisions.rollouts.rolloutcontrol import ABORT, APPROVE, BY, PAUSE
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust.printable import escape
 
 COMMANDS = ("approve", "pause", "resume", "abort", "history")
 

@@ -25,16 +25,14 @@ from krypton.cli.view import (
     tenant_rows,
     unguarded_notes,
 )
-from krypton.decisions import (
-    redact,
-    sharding,
-)
+from krypton.decisions.clusters import sharding
 from krypton.decisions.errors import (
     NotFound,
     TemporaryError,
 )
-from krypton.decisions.rollout import CONFIGMAP, RolloutState
+from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import redact
 
 
 async def collect_status(settings: Settings) -> tuple[list[Row], int, RolloutState | None]:

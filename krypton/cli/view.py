@@ -13,10 +13,10 @@ from typing import Any
 import yaml
 
 from krypton.decisions import crd
-from krypton.decisions.discovery import PROFILE
+from krypton.decisions.clusters.discovery import PROFILE
 from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds, release_name
-from krypton.decisions.printable import escape, escape_lines
-from krypton.decisions.rollout import COMPLETE, HALTED, RolloutState
+from krypton.decisions.rollouts.rollout import COMPLETE, HALTED, RolloutState
+from krypton.decisions.trust.printable import escape, escape_lines
 
 
 @dataclass

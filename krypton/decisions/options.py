@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.decisions.chartcrds import POLICIES as CHART_CRD_POLICIES
+from krypton.decisions.charts.chartcrds import POLICIES as CHART_CRD_POLICIES
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

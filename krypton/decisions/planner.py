@@ -65,8 +65,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from krypton.decisions import retry, writers
-from krypton.decisions.health import UNHEALTHY, WAITING
+from krypton.decisions import retry
 from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     WRITER_ANNOTATION,
@@ -80,8 +79,10 @@ from krypton.decisions.model import (
     is_valid_namespace_name,
     namespace_refusal,
 )
-from krypton.decisions.printable import short
 from krypton.decisions.releases import ReleaseState, release_state
+from krypton.decisions.rollouts.health import UNHEALTHY, WAITING
+from krypton.decisions.trust import writers
+from krypton.decisions.trust.printable import short
 
 # why a release stays on its version while the fleet-wide rollout holds its cluster (F1, F9)
 HELD = {
@@ -169,7 +170,7 @@ def plan(obs: Observation) -> Plan:
 
 def _yielded(obs: Observation, decided: Plan) -> Plan:
     """A release whose newest record another krypton instance wrote, while that instance
-    is at work, is left alone (SPEC S6; :mod:`krypton.decisions.writers`). Where the
+    is at work, is left alone (SPEC S6; :mod:`krypton.decisions.trust.writers`). Where the
     Tenant names the instance that owns it (WRITER_ANNOTATION), that one writes it and
     every other leaves it alone, at work or not."""
     rel, named = obs.release, obs.tenant.writer

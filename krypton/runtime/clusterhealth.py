@@ -20,6 +20,7 @@ from krypton.adapters import metrics
 from krypton.adapters.budget import PASS_RATE, QUIET, Budget
 from krypton.decisions import conditions as cond
 from krypton.decisions import crd
+from krypton.decisions.clusters.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.errors import (
     HOSTILE_ANSWERS,
     ClusterUnreachable,
@@ -27,7 +28,6 @@ from krypton.decisions.errors import (
     KryptonError,
     NotFound,
 )
-from krypton.decisions.kubeconfig import Kubeconfig, expiry_warnings
 from krypton.decisions.releases import ReleaseIndex, orphan_message, orphaned
 from krypton.runtime.reconcile import ClusterRuntime
 from krypton.runtime.recordguard import GuardState, carried

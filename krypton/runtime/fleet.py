@@ -20,8 +20,10 @@ import structlog
 
 from krypton.adapters import metrics
 from krypton.adapters.events import EventRecorder
-from krypton.decisions import inventory, kubeconfig, redact, retry
-from krypton.decisions.discovery import (
+from krypton.decisions import retry
+from krypton.decisions.charts.fingerprint import deep_merge
+from krypton.decisions.clusters import inventory, kubeconfig
+from krypton.decisions.clusters.discovery import (
     PROFILE,
     SELF_CLUSTER,
     ClusterSpec,
@@ -29,10 +31,10 @@ from krypton.decisions.discovery import (
     cluster_window,
 )
 from krypton.decisions.errors import KubeconfigRejected
-from krypton.decisions.fingerprint import deep_merge
 from krypton.decisions.model import cluster_name_problem
+from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
-from krypton.decisions.windows import Window
+from krypton.decisions.trust import redact
 from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")

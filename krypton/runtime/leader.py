@@ -21,8 +21,8 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.events import EventRecorder, involved_lease, reporting_instance
 from krypton.adapters.kube import Kube, now_micro
-from krypton.decisions import leases
 from krypton.decisions.errors import TemporaryError
+from krypton.decisions.trust import leases
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.leader")

@@ -30,11 +30,11 @@ import structlog
 from krypton.adapters.budget import Budget
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
-from krypton.decisions.celhealth import HealthRules
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import HOSTILE_ANSWERS, Forbidden, KryptonError
-from krypton.decisions.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
 from krypton.decisions.model import TenantKey
-from krypton.decisions.ownership import ObjectRef
+from krypton.decisions.rollouts.celhealth import HealthRules
+from krypton.decisions.rollouts.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
 
 LINGER = 60.0  # seconds a kind's watch stays open after nothing of it is followed
 Obj = dict[str, Any]

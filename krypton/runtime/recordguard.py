@@ -3,7 +3,7 @@ found, where an admin installed it), then known to be in force, or the reason it
 kept (:class:`Keeper`): followed while the cluster is engaged, and looked at again when a
 record is trusted by it.
 
-The manifests and the rules are :mod:`krypton.decisions.guard`'s. "In force" is asked of the
+The manifests and the rules are :mod:`krypton.decisions.trust.guard`'s. "In force" is asked of the
 API server, not inferred from the objects: a dry-run create of the guard's probe must be
 refused by the guard itself. A cluster without the guard stays engaged and is reported
 unguarded; what that leaves open is in the docs' security model.
@@ -22,10 +22,10 @@ import structlog
 
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
-from krypton.decisions import guard
 from krypton.decisions.errors import Forbidden, KryptonError
 from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import guard
 
 if TYPE_CHECKING:
     from krypton.runtime.clusterhealth import ClusterHealth

@@ -25,11 +25,11 @@ from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import core_path
 from krypton.adapters.prometheus import Prometheus, ServerAuth
-from krypton.decisions import gates
+from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.errors import AlreadyExists, Conflict, Fenced, KryptonError, NotFound, TemporaryError
-from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import RolloutGate
-from krypton.decisions.rollout import (
+from krypton.decisions.rollouts import gates
+from krypton.decisions.rollouts.rollout import (
     CONFIGMAP,
     HALTED,
     PROGRESSING,
@@ -48,7 +48,7 @@ from krypton.decisions.rollout import (
     to_wake,
     with_readings,
 )
-from krypton.decisions.rolloutcontrol import control
+from krypton.decisions.rollouts.rolloutcontrol import control
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")

@@ -5,7 +5,7 @@
   while its Lease keeps changing: judged on this replica's own clock from the moment it
   last saw the record change, as the leader election does, so clock skew does not matter.
 - **Assignment.** Every replica computes the same cluster -> member map from the live
-  members and the discovered clusters (:mod:`krypton.decisions.sharding`).
+  members and the discovered clusters (:mod:`krypton.decisions.clusters.sharding`).
 - **Ownership.** A replica serves a cluster only while it holds that cluster's Lease
   (``<id>-cluster-<name>``, holderIdentity = the replica). It takes the Lease only when it
   is free (released) or its holder is not a live member, with the resourceVersion it read
@@ -39,9 +39,10 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube, now_micro
-from krypton.decisions import leases, sharding
+from krypton.decisions.clusters import sharding
+from krypton.decisions.clusters.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
 from krypton.decisions.errors import AlreadyExists, Conflict, TemporaryError
-from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL, MEMBER_LABEL
+from krypton.decisions.trust import leases
 from krypton.runtime.leader import keep_renewed, not_believed
 
 ROLLOUT_ANNOTATION = "krypton.openkcm.io/rollout"  # what the owner publishes for the rollout

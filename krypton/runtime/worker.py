@@ -33,19 +33,20 @@ from krypton.adapters.helmworker import WorkerHelm, WorkerPool
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
-from krypton.decisions import crd, retry, rollout
+from krypton.decisions import crd, retry
+from krypton.decisions.charts.fingerprint import fingerprint
+from krypton.decisions.clusters.execplugins import CredentialPluginFailed
+from krypton.decisions.clusters.kubeconfig import Kubeconfig
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError, TemporaryError
-from krypton.decisions.execplugins import CredentialPluginFailed
-from krypton.decisions.fingerprint import fingerprint
-from krypton.decisions.kubeconfig import Kubeconfig
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.planner import admission
-from krypton.decisions.records import Keys
 from krypton.decisions.releases import ReleaseIndex
-from krypton.decisions.rollout import ClusterObservation
+from krypton.decisions.rollouts import rollout
+from krypton.decisions.rollouts.rollout import ClusterObservation
+from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
-from krypton.decisions.windows import Window
+from krypton.decisions.trust.records import Keys
 from krypton.runtime import recordguard
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from krypton.decisions.clusters.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL
 from krypton.decisions.model import epoch_seconds
-from krypton.decisions.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL
 
 from .controlplane import free_port, terminate
 

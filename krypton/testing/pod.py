@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 import krypton
-from krypton.decisions.fingerprint import deep_merge
+from krypton.decisions.charts.fingerprint import deep_merge
 
 from .controlplane import ControlPlane
 from .image import Image, inside

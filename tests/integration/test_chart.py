@@ -107,7 +107,7 @@ def test_namespaced_mode_renders_roles_only(helm_bin: str) -> None:
 def test_cluster_profiles_mount_the_providers_file_the_operator_reads(
         helm_bin: str, tmp_path: Path) -> None:
     from krypton.app.config import read_providers
-    from krypton.decisions.execplugins import Provider
+    from krypton.decisions.clusters.execplugins import Provider
 
     provider = {"name": "ocm", "execConfig": {
         "apiVersion": "client.authentication.k8s.io/v1", "command": "/opt/plugins/ocm-token",

@@ -155,7 +155,7 @@ def test_diff_renders_only_what_would_run_and_says_why_not(fleet: Fleet,
     change, the Tenant that would be upgraded shows its manifest change; one the operator
     refuses (a reserved namespace) and one it would not run helm for (Stalled: its retries
     exhausted on this very target) show none, and say why."""
-    from krypton.decisions.fingerprint import fingerprint
+    from krypton.decisions.charts.fingerprint import fingerprint
 
     fleet.register("remote", fleet.remote)
     op = fleet.start()

@@ -18,8 +18,8 @@ from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import core_path
 from krypton.decisions import retry
+from krypton.decisions.clusters.kubeconfig import parse
 from krypton.decisions.errors import ClusterUnreachable, TemporaryError
-from krypton.decisions.kubeconfig import parse
 from krypton.testing import BlackHole, ControlPlane
 from tests.reliability.test_hostile_input import Responder
 

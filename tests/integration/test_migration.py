@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from krypton.decisions.charts.fingerprint import sha256_hex
 from krypton.decisions.crd import REVISION_ANNOTATION, crd_manifest
-from krypton.decisions.fingerprint import sha256_hex
 from krypton.decisions.model import FINALIZER
 from krypton.testing import ControlPlane
 from krypton.testing.operator import wait_for

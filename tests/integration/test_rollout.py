@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from krypton.decisions.fingerprint import fingerprint
+from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.testing.operator import wait_for
 
 from .conftest import Fleet, unique

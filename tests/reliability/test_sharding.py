@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from krypton.decisions.sharding import bound
+from krypton.decisions.clusters.sharding import bound
 from krypton.testing import ChartRepository
 from krypton.testing.operator import OperatorProcess, cluster_holders, logged_at, wait_for
 from tests.integration.conftest import Fleet, unique

@@ -19,8 +19,9 @@ from krypton.adapters.clientconfig import ClientConfig
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import ENGAGED, Limits
 from krypton.adapters.prometheus import Prometheus
-from krypton.decisions import gates, oci
+from krypton.decisions.charts import oci
 from krypton.decisions.errors import ChartNotLoaded, KryptonError
+from krypton.decisions.rollouts import gates
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 

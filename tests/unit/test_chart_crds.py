@@ -1,4 +1,4 @@
-"""The chart's crds/ directory under --chart-crds (decisions/chartcrds.py)."""
+"""The chart's crds/ directory under --chart-crds (decisions/charts/chartcrds.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from krypton.adapters.charts import read_chart_crds
-from krypton.decisions.chartcrds import DIGEST_ANNOTATION, chart_crds, crd_action, digest_of
+from krypton.decisions.charts.chartcrds import DIGEST_ANNOTATION, chart_crds, crd_action, digest_of
 from tests.conftest import CHARTS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from krypton.decisions.conflicts import Conflict, describe, parse, reduce_log_lines
+from krypton.decisions.charts.conflicts import Conflict, describe, parse, reduce_log_lines
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +61,7 @@ def _live(**managed: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_preview_names_what_other_managers_own_and_the_apply_changes() -> None:
-    from krypton.decisions.conflicts import owned_elsewhere
+    from krypton.decisions.charts.conflicts import owned_elsewhere
 
     live = _live(**{
         "helm": {"f:spec": {"f:template": {"f:spec": {"f:containers": {

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from krypton.adapters import execcredentials
 from krypton.adapters.execcredentials import ExecCredentials
-from krypton.decisions.execplugins import CredentialPluginFailed, PluginAccess, Provider
+from krypton.decisions.clusters.execplugins import CredentialPluginFailed, PluginAccess, Provider
 from krypton.testing.operator import wait_for
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from krypton.decisions import execplugins
-from krypton.decisions.execplugins import CredentialPluginFailed, PluginAccess, Provider
+from krypton.decisions.clusters import execplugins
+from krypton.decisions.clusters.execplugins import CredentialPluginFailed, PluginAccess, Provider
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 EXEC = {"apiVersion": "client.authentication.k8s.io/v1", "command": "/opt/plugins/token",

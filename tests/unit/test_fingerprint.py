@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from krypton.decisions.fingerprint import canonical_json, deep_merge, fingerprint
+from krypton.decisions.charts.fingerprint import canonical_json, deep_merge, fingerprint
 
 
 def test_empty_values_match_the_prototype() -> None:

@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from krypton.decisions import gates
-from krypton.decisions.gates import FAILED, PASSED, UNANSWERED, GatePolicy, Reading
 from krypton.decisions.model import RolloutGate
-from krypton.decisions.rollout import (
+from krypton.decisions.rollouts import gates
+from krypton.decisions.rollouts.gates import FAILED, PASSED, UNANSWERED, GatePolicy, Reading
+from krypton.decisions.rollouts.rollout import (
     HALTED,
     PROGRESSING,
     ClusterObservation,
@@ -113,7 +113,7 @@ def test_unanswered_evaluations_count_only_past_the_deadline() -> None:
 
 
 def test_the_gate_state_survives_the_configmap() -> None:
-    from krypton.decisions.rollout import RolloutState
+    from krypton.decisions.rollouts.rollout import RolloutState
 
     state = with_readings(_soaking(), {"c": Reading(FAILED, "0")}, 20)
     again = RolloutState.from_json(state.to_json())
@@ -127,7 +127,7 @@ def test_gate_records_read_back_from_the_configmap_are_typed_or_dropped() -> Non
     stopping the controller's evaluate with a TypeError."""
     import json
 
-    from krypton.decisions.rollout import RolloutState
+    from krypton.decisions.rollouts.rollout import RolloutState
 
     good = with_readings(_soaking(), {"c": Reading(FAILED, "0")}, 20)
     raw = json.loads(good.to_json())

@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 
-from krypton.decisions import guard
+from krypton.decisions.trust import guard
 
 POLICY = {"metadata": {"uid": "p1", "generation": 1}}
 BINDING = {"metadata": {"uid": "b1", "generation": 2}}

@@ -11,8 +11,10 @@ import pytest
 
 from krypton.adapters.chartarchive import _safe_component
 from krypton.adapters.charts import index_versions
-from krypton.decisions import ownership, redact, retry, safeyaml
+from krypton.decisions import retry
+from krypton.decisions.charts import ownership
 from krypton.decisions.errors import ChartNotLoaded
+from krypton.decisions.trust import redact, safeyaml
 
 BOMB = "".join(f"{k}: &{k} [" + ",".join([f"*{p}"] * 9 if p else ["lol"] * 9) + "]\n"
                for p, k in zip(["", "a", "b", "c", "d", "e"], ["a", "b", "c", "d", "e", "f"],
@@ -114,8 +116,8 @@ def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatc
     """D8 with a fake of our own Worker port: an unexpected exception is reported once per
     failure (credential-free), counted, shown as failing, and the worker runs again."""
     from krypton.adapters import metrics
-    from krypton.decisions.discovery import ClusterSpec
-    from krypton.decisions.kubeconfig import parse
+    from krypton.decisions.clusters.discovery import ClusterSpec
+    from krypton.decisions.clusters.kubeconfig import parse
     from krypton.decisions.settings import Settings
     from krypton.runtime import fleet as fleet_mod
 
@@ -373,7 +375,7 @@ def test_a_failed_chart_load_is_answered_from_the_cache_with_growing_backoff(
 def test_a_credential_registered_later_is_masked_in_a_text_scrubbed_before() -> None:
     """scrub remembers its answers for short texts: registering a credential
     must forget them, or a text scrubbed once before would keep the credential in clear."""
-    from krypton.decisions import redact
+    from krypton.decisions.trust import redact
 
     secret = "s3cr3t-" + "x" * 20
     text = f"cluster c1 uses {secret}"

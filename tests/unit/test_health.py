@@ -1,4 +1,4 @@
-"""Readiness rules (krypton.decisions.health) and the planner's decisions about an in-sync
+"""Readiness rules (krypton.decisions.rollouts.health) and the planner's decisions about an in-sync
 release's workload (SPEC F6), row by row. The expected verdicts are those of helm's wait /
 kstatus for the same object states."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from krypton.decisions.health import Health, object_health, release_health, workload_refs
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.model import (
     ChartTarget,
     NamespaceState,
@@ -19,8 +19,8 @@ from krypton.decisions.model import (
     TenantKey,
     TenantView,
 )
-from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Action, plan
+from krypton.decisions.rollouts.health import Health, object_health, release_health, workload_refs
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from krypton.decisions import discovery, inventory
+from krypton.decisions.clusters import discovery, inventory
+from krypton.decisions.clusters.execplugins import Provider
 from krypton.decisions.errors import KubeconfigRejected, SettingsError
-from krypton.decisions.execplugins import Provider
 from krypton.testing import pki
 
 CA = pki.make_ca("profile-ca").cert

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from krypton.app.config import file_reader
+from krypton.decisions.clusters.kubeconfig import expiry_warnings, inline_files, parse
 from krypton.decisions.errors import KubeconfigRejected
-from krypton.decisions.kubeconfig import expiry_warnings, inline_files, parse
 from krypton.testing import pki
 
 CA = pki.make_ca("unit-ca")
@@ -192,7 +192,7 @@ def test_inline_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_in_cluster_reference_only_for_the_self_cluster() -> None:
-    from krypton.decisions.incluster import in_cluster_kubeconfig
+    from krypton.decisions.clusters.incluster import in_cluster_kubeconfig
 
     text = in_cluster_kubeconfig("self-cluster", "")
     with pytest.raises(KubeconfigRejected, match="tokenFile"):
@@ -209,7 +209,7 @@ def test_in_cluster_reference_only_for_the_self_cluster() -> None:
 def test_in_cluster_server_follows_the_pod_environment() -> None:
     """In a pod the API server is the one KUBERNETES_SERVICE_HOST/_PORT name (as client-go's
     in-cluster configuration reads it); the reference is accepted for that server only."""
-    from krypton.decisions.incluster import in_cluster_kubeconfig, service_server
+    from krypton.decisions.clusters.incluster import in_cluster_kubeconfig, service_server
 
     pod = service_server({"KUBERNETES_SERVICE_HOST": "10.96.0.1",
                           "KUBERNETES_SERVICE_PORT": "6443"})

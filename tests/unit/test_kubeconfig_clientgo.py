@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from krypton.decisions.clusters.kubeconfig import inline_files, parse
 from krypton.decisions.errors import KubeconfigRejected
-from krypton.decisions.kubeconfig import inline_files, parse
 from tests.unit.test_kubeconfig import CA, GOOD, OTHER, SECRET_TOKEN, b64, config, pair
 
 SERVER = "https://127.0.0.1:6443"

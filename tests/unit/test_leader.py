@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from krypton.adapters.charts import ResolvedChart
-from krypton.decisions import leases
+from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.errors import AlreadyExists
-from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import FINALIZER, OWNER_ANNOTATION, ReleaseStatus, TenantKey
+from krypton.decisions.trust import leases
 from krypton.runtime import leader
 from krypton.runtime.leader import LeaderElector
 

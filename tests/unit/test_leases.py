@@ -1,4 +1,4 @@
-"""A Lease is believed only within bounds (krypton.decisions.leases)."""
+"""A Lease is believed only within bounds (krypton.decisions.trust.leases)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from krypton.decisions.leases import (
+from krypton.decisions.trust.leases import (
     TRUST_FACTOR,
     believed_duration,
     describe,
@@ -71,7 +71,7 @@ def test_the_holder_is_named() -> None:
 def test_a_renewtime_rewritten_into_the_future_is_one_doubt_not_one_a_second() -> None:
     """A holder that writes another far-future renewTime at every renewal changes the
     words, not what is doubted: the warning is not repeated."""
-    from krypton.decisions.leases import kinds
+    from krypton.decisions.trust.leases import kinds
 
     first = doubts({"renewTime": "2099-01-01T00:00:00.000000Z"}, OWN, NOW)
     again = doubts({"renewTime": "2099-01-01T00:00:01.000000Z"}, OWN, NOW)

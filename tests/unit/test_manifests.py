@@ -1,10 +1,10 @@
-"""What plan and diff say changed (krypton.decisions.manifests)."""
+"""What plan and diff say changed (krypton.decisions.charts.manifests)."""
 
 from __future__ import annotations
 
 import pytest
 
-from krypton.decisions.manifests import changed_keys, manifest_diff, what_changed
+from krypton.decisions.charts.manifests import changed_keys, manifest_diff, what_changed
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from krypton.decisions.clusters.discovery import desired_clusters
 from krypton.decisions.crd import crd_text
-from krypton.decisions.discovery import desired_clusters
 from krypton.decisions.model import ReleaseStatus, is_valid_namespace_name, release_name
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.retry import Policy
@@ -301,7 +301,7 @@ def test_retry_policies_double_up_to_their_cap() -> None:
 
 
 def test_only_the_label_value_true_makes_a_cluster_and_the_rest_is_named() -> None:
-    from krypton.decisions.discovery import by_label
+    from krypton.decisions.clusters.discovery import by_label
 
     label = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from krypton.adapters.registry import Credentials, credentials_from_secret
-from krypton.decisions import oci
+from krypton.decisions.charts import oci
 from krypton.decisions.errors import ChartNotLoaded, ChartVerificationFailed
 
 DIGEST = "sha256:" + "ab" * 32
@@ -106,7 +106,7 @@ def test_credentials_never_go_in_clear_text_to_another_host() -> None:
 def test_a_credentials_secret_is_read_as_far_as_it_is_text() -> None:
     """Values that are not base64 of UTF-8, and data that is not a mapping, are left out
     rather than stopping the reader."""
-    from krypton.decisions.discovery import secret_strings
+    from krypton.decisions.clusters.discovery import secret_strings
 
     secret = {"data": {"username": base64.b64encode(b"u").decode(), "password": "%%%",
                        "token": base64.b64encode(b"\xff\xfe").decode(), "n": 7}}

@@ -19,8 +19,8 @@ from krypton.cli.view import (
     render,
     tenant_rows,
 )
-from krypton.decisions.printable import escape, escape_lines
-from krypton.decisions.rollout import HALTED, RolloutState
+from krypton.decisions.rollouts.rollout import HALTED, RolloutState
+from krypton.decisions.trust.printable import escape, escape_lines
 
 pytestmark = pytest.mark.unit
 
@@ -115,7 +115,7 @@ def test_a_tenant_field_of_a_megabyte_is_quoted_short() -> None:
     one log line per retry."""
     from krypton.decisions.model import Observation, TenantKey, TenantView
     from krypton.decisions.planner import plan
-    from krypton.decisions.printable import short
+    from krypton.decisions.trust.printable import short
 
     assert short("abc") == "'abc'"
     huge = "w" * (1 << 20)

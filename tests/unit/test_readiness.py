@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.model import TenantKey
-from krypton.decisions.ownership import ObjectRef
 from krypton.runtime.readiness import Readiness, slim
 
 pytestmark = pytest.mark.unit

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from krypton.decisions import records
 from krypton.decisions.model import ReleaseStatus
-from krypton.decisions.records import Record, RecordRefused, Trust, Use, decode, judge
+from krypton.decisions.trust import records
+from krypton.decisions.trust.records import Record, RecordRefused, Trust, Use, decode, judge
 
 RELEASE = {"name": "tenant-a-c1", "namespace": "a", "version": 2,
            "manifest": "---\nkind: ConfigMap\n",

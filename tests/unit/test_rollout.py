@@ -11,7 +11,7 @@ import pytest
 
 from krypton.decisions.errors import AlreadyExists, Conflict, NotFound, TemporaryError
 from krypton.decisions.model import RolloutGate
-from krypton.decisions.rollout import (
+from krypton.decisions.rollouts.rollout import (
     COMPLETE,
     HALTED,
     PROGRESSING,
@@ -253,7 +253,7 @@ def _tenant(cluster: str, *, fingerprint: str = "", failed: str = "", ready: str
 def test_a_cluster_counts_ready_failed_and_unhealthy_releases_on_the_target() -> None:
     """SPEC F1 with F6: a release on the target whose workload timed out or degraded is a
     failed release of the wave, like a failed helm run; one still waiting is neither."""
-    from krypton.decisions.rollout import observe_cluster
+    from krypton.decisions.rollouts.rollout import observe_cluster
 
     new, old = "n" * 64, "o" * 64
     tenants = [
@@ -336,7 +336,7 @@ def test_a_failure_halts_even_while_another_cluster_of_the_wave_is_engaging() ->
 @pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"target": "x"}', '{"nope": 1}',
                                   '{"target": "t", "version": "1", "waves": 7}', "null"])
 def test_a_garbage_rollout_state_is_no_state(text: str) -> None:
-    from krypton.decisions.rollout import RolloutState
+    from krypton.decisions.rollouts.rollout import RolloutState
 
     assert RolloutState.from_configmap({"data": {"state.json": text}}) is None
     assert RolloutState.from_configmap({"data": {"state.json": 5}}) is None
@@ -351,7 +351,7 @@ def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_tar
     from types import SimpleNamespace
 
     from krypton.adapters.charts import ResolvedChart
-    from krypton.decisions.fingerprint import fingerprint
+    from krypton.decisions.charts.fingerprint import fingerprint
     from krypton.runtime.rollout_controller import RolloutController
 
     class Chart:
@@ -384,8 +384,8 @@ def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_tar
 # -- rollout control (F9) ----------------------------------------------------------------------
 
 from krypton.cli import rollout as rollout_cli  # noqa: E402
-from krypton.decisions import rollout as rollout_mod  # noqa: E402
 from krypton.decisions import rolloutcontrol  # noqa: E402
+from krypton.decisions.rollouts import rollout as rollout_mod  # noqa: E402
 
 APPROVING = dataclasses.replace(POLICY, approval="after-canaries")
 

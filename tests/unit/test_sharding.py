@@ -1,4 +1,4 @@
-"""Cluster assignment across replicas (krypton.decisions.sharding, SPEC F4): balanced within
+"""Cluster assignment across replicas (krypton.decisions.clusters.sharding, SPEC F4): balanced within
 the bound, identical on every replica, and stable when a replica joins or leaves."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from krypton.decisions.sharding import CLUSTER_ANNOTATION, EPSILON, assign, bound, owners
+from krypton.decisions.clusters.sharding import CLUSTER_ANNOTATION, EPSILON, assign, bound, owners
 
 pytestmark = pytest.mark.unit
 

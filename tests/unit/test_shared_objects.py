@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from krypton.decisions.ownership import ObjectRef, shared_candidates
+from krypton.decisions.charts.ownership import ObjectRef, shared_candidates
 
 
 def _obj(kind: str, name: str, namespace: str | None = None, *, api: str = "v1",
@@ -46,7 +46,7 @@ def test_a_chart_named_after_its_release_has_none() -> None:
 
 
 def test_objects_the_manifest_keeps_are_not_checked_before_an_uninstall() -> None:
-    from krypton.decisions.ownership import kept
+    from krypton.decisions.charts.ownership import kept
 
     keep = _obj("CustomResourceDefinition", "x.example.io", api="apiextensions.k8s.io/v1")
     keep["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from krypton.decisions.ownership import ObjectRef
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.releases import ReleaseIndex
 from krypton.runtime.reconcile.look import _rendered_elsewhere
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from krypton.decisions.charts.versions import is_exact, newer_than, resolve
 from krypton.decisions.errors import VersionInvalid, VersionNotFound
 from krypton.decisions.model import ChartTarget
-from krypton.decisions.versions import is_exact, newer_than, resolve
 
 AVAILABLE = ["0.1.0", "0.2.0", "0.2.5", "0.3.0", "1.0.0", "1.2.3", "1.2.9", "1.3.0",
              "2.0.0-rc.1", "2.0.0", "v2.1.0", "junk"]

@@ -17,7 +17,7 @@ from krypton.cli.view import (
     tenant_rows,
     with_replicas,
 )
-from krypton.decisions.rollout import RolloutState
+from krypton.decisions.rollouts.rollout import RolloutState
 
 
 def tenant(name: str, phase: str, conditions: list[tuple[str, str, str, str]],

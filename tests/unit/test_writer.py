@@ -14,9 +14,9 @@ import pytest
 
 from krypton.adapters.events import reporting_instance
 from krypton.app.writer import Writer
-from krypton.decisions import writers
 from krypton.decisions.errors import Forbidden
 from krypton.decisions.settings import Settings
+from krypton.decisions.trust import writers
 
 pytestmark = pytest.mark.unit
 

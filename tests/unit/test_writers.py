@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from krypton.decisions import writers
 from krypton.decisions.model import ReleaseObservation, ReleaseStatus, rfc3339
 from krypton.decisions.planner import Action, Need, plan
 from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.trust import writers
 from tests.unit.test_planner import CHART, DEPLOYED, SYNCED, obs
 
 OURS, THEIRS = "run.host-a.17", "run.host-b.23"

@@ -1,6 +1,6 @@
 """A release's history, read and judged right before a helm run that acts on it (SPEC S3, S4):
 every record of the release (helm decodes them all at every run) within its bounds, and the
-records helm would act on sealed by krypton (:mod:`krypton.decisions.records`). Also where a
+records helm would act on sealed by krypton (:mod:`krypton.decisions.trust.records`). Also where a
 helm run's result is sealed.
 """
 
@@ -11,10 +11,11 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import Kube
-from krypton.decisions import crd, records
+from krypton.decisions import crd
 from krypton.decisions.errors import KryptonError, ReleaseRecordUntrusted
 from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
-from krypton.decisions.records import Record, Trust, Use, Verdict
+from krypton.decisions.trust import records
+from krypton.decisions.trust.records import Record, Trust, Use, Verdict
 from krypton.runtime.reconcile import look
 from krypton.runtime.reconcile.model import Pass
 from krypton.runtime.reconcile.view import ClusterRuntime

@@ -15,8 +15,9 @@ from typing import Any
 from krypton.adapters import metrics
 from krypton.adapters.charts import read_chart_crds
 from krypton.adapters.kube import now_rfc3339
-from krypton.decisions import chartcrds, verdicts
-from krypton.decisions import conflicts as fields
+from krypton.decisions import verdicts
+from krypton.decisions.charts import chartcrds
+from krypton.decisions.charts import conflicts as fields
 from krypton.decisions.errors import (
     AlreadyExists,
     FieldConflict,
@@ -39,7 +40,7 @@ from krypton.decisions.model import (
     namespace_refusal,
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
-from krypton.decisions.records import Trust, Use
+from krypton.decisions.trust.records import Trust, Use
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look, reports, status
 from krypton.runtime.reconcile.model import (

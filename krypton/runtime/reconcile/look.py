@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from krypton.decisions import health, ownership, safeyaml
+from krypton.decisions.charts import ownership
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import (
     OwnershipConflict,
     TemporaryError,
 )
-from krypton.decisions.health import Health
 from krypton.decisions.model import (
     Observation,
     ReleaseStatus,
@@ -22,8 +22,10 @@ from krypton.decisions.model import (
     TenantView,
     release_name,
 )
-from krypton.decisions.ownership import ObjectRef
-from krypton.decisions.records import decode
+from krypton.decisions.rollouts import health
+from krypton.decisions.rollouts.health import Health
+from krypton.decisions.trust import safeyaml
+from krypton.decisions.trust.records import decode
 from krypton.runtime.reconcile.model import Workload
 from krypton.runtime.reconcile.view import ClusterRuntime
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krypton.decisions import conditions as cond
-from krypton.decisions import records, writers
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import PermanentError
 from krypton.decisions.model import (
@@ -32,8 +32,8 @@ from krypton.decisions.model import (
     epoch_seconds,
     fingerprint_annotation,
 )
-from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Plan
+from krypton.decisions.trust import records, writers
 from krypton.decisions.verdicts import Outcome, Told
 
 Workload = list[tuple[ObjectRef, dict[str, Any] | None]]  # objects as read (None: not found)

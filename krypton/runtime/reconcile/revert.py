@@ -10,16 +10,16 @@ from typing import Any
 from krypton.adapters import metrics
 from krypton.adapters.kube import now_rfc3339
 from krypton.decisions import verdicts
+from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.errors import (
     HelmFailed,
     ReleaseLocked,
     TemporaryError,
 )
-from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
     ReleaseStatus,
 )
-from krypton.decisions.records import Use
+from krypton.decisions.trust.records import Use
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history
 from krypton.runtime.reconcile.model import Pass, Report, release_labels

@@ -17,7 +17,7 @@ from krypton.adapters import metrics
 from krypton.adapters.events import involved_tenant
 from krypton.adapters.kube import now_rfc3339
 from krypton.decisions import conditions as cond
-from krypton.decisions import redact, retry, verdicts
+from krypton.decisions import retry, verdicts
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import (
     Conflict,
@@ -30,6 +30,7 @@ from krypton.decisions.model import (
     TenantKey,
     fingerprint_annotation,
 )
+from krypton.decisions.trust import redact
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile.model import Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime

@@ -18,7 +18,7 @@ from krypton.decisions.model import (
     SYSTEM_NAMESPACES,
     ReleaseStatus,
 )
-from krypton.decisions.records import Trust, Use
+from krypton.decisions.trust.records import Trust, Use
 from krypton.decisions.verdicts import Verdict
 from krypton.runtime.reconcile import history, look
 from krypton.runtime.reconcile.model import Pass, Report, created_by_krypton

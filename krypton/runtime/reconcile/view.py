@@ -22,9 +22,11 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
 from krypton.adapters.kube import Kube
 from krypton.decisions import conditions as cond
-from krypton.decisions import ownership, retry, writers
+from krypton.decisions import retry
+from krypton.decisions.charts import ownership
+from krypton.decisions.charts.fingerprint import fingerprint
+from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import ChartNotLoaded, Fenced, HelmFailed, VersionInvalid, VersionNotFound
-from krypton.decisions.fingerprint import fingerprint
 from krypton.decisions.model import (
     ChartProblem,
     ChartTarget,
@@ -37,12 +39,12 @@ from krypton.decisions.model import (
     release_name,
     rfc3339,
 )
-from krypton.decisions.ownership import ObjectRef
 from krypton.decisions.planner import Action, Need, Plan, admission, plan
-from krypton.decisions.records import Keys
 from krypton.decisions.releases import ReleaseIndex
+from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
-from krypton.decisions.windows import Window
+from krypton.decisions.trust import writers
+from krypton.decisions.trust.records import Keys
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile.memory import Memory
 from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view

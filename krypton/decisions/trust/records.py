@@ -45,8 +45,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.decisions import safeyaml
 from krypton.decisions.model import ReleaseStatus
+from krypton.decisions.trust import safeyaml
 
 SEALS_KEPT = 4  # contents krypton made, newest first, kept per Tenant x cluster
 SEAL_CHARS = 32  # hex characters of the HMAC kept (128 bits)

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from krypton.decisions.ownership import HOOK
+from krypton.decisions.charts.ownership import HOOK
 
 MASK = "<masked {digest}>"  # a Secret value: changed or not is visible, the value is not
 KEYS_SHOWN = 8

@@ -17,9 +17,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from krypton.decisions import safeyaml, windows
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.model import GROUP
+from krypton.decisions.rollouts import windows
+from krypton.decisions.trust import safeyaml
 
 VALUES_KEY = "values.yaml"
 WINDOW_ANNOTATION = f"{GROUP}/maintenance-window"  # on a cluster's Secret or profile (F8)
@@ -124,7 +125,7 @@ def profile_fields(profile: dict[str, Any]) -> dict[str, Any]:
 
 def desired_profiles(profiles: list[dict[str, Any]]) -> dict[str, ClusterSpec]:
     """Cluster specs from ClusterProfile objects: their name, their access providers (what
-    :func:`krypton.decisions.inventory.profile_access` reads, at most MAX_PROFILE_ACCESS
+    :func:`krypton.decisions.clusters.inventory.profile_access` reads, at most MAX_PROFILE_ACCESS
     bytes of it) and their maintenance-window annotation."""
     out: dict[str, ClusterSpec] = {}
     for profile in profiles:

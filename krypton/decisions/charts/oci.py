@@ -24,8 +24,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
+from krypton.decisions.charts.versions import parse_version
 from krypton.decisions.errors import ChartNotLoaded, ChartVerificationFailed, SettingsError
-from krypton.decisions.versions import parse_version
 
 CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",

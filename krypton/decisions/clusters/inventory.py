@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from krypton.decisions import kubeconfig
+from krypton.decisions.clusters import kubeconfig
+from krypton.decisions.clusters.execplugins import PluginAccess, Provider, exec_plugin
 from krypton.decisions.errors import KubeconfigRejected, SettingsError
-from krypton.decisions.execplugins import PluginAccess, Provider, exec_plugin
 
 MAX_CA = 64 << 10  # bytes of a profile's CA bundle
 

@@ -29,9 +29,10 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from krypton.decisions import execplugins, incluster, safeyaml
+from krypton.decisions.clusters import execplugins, incluster
+from krypton.decisions.clusters.execplugins import PluginAccess, Provider
 from krypton.decisions.errors import KubeconfigRejected
-from krypton.decisions.execplugins import PluginAccess, Provider
+from krypton.decisions.trust import safeyaml
 
 EXPIRY_WARNING = dt.timedelta(days=14)
 FILE_REFERENCES = {
@@ -202,7 +203,7 @@ def parse(
     that krypton and helm read the same files); a kubeconfig from a Secret has none.
     With `allow_in_cluster`, the pod's service-account files may be named for the in-cluster
     API server: ``kubernetes.default.svc`` or `pod_server`, the one the pod's environment
-    names (:func:`krypton.decisions.incluster.service_server`). Raises KubeconfigRejected
+    names (:func:`krypton.decisions.clusters.incluster.service_server`). Raises KubeconfigRejected
     with a precise, credential-free message.
     """
     now = now or dt.datetime.now(dt.UTC)

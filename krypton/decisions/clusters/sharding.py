@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from krypton.decisions import leases
+from krypton.decisions.trust import leases
 
 MEMBER_LABEL = "krypton.openkcm.io/member-of"  # on membership Leases: the leader election id
 CLUSTER_LABEL = "krypton.openkcm.io/cluster-of"  # on cluster Leases: the leader election id
@@ -87,7 +87,7 @@ def owners(cluster_leases: Iterable[Mapping[str, Any]], member_leases: Iterable[
     cluster's Lease, "(released)" when none, and "<holder> (expired)" when the holder's
     membership was not renewed within its duration by the wall clock (a replica that died;
     its clusters move at the others' next look). A duration or renewTime that is not
-    believed (:mod:`krypton.decisions.leases`) does not keep a holder live."""
+    believed (:mod:`krypton.decisions.trust.leases`) does not keep a holder live."""
     live = set()
     for lease in member_leases:
         spec = lease.get("spec") or {}

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from krypton.decisions.fingerprint import sha256_hex
+from krypton.decisions.charts.fingerprint import sha256_hex
 
 POLICIES = ("skip", "create", "create-replace")
 DIGEST_ANNOTATION = "mesh.openkcm.io/chart-crd-digest"

@@ -9,8 +9,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from krypton.decisions.printable import escape
-from krypton.decisions.rollout import HALTED, PAST, PROGRESSING, ClusterObservation, RolloutState
+from krypton.decisions.rollouts.rollout import HALTED, PAST, PROGRESSING, ClusterObservation, RolloutState
+from krypton.decisions.trust.printable import escape
 
 # Rollout control (F9): annotations on the rollout ConfigMap, written by `krypton rollout` or
 # by anyone who may write it (GitOps, chat-ops); each names the target it is meant for.
