@@ -12,7 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from krypton.decisions.clusters import sharding
 from krypton.decisions.clusters.discovery import ClusterSpec
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import SettingsError, TemporaryError
+from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollouts.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.fleet import Fleet
@@ -48,7 +49,7 @@ from krypton.runtime.rollout_controller import (
 )
 from krypton.runtime.shards import Shards
 from krypton.runtime.slots import FairSlots
-from krypton.runtime.worker import Shared
+from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton")
 
@@ -180,22 +181,22 @@ class Operator:
         await writer.announce()
         self._presence_task = asyncio.create_task(writer.keep(home_events), name="presence")
         await writer.warn_if_unleased(home_events)
+        # built whole, in the order they need each other; the fleet is named before it is
+        # made (its reports and workers are asked for only once it runs)
         fleet: Fleet
+        fence, owns = (self.shards.holds, self.shards.owns) if self.shards is not None else \
+            (self.elector.holds if self.elector is not None else _always, _everyone)
+        gate = self._start_rollout(Policy.from_settings(s), chart, lambda: fleet.workers,
+                                   home_events, fence)
         shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
+                        gate=gate, fence=fence, owns=owns, discovered=self._discovered,
                         record_keys=record_keys, writer=writer.name,
                         writer_active=writer.active,
                         helm_workers=WorkerPool(s.max_concurrent_helm))
-        shared.discovered = self._discovered
-        if self.elector is not None:
-            shared.fence = self.elector.holds
-        fleet = Fleet(s, shared, home_events)
-        if self.shards is not None:
-            shared.fence, shared.owns = self.shards.holds, self.shards.owns
-            fleet.handed_over = self.shards.release
-        self.fleet = fleet
-        self._start_rollout(Policy.from_settings(s), chart, fleet, home_events, shared)
-        fleet.resync = dirty.set
+        fleet = self.fleet = Fleet(
+            s, shared, home_events, resync=dirty.set,
+            handed_over=self.shards.release if self.shards is not None else None)
         if self.shards is not None:
             self.shards.discovered = self._discovered
         self.discovery = Discovery(self.home, s, home_events, dirty.set).start()
@@ -225,33 +226,32 @@ class Operator:
             if waiting:  # assigned here, still held by a member not yet expired: try again
                 asyncio.get_running_loop().call_later(self.settings.retry_period, dirty.set)
 
-    def _start_rollout(self, policy: Policy, chart: ChartSource, fleet: Fleet,
-                       home_events: EventRecorder, shared: Shared) -> None:
+    def _start_rollout(self, policy: Policy, chart: ChartSource,
+                       workers: Callable[[], dict[str, Worker]], home_events: EventRecorder,
+                       fence: Callable[[], bool]) -> Callable[[str], RolloutGate]:
         """The fleet-wide rollout (F1), when configured: its controller here, or shared out
-        among the replicas when the fleet is sharded."""
+        among the replicas when the fleet is sharded. Its gate on each cluster's releases."""
         if not policy.enabled:
-            return
+            return lambda _cluster: RolloutGate()
         if self.shards is not None:
-            self._share_rollout(policy, chart, fleet, home_events)
-            return
+            return self._share_rollout(policy, chart, workers, home_events)
         assert self.home is not None
         controller = RolloutController(self.home, self.settings.namespace, policy, chart,
-                                       self.settings.chart_values, home_events,
-                                       lambda: fleet.workers, fence=shared.fence,
-                                       metric_gate=self._metric_gate)
-        shared.gate = controller.gate
+                                       self.settings.chart_values, home_events, workers,
+                                       fence=fence, metric_gate=self._metric_gate)
         self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
+        return controller.gate
 
-    def _share_rollout(self, policy: Policy, chart: ChartSource, fleet: Fleet,
-                       events: EventRecorder) -> None:
+    def _share_rollout(self, policy: Policy, chart: ChartSource,
+                       workers: Callable[[], dict[str, Worker]], events: EventRecorder
+                       ) -> Callable[[str], RolloutGate]:
         """--sharding with a progressive rollout: every replica follows the rollout state and
         publishes what its clusters observe; the replica holding the leader Lease runs the
         controller over every discovered cluster, as published."""
         s, shards, home = self.settings, self.shards, self.home
         assert shards is not None and home is not None
-        follower = RolloutFollower(home, s.namespace, policy, chart, s.chart_values,
-                                   lambda: fleet.workers, shards.publish)
-        fleet.shared.gate = follower.gate
+        follower = RolloutFollower(home, s.namespace, policy, chart, s.chart_values, workers,
+                                   shards.publish)
         elector = self._rollout_elector = self._elector(identity=shards.identity)
 
         def everyone() -> dict[str, Published]:
@@ -263,6 +263,7 @@ class Operator:
                                        metric_gate=self._metric_gate)
         self._rollout_tasks += [asyncio.create_task(follower.run(self.stopping)),
                                 asyncio.create_task(self._lead_rollout(elector, controller))]
+        return follower.gate
 
     def _elector(self, identity: str | None = None) -> LeaderElector:
         """An elector on the leader Lease (--leader-election-id and the Lease settings)."""
@@ -351,3 +352,11 @@ class Operator:
         await self.health.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("stopped")
+
+
+def _always() -> bool:
+    return True
+
+
+def _everyone(_cluster: str) -> bool:
+    return True

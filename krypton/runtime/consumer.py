@@ -31,8 +31,11 @@ from krypton.runtime.workqueue import QueueClosed, WorkQueue
 class Consumer:
     """The queue of one cluster's Tenant keys and the passes it hands them to."""
 
-    def __init__(self, name: str, max_concurrent: int) -> None:
+    def __init__(self, name: str, max_concurrent: int, *,
+                 forget: Callable[[TenantKey], None] = lambda _key: None) -> None:
         self.name, self.max_concurrent = name, max_concurrent
+        # what else keeps state per Tenant, told when one goes (the workloads followed for it)
+        self._forget = forget
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.queue: WorkQueue[TenantKey] = WorkQueue()
         self.memory = Memory(name)  # what is remembered of each Tenant of the cache
@@ -165,6 +168,7 @@ class Consumer:
             return
         self._gone.discard(key)
         self.memory.drop(key)
+        self._forget(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))

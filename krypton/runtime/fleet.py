@@ -70,7 +70,9 @@ async def end_task(task: asyncio.Task[None], *, cluster: str) -> None:
 
 
 class Fleet:
-    def __init__(self, settings: Settings, shared: Shared, home_events: EventRecorder) -> None:
+    def __init__(self, settings: Settings, shared: Shared, home_events: EventRecorder, *,
+                 resync: Callable[[], None] = lambda: None,
+                 handed_over: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.settings = settings
         self.shared = shared
         self.home_events = home_events
@@ -78,9 +80,9 @@ class Fleet:
         # clusters being disengaged (removed, or drained before re-engaging with new
         # credentials): each in a task of its own, so that none waits for another
         self._leaving: dict[str, asyncio.Task[None]] = {}
-        self.resync: Callable[[], None] = lambda: None  # ask for another sync
+        self.resync = resync  # ask for another sync
         # --sharding: a cluster handed to another replica, once its worker stopped
-        self.handed_over: Callable[[str], Awaitable[None]] | None = None
+        self.handed_over = handed_over
 
     @property
     def workers(self) -> dict[str, Worker]:

@@ -39,7 +39,7 @@ from krypton.decisions.clusters.execplugins import CredentialPluginFailed
 from krypton.decisions.clusters.kubeconfig import Kubeconfig
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError, TemporaryError
-from krypton.decisions.model import RolloutGate
+from krypton.decisions.model import RolloutGate, TenantKey
 from krypton.decisions.planner import admission
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollouts import rollout
@@ -64,9 +64,10 @@ async def _inactive() -> float:
     return 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Shared:
-    """What all workers share: settings, the chart, the helm cap, a reporter, a workdir."""
+    """What all workers share: settings, the chart, the helm cap, a reporter, a workdir;
+    made whole once, never set afterwards."""
 
     settings: Settings
     chart: ChartSource
@@ -171,11 +172,13 @@ class Worker:
         self.window = window  # its maintenance window (None: always open)
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.engaged = False
-        self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles)
+        self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles,
+                                 forget=self._tenant_gone)
         self.queue = self.consumer.queue
         self.health = ClusterHealth(name, shared.report, shared.settings.api_timeout)
         self.kube: Kube | None = None
         self.runtime: ClusterRuntime | None = None
+        self._watches: tuple[Informer, Informer]  # the engagement's Tenants, release records
         self.guard: recordguard.Keeper | None = None  # its release records' guard, kept
         self._dir = shared.workdir / name
         self.last_error = ""  # why engagement failed last, "" once engaged
@@ -249,12 +252,14 @@ class Worker:
         kubeconfig.write_text(self.kc.to_yaml())
         helm = cluster_helm(self.shared, self.name, kubeconfig, self._dir / "kube-cache")
         self.guard = recordguard.Keeper(self.kube, settings, self.health)
+        self._watches = self._informers(self.kube)
         self.runtime = ClusterRuntime(
             name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
             chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants={}, values=self.values, window=self.window,
+            releases=ReleaseIndex(), tenants=self._watches[0].store, values=self.values,
+            window=self.window,
             memory=self.consumer.memory, own_writes=self.consumer.own_writes,
-            gate=lambda cluster: self.shared.gate(cluster),
+            gate=self.shared.gate,
             known_clusters=self.shared.discovered,
             fence=lambda: not self.draining and self.shared.fence() and
             self.shared.owns(self.name), phases=phases,
@@ -263,15 +268,31 @@ class Worker:
                 self.health.budget, self.health.answer_refused),
             record_keys=self.shared.record_keys,
             guarded_since=self.guard.since_now,
-            crd_outdated=lambda: self.health.crd_outdated,
-            writer=self.shared.writer, writer_active=self.shared.writer_active,
-            record_guard=lambda: (self.health.guard.guarded, self.health.guard.message)
-            if self.health.guard_known else None)
-        readiness = self.runtime.readiness
-        self.consumer.memory.forget_elsewhere = \
-            readiness.forget if readiness is not None else lambda _key: None
+            health=self.health, writer=self.shared.writer,
+            writer_active=self.shared.writer_active)
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
+
+    def _tenant_gone(self, key: TenantKey) -> None:
+        """A Tenant went: the workloads followed for it are no longer followed."""
+        if self.runtime is not None and self.runtime.readiness is not None:
+            self.runtime.readiness.forget(key)
+
+    def _informers(self, kube: Kube) -> tuple[Informer, Informer]:
+        """The engagement's two watches: its Tenants and its release records."""
+        settings = self.shared.settings
+        tenants = Informer(kube, "tenants", tenants_path(settings.watch_namespace),
+                           self.consumer.tenant_changed, on_error=self.health.watch_failed,
+                           on_healthy=self.health.watch_restored, transform=shared_strings,
+                           budget=self.health.budget)
+        releases = Informer(kube, "helm-releases",
+                            release_records_path(settings.helm_driver,
+                                                 settings.shared_release_namespace),
+                            self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
+                            metadata_only=True, transform=release_record_metadata,
+                            on_list=self._releases_listed, on_error=self.health.watch_failed,
+                            on_healthy=self.health.watch_restored, budget=self.health.budget)
+        return tenants, releases
 
     def _claim(self, identity: str) -> None:
         """One worker per API server: a second name for an engaged cluster is refused, or
@@ -290,18 +311,7 @@ class Worker:
         settings = self.shared.settings
         rt = self.runtime
 
-        tenants = Informer(self.kube, "tenants", tenants_path(settings.watch_namespace),
-                           self.consumer.tenant_changed, on_error=self.health.watch_failed,
-                           on_healthy=self.health.watch_restored, transform=shared_strings,
-                           budget=self.health.budget)
-        rt.tenants = tenants.store
-        releases = Informer(self.kube, "helm-releases",
-                            release_records_path(settings.helm_driver,
-                                                 settings.shared_release_namespace),
-                            self._release_changed, label_selector=HELM_RELEASE_SELECTOR,
-                            metadata_only=True, transform=release_record_metadata,
-                            on_list=self._releases_listed, on_error=self.health.watch_failed,
-                            on_healthy=self.health.watch_restored, budget=self.health.budget)
+        tenants, releases = self._watches
         async with asyncio.TaskGroup() as group:
             # The guard looked at before the first pass (SPEC S4): what krypton makes under
             # it needs no seal; a cluster that does not answer in time is served without.

@@ -591,9 +591,9 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
     from krypton.adapters import metrics
     from krypton.decisions.model import TenantKey
 
-    consumer = Consumer("churn", 1)
-    memory, forgotten = consumer.memory, []
-    memory.forget_elsewhere = forgotten.append
+    forgotten: list[TenantKey] = []
+    consumer = Consumer("churn", 1, forget=forgotten.append)
+    memory = consumer.memory
 
     def tenant(name: str, rv: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}}

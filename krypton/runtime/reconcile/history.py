@@ -70,7 +70,7 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
         return adopted
     message = f"{verdict.message.rstrip('.')}. Not adopted by its content: {why}." if why \
         else verdict.message
-    outdated = rt.crd_outdated()
+    outdated = rt.health.crd_outdated
     if outdated and not p.obs.tenant.record_seals:
         # the cause is the CRD, not a forger: it drops every seal krypton writes
         raise ReleaseRecordUntrusted(

@@ -5,7 +5,7 @@ goes. Everything else the runtime keeps is per cluster or per release.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,9 +50,6 @@ class Memory:
         self.cluster = cluster
         self._kept: dict[TenantKey, TenantMemory] = {}
         self._namespaces: dict[str, set[str]] = {}
-        # what else keeps state per Tenant and forgets it with this (the workloads
-        # followed for it, by the engagement's Readiness)
-        self.forget_elsewhere: Callable[[TenantKey], None] = lambda _key: None
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -95,7 +92,6 @@ class Memory:
             if not names:
                 del self._namespaces[key.name]
             self._count()
-        self.forget_elsewhere(key)
 
     def _count(self) -> None:
         if self.cluster:  # a cluster's runtime (not the CLI's view of one)

@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -61,6 +61,25 @@ async def _unguarded() -> float:
 
 async def _inactive(_writer: str, _written: float) -> float:
     return 0.0
+
+
+class Judged(Protocol):
+    """What a cluster's health has judged (:class:`~krypton.runtime.clusterhealth.ClusterHealth`),
+    as it stands when asked."""
+
+    crd_outdated: str  # why the cluster's Tenant CRD is older than krypton's, "" if it is not
+    guard_known: bool  # whether its release records' guard was looked at yet
+    guard: Any  # what was found of the guard: .guarded, .message
+
+
+@dataclass
+class _Unjudged:
+    crd_outdated: str = ""
+    guard_known: bool = False
+    guard: Any = None
+
+
+_NOT_JUDGED = _Unjudged()
 
 
 @dataclass(kw_only=True)
@@ -402,10 +421,8 @@ class ClusterRuntime(ClusterView):
     # since when the cluster's records have been guarded at admission without a break,
     # looked at now (SPEC S4, S6); 0: they are not
     guarded_since: Callable[[], Awaitable[float]] = _unguarded
-    # why the cluster's Tenant CRD is older than krypton's ("" when it is not)
-    crd_outdated: Callable[[], str] = lambda: ""
-    # whether the records are guarded, and how or why not; None: not known yet
-    record_guard: Callable[[], tuple[bool, str] | None] = lambda: None
+    # what the cluster's health has judged, read at use: its Tenant CRD, its records' guard
+    health: Judged = field(default_factory=lambda: _NOT_JUDGED)
 
     def __post_init__(self) -> None:
         if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
@@ -414,6 +431,13 @@ class ClusterRuntime(ClusterView):
     @functools.cached_property
     def log(self) -> Any:
         return structlog.get_logger("krypton.reconciler").bind(cluster=self.name)
+
+    def record_guard(self) -> tuple[bool, str] | None:
+        """Whether the cluster's release records are guarded, and how or why not; None
+        while that is not known yet."""
+        if not self.health.guard_known:
+            return None
+        return self.health.guard.guarded, self.health.guard.message
 
     def type(self, kind: str) -> str:
         """This cluster's condition type of `kind` (``ClusterReady/<cluster>``, ...)."""
