@@ -23,7 +23,6 @@ import secrets
 import shutil
 import socket
 import ssl
-import subprocess
 import tempfile
 import time
 import urllib.request
@@ -34,8 +33,9 @@ from typing import Any, Literal
 import yaml
 
 from . import pki
-from .host import free_port, terminate
+from .host import ControlPlaneError, Process, free_port
 from .node import Node
+from .workloads import Workloads
 
 Auth = Literal["cert", "token"]
 
@@ -54,66 +54,6 @@ class BlackHole:
 
     def close(self) -> None:
         self.sock.close()
-
-
-# Start failures of a moment, after which a process is started again: the port was taken
-# between choosing and binding it (another process of the machine was quicker), or a Go
-# program lost a race of its own start (kwok v0.8.0's stage controllers register their CEL
-# types from several goroutines at once, seen once in a clean `make test`: "fatal error:
-# concurrent map writes" in easycel's getTrait, before it listened).
-RETRIED_STARTS = ("address already in use", "fatal error: concurrent map")
-
-
-class ControlPlaneError(RuntimeError):
-    """A control-plane process failed to start or to become ready."""
-
-
-class _Process:
-    """One child process with its log file; started in its own process group."""
-
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
-        self.name, self.argv, self.log = name, argv, log
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, grace: float = 10.0) -> None:
-        if self.popen is not None:
-            terminate(self.popen, grace)
-        self.popen = None
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def log_size(self) -> int:
-        try:
-            return self.log.stat().st_size
-        except OSError:
-            return 0
-
-    def said_since(self, offset: int) -> str:
-        """What the process wrote to its log after `offset` bytes."""
-        try:
-            with self.log.open("rb") as log:
-                log.seek(offset)
-                return log.read().decode(errors="replace")
-        except OSError:
-            return ""
 
 
 class ControlPlane:
@@ -155,11 +95,9 @@ class ControlPlane:
         self.server = ""
         self.kubeconfig = self.workdir / "admin.kubeconfig"
         self.token = secrets.token_hex(24)
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
-        self._kcm: _Process | None = None
-        self._scheduler: _Process | None = None
-        self._kwok: _Process | None = None
+        self._etcd: Process | None = None
+        self._apiserver: Process | None = None
+        self.workloads = Workloads(self)
         self._ca: pki.KeyPair | None = None
         self._admin: pki.KeyPair | None = None
 
@@ -173,12 +111,7 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             self._write_kubeconfig()
-            if self.with_controller_manager:
-                self._start_controller_manager()
-            if self.nodes or self.real_node:
-                self._start_scheduler()
-            if self.nodes:
-                self._start_simulated_nodes()
+            self.workloads.start()
             if self.real_node:
                 self.node = Node(self).start()
         except BaseException:
@@ -192,10 +125,11 @@ class ControlPlane:
         if self.node is not None:
             self.node.stop()
             self.node = None
-        for proc in (self._kwok, self._scheduler, self._kcm, self._apiserver, self._etcd):
+        self.workloads.stop()
+        for proc in (self._apiserver, self._etcd):
             if proc is not None:
                 proc.stop()
-        self._kwok = self._scheduler = self._kcm = self._apiserver = self._etcd = None
+        self._apiserver = self._etcd = None
         if self._own_workdir and os.environ.get("KRYPTON_KEEP_CONTROLPLANE") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
         _live.discard(self)
@@ -260,7 +194,7 @@ class ControlPlane:
     @property
     def pids(self) -> list[int]:
         """PIDs of the running processes of this control plane."""
-        return [p.pid for p in (self._etcd, self._apiserver, self._kcm, self._scheduler, self._kwok)
+        return [p.pid for p in (self._etcd, self._apiserver, *self.workloads.processes)
                 if p and p.alive() and p.pid]
 
     # -- credentials ---------------------------------------------------------------------
@@ -282,7 +216,7 @@ class ControlPlane:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _bin(self, name: str) -> str:
+    def binary(self, name: str) -> str:
         path = self.bin_dir / name
         if not path.exists():
             raise ControlPlaneError(f"{path} not found; build the test bed with hack/testbin.sh")
@@ -305,10 +239,10 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self._etcd_url = f"http://127.0.0.1:{client}"
-        self._etcd = _Process(
+        self._etcd = Process(
             "etcd",
             [
-                self._bin("etcd"),
+                self.binary("etcd"),
                 "--name", "default",
                 "--data-dir", str(self.workdir / "etcd"),
                 "--listen-client-urls", self._etcd_url,
@@ -329,7 +263,7 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.api_port}"
         w = self.workdir
         argv = [
-            self._bin("kube-apiserver"),
+            self.binary("kube-apiserver"),
             "--etcd-servers", self._etcd_url,
             "--etcd-prefix", f"/krypton-{self.name}",
             "--bind-address", "127.0.0.1",
@@ -358,7 +292,7 @@ class ControlPlane:
             (w / "audit-policy.yaml").write_text(AUDIT_POLICY)
             argv += ["--audit-policy-file", str(w / "audit-policy.yaml"),
                      "--audit-log-path", str(self.audit_log), "--audit-log-format", "json"]
-        self._apiserver = _Process("kube-apiserver", argv, w / "kube-apiserver.log")
+        self._apiserver = Process("kube-apiserver", argv, w / "kube-apiserver.log")
         self._apiserver.start()
         self._wait_ready()
 
@@ -397,106 +331,7 @@ class ControlPlane:
         self.kubeconfig.touch(mode=0o600)
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def _start_listening(self, name: str, argv: Any, log: Path) -> _Process:
-        """Start `name` with `argv(port)` on a free port and wait until it listens there. A
-        start that failed for a reason of the moment (:data:`RETRIED_STARTS`) is tried again
-        on a new port, up to five times; any other failure is an error at once."""
-        for _ in range(5):
-            port = free_port()
-            proc = _Process(name, argv(port), log)
-            offset = proc.log_size()
-            proc.start()
-            deadline = time.monotonic() + self.startup_timeout
-            while proc.alive() and time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    return proc
-                except OSError:
-                    time.sleep(0.2)
-            proc.stop()
-            if not any(cause in proc.said_since(offset) for cause in RETRIED_STARTS):
-                raise ControlPlaneError(f"{name} of {self.name} did not start:\n{proc.tail()}")
-        raise ControlPlaneError(f"{name} of {self.name} did not start in five tries:\n"
-                                f"{proc.tail()}")
-
-    def _start_controller_manager(self) -> None:
-        w = self.workdir
-        self._kcm = self._start_listening("kube-controller-manager", lambda port: [
-            self._bin("kube-controller-manager"),
-            "--kubeconfig", str(self.kubeconfig),
-            "--bind-address", "127.0.0.1",
-            "--secure-port", str(port),
-            "--leader-elect=false",
-            "--controllers", ",".join(
-                CONTROLLERS + (WORKLOAD_CONTROLLERS if self.nodes or self.real_node else ())
-                # kube-root-ca.crt in every namespace, for the pods' token volumes
-                + (("root-ca-cert-publisher",) if self.real_node else ())),
-            "--service-account-private-key-file", str(w / "sa.key"),
-            "--root-ca-file", str(w / "ca.crt"),
-            "--cert-dir", str(w / "kcm-certs"),
-        ], w / "kube-controller-manager.log")
-
-    def _start_scheduler(self) -> None:
-        w = self.workdir
-        self._scheduler = self._start_listening("kube-scheduler", lambda port: [
-            self._bin("kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
-            "--authentication-kubeconfig", str(self.kubeconfig),
-            "--authorization-kubeconfig", str(self.kubeconfig),
-            "--bind-address", "127.0.0.1", "--secure-port", str(port),
-            "--leader-elect=false", "--cert-dir", str(w / "scheduler-certs")],
-            w / "kube-scheduler.log")
-
-    def _start_simulated_nodes(self) -> None:
-        """kwok with its stages, and `nodes` fake nodes (SPEC T6).
-
-        kwok plays the kubelet: nodes become Ready, pods scheduled onto them become Ready
-        after `pod_ready_delay` seconds, pods of Jobs complete, deleted pods go away.
-        """
-        w = self.workdir
-        stages = w / "kwok-stages.yaml"
-        stages.write_text(kwok_stages(self.bin_dir / "kwok-stages", self.pod_ready_delay))
-        self._kwok = self._start_listening("kwok", lambda port: [
-            self._bin("kwok"), "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
-            "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
-            "--cidr", "10.244.0.0/16", "--node-ip", "127.0.0.1",
-            # the node Leases in kube-node-lease, renewed as a kubelet renews them: the
-            # heartbeat stage updates a node's status only every 10-20 minutes and counts on
-            # them, and without them the node lifecycle controller marks every node NotReady
-            # (and every pod Ready=False) after its 50 s grace period (SPEC F5b)
-            "--node-lease-duration-seconds", str(NODE_LEASE_SECONDS),
-            "--server-address", f"127.0.0.1:{port}"],
-            w / "kwok.log")
-        nodes = [self.node_manifest(f"{self.name}-node-{i}") for i in range(self.nodes)]
-        self._kubectl_apply(nodes)
-
-    @staticmethod
-    def node_manifest(name: str) -> dict[str, object]:
-        """A fake node that kwok manages: 32 CPUs, 256 GiB, 110 pods, with the well-known
-        labels a kubelet sets (charts select on ``kubernetes.io/os: linux``)."""
-        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-        return {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"},
-                             "labels": {"kubernetes.io/hostname": name, "type": "kwok",
-                                        "kubernetes.io/os": "linux",
-                                        "kubernetes.io/arch": "amd64",
-                                        "node.kubernetes.io/instance-type": "kwok"}},
-                "status": {"capacity": capacity, "allocatable": capacity}}
-
-    def _kubectl_apply(self, objects: list[dict[str, object]]) -> None:
-        manifest = self.workdir / "apply.yaml"
-        manifest.write_text(yaml.safe_dump_all(objects))
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            done = subprocess.run([self._bin("kubectl"), "--kubeconfig", str(self.kubeconfig),
-                                   "apply", "-f", str(manifest)], capture_output=True, text=True)
-            if done.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"kubectl apply failed: {done.stderr[-500:]}")
-            time.sleep(0.5)
-
-    def _wait(self, ready: object, proc: _Process, what: str) -> None:
+    def _wait(self, ready: object, proc: Process, what: str) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if not proc.alive():
@@ -515,44 +350,6 @@ omitStages: [RequestReceived]
 rules:
   - level: Metadata
 """
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-NODE_LEASE_SECONDS = 40  # a kubelet's default
-CONTROLLERS = ("namespace", "garbagecollector", "serviceaccount", "serviceaccount-token")
-WORKLOAD_CONTROLLERS = ("nodelifecycle", "deployment", "replicaset", "statefulset", "daemonset", "job",
-                        "endpoint", "endpointslice", "podgc", "ttl-after-finished")
-KWOK_STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete",
-               "pod-delete")
-
-
-def kwok_stages(directory: Path, pod_ready_delay: float) -> str:
-    """The stage definitions kwok's module ships (copied next to the binaries by
-    hack/testbin.sh), with the pod-ready stage delayed by `pod_ready_delay` seconds."""
-    docs = []
-    for name in KWOK_STAGES:
-        stage = yaml.safe_load((directory / f"{name}.yaml").read_text())
-        if name == "pod-ready":
-            stage["spec"]["delay"] = {"durationMilliseconds": int(pod_ready_delay * 1000)}
-        docs.append(stage)
-    docs.append(LOAD_BALANCER_STAGE)
-    return str(yaml.safe_dump_all(docs, sort_keys=False))
-
-
-# The test bed's load-balancer controller: a Service of type LoadBalancer gets an ingress
-# address (loopback), as a cloud's controller would give it one, so that charts with one
-# (ingress-nginx's shape) become ready on simulated nodes.
-LOAD_BALANCER_STAGE: dict[str, object] = {
-    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
-    "metadata": {"name": "service-load-balancer"},
-    "spec": {
-        "resourceRef": {"apiGroup": "v1", "kind": "Service"},
-        "selector": {"matchExpressions": [
-            {"key": ".spec.type", "operator": "In", "values": ["LoadBalancer"]},
-            {"key": ".status.loadBalancer.ingress", "operator": "DoesNotExist"}]},
-        "next": {"statusTemplate": "loadBalancer:\n  ingress:\n  - ip: 127.0.0.1\n"},
-    },
-}
-
-
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as resp:

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes import client, config
@@ -79,49 +80,70 @@ def workdir() -> Path:
     return path
 
 
-def main() -> int:
-    tools = testbin()
-    kubectl = str(tools / "kubectl")
-    work = workdir()
-    print(f"demo directory {work}", flush=True)
-    home = remote = repo = op = None
-    ok = False
-    try:
+@dataclass
+class Demo:
+    """What the demo started, stopped in the reverse order."""
+
+    tools: Path
+    work: Path
+    home: ControlPlane | None = None
+    remote: ControlPlane | None = None
+    repo: ChartRepository | None = None
+    op: OperatorProcess | None = None
+
+    @property
+    def common(self) -> list[str]:
+        assert self.home is not None
+        return ["--watch-kubeconfig", str(self.home.kubeconfig), "--namespace", "krypton-system"]
+
+    def start(self) -> bool:
+        """The two clusters, the chart repository, the remote registered and the operator
+        running; False when the registration failed."""
+        tools, work = self.tools, self.work
         step("starting two local control planes (etcd + kube-apiserver), each with two "
              "simulated nodes (kube-scheduler + kwok)")
-        home = ControlPlane("home", tools, auth="cert", controller_manager=True, nodes=2,
-                            workdir=work / "home").start()
-        remote = ControlPlane("remote", tools, auth="token", nodes=2,
-                              workdir=work / "remote").start()
+        self.home = home = ControlPlane("home", tools, auth="cert", controller_manager=True,
+                                        nodes=2, workdir=work / "home").start()
+        self.remote = remote = ControlPlane("remote", tools, auth="token", nodes=2,
+                                            workdir=work / "remote").start()
         print(f"home   {home.server}  kubeconfig {home.kubeconfig}  (client certificate)")
         print(f"remote {remote.server}  kubeconfig {remote.kubeconfig}  (bearer token)")
 
         step("serving the workload chart (1.0.0, 1.1.0) from a local chart repository")
-        repo = ChartRepository(tools / "helm", work / "charts")
+        self.repo = ChartRepository(tools / "helm", work / "charts")
         for version in ("1.0.0", "1.1.0"):
-            repo.publish(ROOT / "tests" / "charts" / "workload", version)
-        repo.start()
-        print(f"chart repository {repo.url}")
+            self.repo.publish(ROOT / "tests" / "charts" / "workload", version)
+        self.repo.start()
+        print(f"chart repository {self.repo.url}")
 
         core = client.CoreV1Api(config.new_client_from_config(str(home.kubeconfig)))
         core.create_namespace({"metadata": {"name": "krypton-system"}})  # type: ignore[arg-type]
-        common = ["--watch-kubeconfig", str(home.kubeconfig), "--namespace", "krypton-system"]
         step("krypton register-cluster remote --kubeconfig remote.kubeconfig")
         reg = krypton(tools, "register-cluster", "remote", "--kubeconfig", str(remote.kubeconfig),
-                      *common)
+                      *self.common)
         print(reg.stdout.strip() or reg.stderr.strip())
         if reg.returncode != 0:
-            return 1
-
-        chart = ["--chart-repo", repo.url, "--chart-name", "workload", "--chart-version", "~1.0"]
+            return False
         step("starting the operator in the background (home engages itself as self-cluster)")
-        op = OperatorProcess([*common, *chart, "--helm-timeout", "60s"], helm_dir=tools,
-                             env={"KUBECONFIG": str(home.kubeconfig)},
-                             log_path=work / "operator.log", pid_file=work / "operator.pid")
-        op.start().wait_ready()
-        print(f"operator PID {op.pid}, log {work / 'operator.log'}, "
-              f"metrics http://127.0.0.1:{op.metrics_port}/metrics")
+        self.op = OperatorProcess([*self.common, *self.chart, "--helm-timeout", "60s"],
+                                  helm_dir=tools, env={"KUBECONFIG": str(home.kubeconfig)},
+                                  log_path=work / "operator.log", pid_file=work / "operator.pid")
+        self.op.start().wait_ready()
+        print(f"operator PID {self.op.pid}, log {work / 'operator.log'}, "
+              f"metrics http://127.0.0.1:{self.op.metrics_port}/metrics")
+        return True
 
+    @property
+    def chart(self) -> list[str]:
+        assert self.repo is not None
+        return ["--chart-repo", self.repo.url, "--chart-name", "workload", "--chart-version", "~1.0"]
+
+    def tour(self) -> None:
+        """The sample Tenants applied and Ready, their pods, then krypton's commands."""
+        tools, kubectl = self.tools, str(self.tools / "kubectl")
+        home, remote, repo = self.home, self.remote, self.repo
+        assert home is not None and remote is not None and repo is not None
+        common, chart = self.common, self.chart
         step("applying sample Tenants: acme and globex on remote, globex and initech on home")
         for cp, files in ((remote, ("tenant-acme.yaml", "tenant-globex.yaml")),
                           (home, ("tenant-globex.yaml", "tenant-initech.yaml"))):
@@ -145,7 +167,7 @@ def main() -> int:
         step("krypton plan (with --chart-version 1.1.0: what an upgrade would do)")
         print(krypton(tools, "plan", *common, "--chart-repo", repo.url, "--chart-name",
                       "workload", "--chart-version", "1.1.0").stdout)
-        values = work / "values.yaml"
+        values = self.work / "values.yaml"
         values.write_text("replicas: 3\n")
         changed = [*common, *chart, "--chart-values-file", str(values)]
         step("krypton plan with a changed central value (values.yaml: replicas: 3)")
@@ -155,37 +177,56 @@ def main() -> int:
         step("krypton status --watch --wide while initech is resumed on home")
         print(_watch_resume(tools, kubectl, home, [*common, *chart]))
 
+    def explore(self) -> None:
+        """How to look further; held until Enter when run from a terminal."""
+        kubectl = str(self.tools / "kubectl")
+        assert self.home is not None and self.remote is not None and self.op is not None
         step("explore")
-        print(f"""  export KUBECONFIG={remote.kubeconfig}   # or {home.kubeconfig}
+        print(f"""  export KUBECONFIG={self.remote.kubeconfig}   # or {self.home.kubeconfig}
   {kubectl} get tenants -A
   {kubectl} get tenant acme -o yaml
   {kubectl} get events -n default
   {kubectl} -n acme get deployment,pods,jobs -o wide
   {kubectl} get nodes
   {kubectl} annotate tenant acme mesh.openkcm.io/paused=true
-  {shlex.join([sys.executable, '-m', 'krypton', 'status', '--watch', '--wide', *common, *chart])}
-  curl -s http://127.0.0.1:{op.metrics_port}/metrics | grep krypton_""")
-        hold = os.environ.get("DEMO_HOLD", "1" if sys.stdin.isatty() else "0") == "1"
-        if hold:
+  {shlex.join([sys.executable, '-m', 'krypton', 'status', '--watch', '--wide', *self.common,
+               *self.chart])}
+  curl -s http://127.0.0.1:{self.op.metrics_port}/metrics | grep krypton_""")
+        if os.environ.get("DEMO_HOLD", "1" if sys.stdin.isatty() else "0") == "1":
             try:
                 input("\nPress Enter (or Ctrl-C) to stop the demo and tear everything down. ")
             except (KeyboardInterrupt, EOFError):
                 pass
-        ok = True
-        return 0
-    finally:
+
+    def stop(self, ok: bool) -> None:
         step("tearing down")
-        if op is not None:
-            print(f"operator exited with {op.stop()}")
-        if repo is not None:
-            repo.stop()
-        for plane in (remote, home):
+        if self.op is not None:
+            print(f"operator exited with {self.op.stop()}")
+        if self.repo is not None:
+            self.repo.stop()
+        for plane in (self.remote, self.home):
             if plane is not None:
                 plane.stop()
         if ok:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(self.work, ignore_errors=True)
         else:
-            print(f"the demo failed; its files (the operator log among them) are kept in {work}")
+            print(f"the demo failed; its files (the operator log among them) are kept in "
+                  f"{self.work}")
+
+
+def main() -> int:
+    demo = Demo(testbin(), workdir())
+    print(f"demo directory {demo.work}", flush=True)
+    ok = False
+    try:
+        if not demo.start():
+            return 1
+        demo.tour()
+        demo.explore()
+        ok = True
+        return 0
+    finally:
+        demo.stop(ok)
 
 
 if __name__ == "__main__":

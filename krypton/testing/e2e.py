@@ -31,6 +31,31 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def _tenant_ready(tools: Path, work: Path, remote: ControlPlane) -> None:
+    """Tenant acme applied on remote, until its release is deployed and it is Ready."""
+    kubectl = str(tools / "kubectl")
+    tenant = work / "tenant.yaml"
+    tenant.write_text("apiVersion: mesh.openkcm.io/v1alpha1\nkind: Tenant\nmetadata:\n"
+                      "  name: acme\n  namespace: default\nspec:\n  clusterRef:\n"
+                      "    secretName: remote\n")
+    subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "apply", "-f",
+                    str(tenant)], check=True, capture_output=True)
+    say("Tenant acme applied on remote")
+    remote_core = client.CoreV1Api(config.new_client_from_config(str(remote.kubeconfig)))
+    wait_for(lambda: remote_core.read_namespace("acme"), 60, what="namespace acme")
+    say("workspace namespace created")
+    wait_for(lambda: [s for s in remote_core.list_namespaced_secret(
+        "acme", label_selector="owner=helm,name=tenant-acme-remote,status=deployed").items],
+        120, what="deployed release")
+    say("helm install success")
+    wait = subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "wait",
+                           "--for=jsonpath={.status.phase}=Ready", "tenant/acme",
+                           "--timeout=120s"], capture_output=True, text=True)
+    if wait.returncode != 0:
+        raise RuntimeError(f"tenant not Ready: {wait.stderr.strip()}")
+    say("tenant phase is Ready on remote cluster")
+
+
 def main() -> int:
     tools = testbin()
     kubectl = str(tools / "kubectl")
@@ -62,26 +87,7 @@ def main() -> int:
             log_path=Path(os.environ.get("KRYPTON_E2E_LOG") or work / "operator.log")).start()
         say(f"operator started in the background, PID {op.pid} (PID file {PID_FILE})")
         op.wait_ready()
-        tenant = work / "tenant.yaml"
-        tenant.write_text("apiVersion: mesh.openkcm.io/v1alpha1\nkind: Tenant\nmetadata:\n"
-                          "  name: acme\n  namespace: default\nspec:\n  clusterRef:\n"
-                          "    secretName: remote\n")
-        subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "apply", "-f",
-                        str(tenant)], check=True, capture_output=True)
-        say("Tenant acme applied on remote")
-        remote_core = client.CoreV1Api(config.new_client_from_config(str(remote.kubeconfig)))
-        wait_for(lambda: remote_core.read_namespace("acme"), 60, what="namespace acme")
-        say("workspace namespace created")
-        wait_for(lambda: [s for s in remote_core.list_namespaced_secret(
-            "acme", label_selector="owner=helm,name=tenant-acme-remote,status=deployed").items],
-            120, what="deployed release")
-        say("helm install success")
-        wait = subprocess.run([kubectl, "--kubeconfig", str(remote.kubeconfig), "wait",
-                               "--for=jsonpath={.status.phase}=Ready", "tenant/acme",
-                               "--timeout=120s"], capture_output=True, text=True)
-        if wait.returncode != 0:
-            raise RuntimeError(f"tenant not Ready: {wait.stderr.strip()}")
-        say("tenant phase is Ready on remote cluster")
+        _tenant_ready(tools, work, remote)
         say("e2e passed")
         return 0
     except Exception as exc:  # noqa: BLE001 - report any failure as a failed e2e

@@ -92,3 +92,63 @@ def hold_kernel_settings() -> IO[bytes]:
     held = SETTINGS_LOCK.open("ab")
     fcntl.flock(held, fcntl.LOCK_EX)
     return held
+
+
+# Start failures of a moment, after which a process is started again: the port was taken
+# between choosing and binding it (another process of the machine was quicker), or a Go
+# program lost a race of its own start (kwok v0.8.0's stage controllers register their CEL
+# types from several goroutines at once, seen once in a clean `make test`: "fatal error:
+# concurrent map writes" in easycel's getTrait, before it listened).
+RETRIED_STARTS = ("address already in use", "fatal error: concurrent map")
+
+
+class ControlPlaneError(RuntimeError):
+    """A control-plane process failed to start or to become ready."""
+
+
+class Process:
+    """One child process with its log file; started in its own process group."""
+
+    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+        self.name, self.argv, self.log = name, argv, log
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen is not None:
+            terminate(self.popen, grace)
+        self.popen = None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    def said_since(self, offset: int) -> str:
+        """What the process wrote to its log after `offset` bytes."""
+        try:
+            with self.log.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""

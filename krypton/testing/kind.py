@@ -31,7 +31,8 @@ from pathlib import Path
 
 from .chartrepo import ChartRepository
 from .host import free_port
-from .node import SYSCTLS, chains, free_subnet, oci_archive, remove_chains, run, testpod_binary
+from .node import SYSCTLS, chains, free_subnet, remove_chains, run
+from .testimages import oci_archive, testpod_binary
 
 HERE = Path(__file__).resolve().parent
 FILES = HERE / "kindnode"

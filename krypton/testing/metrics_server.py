@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from krypton.testing import pki
-from krypton.testing.controlplane import free_port, terminate
+from krypton.testing.host import free_port, terminate
 
 METRIC = "krypton_test_error_ratio"
 

@@ -23,7 +23,8 @@ Those settings and chains are the machine's: one node runs at a time on it, whic
 process starts it (the others wait, :func:`~krypton.testing.host.hold_kernel_settings`).
 
 Images are never pulled: every image a pod runs is imported from an OCI archive built here
-(:meth:`Node.import_image`); the pod sandbox's pause image is :func:`testpod_image`, built
+(:meth:`Node.import_image`); the pod sandbox's pause image is
+:func:`~krypton.testing.testimages.testpod_image`, built
 from the test bed's own Go program. The kubelet serves on the bridge, to clients of the
 control plane's CA only.
 
@@ -34,16 +35,12 @@ Needs root, containerd and runc (``hack/runtime.sh`` installs them) and the CNI 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import hashlib
-import io
 import json
 import os
 import secrets
 import shlex
 import signal
 import subprocess
-import tarfile
 import time
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -51,10 +48,9 @@ from typing import IO, Any, Protocol
 import yaml
 
 from .host import free_port, hold_kernel_settings, terminate
+from .testimages import PAUSE_IMAGE, testpod_image
 
-TESTPOD_SOURCE = Path(__file__).resolve().parent / "testpod"
 CNI_BIN = Path("/usr/lib/cni")
-PAUSE_IMAGE = "krypton.test/testpod:1"
 NO_REGISTRY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 API_SERVICE_IP = "10.0.0.1"  # the first address of the control plane's service range
 # kernel settings that the kubelet (protectKernelDefaults: false) or the bridge plugin
@@ -67,79 +63,6 @@ def run(*argv: str | Path, check: bool = True, **kwargs: Any) -> subprocess.Comp
     """`argv` run to its end, its output captured as text (`kwargs`: env, stdin, ...)."""
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check,
                           **kwargs)
-
-
-# -- images ----------------------------------------------------------------------------------
-
-
-def oci_archive(path: Path, *, name: str, files: dict[str, tuple[bytes, int]],
-                entrypoint: list[str], cmd: list[str], user: str = "65532:65532",
-                base: Path | None = None, compress: bool = True) -> Path:
-    """Write an OCI image archive of one layer holding `files` (path -> (content, mode)),
-    after the whole of the tar archive `base` when given, named `name` (``repository:tag``)
-    for ``ctr images import``; the layer is gzipped unless `compress` is false."""
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if base is not None:
-            with tarfile.open(base) as below:
-                for info in below:
-                    tar.addfile(info, below.extractfile(info) if info.isreg() else None)
-        for member, (content, mode) in sorted(files.items()):
-            info = tarfile.TarInfo(member.lstrip("/"))
-            info.size, info.mode = len(content), mode
-            tar.addfile(info, io.BytesIO(content))
-    raw = layer.getvalue()
-    packed = gzip.compress(raw, mtime=0) if compress else raw
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux",
-        "config": {"Entrypoint": entrypoint, "Cmd": cmd, "User": user, "WorkingDir": "/",
-                   "Env": ["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(raw).hexdigest()}"]},
-    }).encode()
-    blobs = {"config": config, "layer": packed}
-    digests = {k: f"sha256:{hashlib.sha256(v).hexdigest()}" for k, v in blobs.items()}
-    layer_type = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if compress else "")
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": digests["config"], "size": len(config)},
-        "layers": [{"mediaType": layer_type,
-                    "digest": digests["layer"], "size": len(packed)}],
-    }).encode()
-    blobs["manifest"] = manifest
-    digests["manifest"] = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
-    index = json.dumps({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "digest": digests["manifest"], "size": len(manifest),
-        "annotations": {"io.containerd.image.name": name,
-                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}}]}).encode()
-    with tarfile.open(path, "w") as tar:
-        entries = {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index}
-        entries |= {f"blobs/sha256/{digests[k].split(':')[1]}": v for k, v in blobs.items()}
-        for member, content in entries.items():
-            info = tarfile.TarInfo(member)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
-
-
-def testpod_binary(into: Path) -> Path:
-    """The static ``testpod`` program, built from its Go source into `into`."""
-    binary = into / "testpod"
-    subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."],
-                   cwd=TESTPOD_SOURCE, check=True, capture_output=True,
-                   env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"})
-    return binary
-
-
-def testpod_image(into: Path) -> Path:
-    """The test bed's one image, ``krypton.test/testpod:1``: the static ``testpod`` program
-    (``pause``, ``serve``, ``exit N``) built from its Go source, as ``/testpod``, run as
-    user 65532. It is the pod sandbox's pause image and the test charts' workload."""
-    binary = testpod_binary(into)
-    return oci_archive(into / "testpod.oci.tar", name=PAUSE_IMAGE,
-                       files={"/testpod": (binary.read_bytes(), 0o755)},
-                       entrypoint=["/testpod"], cmd=["pause"])
 
 
 # -- the node --------------------------------------------------------------------------------
@@ -202,7 +125,7 @@ class Node:
             self._network()
             self._make_cgroups()
             self._containerd = self._spawn("containerd", [
-                "containerd", "--config", str(self._containerd_config())])
+                "containerd", "--config", str(containerd_config(self.workdir, self.socket))])
             self._wait(lambda: run("ctr", "--address", str(self.socket), "version",
                                     check=False).returncode == 0, self._containerd, "containerd")
             self.import_image(testpod_image(self.workdir))
@@ -297,42 +220,6 @@ class Node:
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if (controller / name).exists():
                     (top / name).write_text((controller / name).read_text())
-
-    def _containerd_config(self) -> Path:
-        w = self.workdir
-        cri = {
-            "sandbox_image": PAUSE_IMAGE,
-            "restrict_oom_score_adj": True,  # the VM lacks CAP_SYS_RESOURCE
-            "enable_selinux": False,
-            "stream_server_address": "127.0.0.1",
-            "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc",
-                           "runtimes": {"runc": {"runtime_type": "io.containerd.runc.v2",
-                                                 "options": {"SystemdCgroup": False}}}},
-            "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(w / "cni")},
-            # every registry is a closed port on loopback: an image that was not imported
-            # fails to pull here, it is never fetched from anywhere
-            "registry": {"config_path": str(self._no_registries())},
-        }
-        text = "\n".join([
-            "version = 2",
-            f'root = "{w / "containerd-root"}"',
-            f'state = "{w / "containerd-state"}"',
-            f'disabled_plugins = {json.dumps(DISABLED_PLUGINS)}',
-            "[grpc]", f'address = "{self.socket}"',
-            "[ttrpc]", f'address = "{self.socket}.ttrpc"',
-            "[metrics]", 'address = ""',
-            '[plugins."io.containerd.internal.v1.opt"]', f'path = "{w / "containerd-opt"}"',
-            _toml_table('plugins."io.containerd.grpc.v1.cri"', cri)])
-        path = w / "containerd.toml"
-        path.write_text(text + "\n")
-        return path
-
-    def _no_registries(self) -> Path:
-        hosts = self.workdir / "registries"
-        (hosts / "_default").mkdir(parents=True, exist_ok=True)
-        (hosts / "_default" / "hosts.toml").write_text(
-            f'server = "{NO_REGISTRY}"\n[host."{NO_REGISTRY}"]\ncapabilities = ["pull", "resolve"]\n')
-        return hosts
 
     def _kubelet_config(self) -> Path:
         path = self.workdir / "kubelet.yaml"
@@ -515,3 +402,40 @@ def _toml_table(name: str, table: dict[str, Any]) -> str:
             lines.append(f"{key} = {json.dumps(value)}")
     return "\n".join(lines + nested)
 
+
+def containerd_config(w: Path, socket: Path) -> Path:
+    """containerd's configuration for a node working in `w`, serving on `socket`: runc
+    with cgroupfs, the CNI bridge, and no registry to pull from."""
+    cri = {
+        "sandbox_image": PAUSE_IMAGE,
+        "restrict_oom_score_adj": True,  # the VM lacks CAP_SYS_RESOURCE
+        "enable_selinux": False,
+        "stream_server_address": "127.0.0.1",
+        "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc",
+                       "runtimes": {"runc": {"runtime_type": "io.containerd.runc.v2",
+                                             "options": {"SystemdCgroup": False}}}},
+        "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(w / "cni")},
+        # every registry is a closed port on loopback: an image that was not imported
+        # fails to pull here, it is never fetched from anywhere
+        "registry": {"config_path": str(_no_registries(w))},
+    }
+    text = "\n".join([
+        "version = 2",
+        f'root = "{w / "containerd-root"}"',
+        f'state = "{w / "containerd-state"}"',
+        f'disabled_plugins = {json.dumps(DISABLED_PLUGINS)}',
+        "[grpc]", f'address = "{socket}"',
+        "[ttrpc]", f'address = "{socket}.ttrpc"',
+        "[metrics]", 'address = ""',
+        '[plugins."io.containerd.internal.v1.opt"]', f'path = "{w / "containerd-opt"}"',
+        _toml_table('plugins."io.containerd.grpc.v1.cri"', cri)])
+    path = w / "containerd.toml"
+    path.write_text(text + "\n")
+    return path
+
+def _no_registries(w: Path) -> Path:
+    hosts = w / "registries"
+    (hosts / "_default").mkdir(parents=True, exist_ok=True)
+    (hosts / "_default" / "hosts.toml").write_text(
+        f'server = "{NO_REGISTRY}"\n[host."{NO_REGISTRY}"]\ncapabilities = ["pull", "resolve"]\n')
+    return hosts

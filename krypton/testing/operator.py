@@ -32,7 +32,7 @@ from kubernetes import client
 from krypton.decisions.clusters.sharding import CLUSTER_ANNOTATION, CLUSTER_LABEL
 from krypton.decisions.model import epoch_seconds
 
-from .controlplane import free_port, terminate
+from .host import free_port, terminate
 
 LABEL = "sigs.k8s.io/multicluster-runtime-kubeconfig"
 T = TypeVar("T")

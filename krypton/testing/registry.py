@@ -19,7 +19,7 @@ import bcrypt
 import yaml
 
 from krypton.testing import pki
-from krypton.testing.controlplane import free_port, terminate
+from krypton.testing.host import free_port, terminate
 
 
 class OciRegistry:

@@ -9,7 +9,7 @@ from one round to the next.
 from __future__ import annotations
 
 from krypton.decisions.model import PAUSED_ANNOTATION
-from krypton.testing.bench import status_field
+from krypton.testing.bench.process import status_field
 from krypton.testing.operator import wait_for
 from tests.integration.conftest import GROUP, PLURAL, VERSION, Fleet, unique
 

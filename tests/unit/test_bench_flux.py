@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from krypton.testing.bench import flux_ratios, flux_summary
+from krypton.testing.bench.flux import flux_ratios, flux_summary
 
 
 def run(ready: float, bump: float) -> dict[str, object]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from krypton.testing.bench import spawned
+from krypton.testing.bench.process import spawned
 
 # A parent with two children: one still running the parent's executable (as a child started
 # with vfork does until its exec), one running a program of its own

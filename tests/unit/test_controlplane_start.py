@@ -1,5 +1,5 @@
 """The test bed starts a control-plane process again only after a failure of the moment
-(krypton.testing.controlplane.RETRIED_STARTS); any other failure is an error at once."""
+(krypton.testing.host.RETRIED_STARTS); any other failure is an error at once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from krypton.testing.controlplane import ControlPlane, ControlPlaneError
+from krypton.testing.workloads import Workloads
 
 # A stand-in for a Go program: each start counts itself in argv[2]; the starts listed in
 # argv[3] fail with argv[4] followed by a goroutine dump, the others listen on argv[1].
@@ -34,7 +35,7 @@ def start(tmp_path: Path, failing: str, message: str) -> tuple[ControlPlane, int
     def argv(port: int) -> list[str]:
         return [sys.executable, "-c", FAKE, str(port), str(count), failing, message]
 
-    proc = cp._start_listening("fake", argv, tmp_path / "fake.log")
+    proc = Workloads(cp).start_listening("fake", argv, tmp_path / "fake.log")
     try:
         assert proc.alive()
     finally:

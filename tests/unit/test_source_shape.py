@@ -1,7 +1,7 @@
-"""The operator's source stays in pieces a reader can hold: no module over 500 lines, no
-class over 300, no function over 60 (docstrings included). The test bed (krypton/testing)
-is a program of its own and not held to them. Read from the source, so that a piece
-growing past its limit fails here."""
+"""krypton's source stays in pieces a reader can hold: no module over 500 lines, no class
+over 300, no function over 60 (docstrings included), in the operator and in its test bed
+(krypton/testing) alike. Read from the source, so that a piece growing past its limit
+fails here."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ MODULE, CLASS, FUNCTION = 500, 300, 60
 
 
 def _product() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py")
-                  if "testing" not in p.relative_to(PACKAGE).parts)
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 def _over(path: Path, root: Path = PACKAGE) -> list[str]:
@@ -37,8 +36,8 @@ def _over(path: Path, root: Path = PACKAGE) -> list[str]:
     return found
 
 
-def test_no_module_class_or_function_of_the_operator_is_over_its_limit() -> None:
-    assert len(_product()) > 50  # the package was found
+def test_no_module_class_or_function_is_over_its_limit() -> None:
+    assert len(_product()) > 80  # the package was found
     over = [line for path in _product() for line in _over(path)]
     assert over == [], over
 
