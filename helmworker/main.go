@@ -3,7 +3,8 @@
 // rollback, uninstall, status, manifest and render, over the protocol in protocol.go.
 //
 // It reads what the helm command line reads and nothing else: the kubeconfig it is given,
-// HELM_DRIVER, KUBECACHEDIR, HELM_BURST_LIMIT and HELM_QPS. No plugins, no repositories,
+// HELM_DRIVER, HELM_BURST_LIMIT and HELM_QPS (its discovery it keeps in memory, for itself
+// alone). No plugins, no repositories,
 // no registries: krypton hands it charts it already fetched and verified.
 package main
 
@@ -56,14 +57,14 @@ func getter(kubeconfig string) genericclioptions.RESTClientGetter {
 		})
 		return config
 	}
-	if burst != 100 {
-		flags = flags.WithDiscoveryBurst(burst)
-	}
 	// The discovery client lives as long as the worker: its bucket (300, client-go's 5 a
-	// second after that) would throttle a worker past its first hundred releases, where each
-	// helm process starts with a full one. It refills as fast as it empties.
-	flags = flags.WithDiscoveryQPS(discoveryQPS)
-	return &lookingAgain{ConfigFlags: flags}
+	// second after that) would throttle a worker past its first hundred releases, where
+	// each helm process starts with a full one. It refills as fast as it empties.
+	discoveryBurst := 300 // client-go's, unless HELM_BURST_LIMIT names another, as helm's
+	if burst != 100 {
+		discoveryBurst = burst
+	}
+	return &lookingAgain{ConfigFlags: flags, burst: discoveryBurst, qps: discoveryQPS}
 }
 
 func envInt(name string, otherwise int) int {

@@ -7,6 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
 )
 
 // lookingAgain is a RESTClientGetter whose RESTMapper asks the server again when it does not
@@ -15,24 +18,50 @@ import (
 // At most one new discovery per second, whatever a chart names.
 type lookingAgain struct {
 	*genericclioptions.ConfigFlags
-	once   sync.Once
-	mapper *missMapper
-	err    error
+	burst int     // of discovery requests
+	qps   float32 // of discovery requests
+
+	once      sync.Once
+	discovery discovery.CachedDiscoveryInterface
+	mapper    *missMapper
+	err       error
 }
 
-// ToRESTMapper is one mapper for the life of the process (the flags keep theirs), so the
+// ToDiscoveryClient is one discovery client for the life of the process, kept in memory: helm
+// invalidates it before every action that reads the cluster's capabilities, so a copy on disk
+// would be written at every request and never read.
+func (g *lookingAgain) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	g.init()
+	return g.discovery, g.err
+}
+
+// ToRESTMapper is one mapper for the life of the process, on that discovery client, so the
 // limit on discoveries holds across requests.
 func (g *lookingAgain) ToRESTMapper() (meta.RESTMapper, error) {
-	g.once.Do(func() {
-		var base meta.RESTMapper
-		if base, g.err = g.ConfigFlags.ToRESTMapper(); g.err == nil {
-			g.mapper = &missMapper{RESTMapper: base}
-		}
-	})
+	g.init()
 	if g.err != nil {
 		return nil, g.err
 	}
 	return g.mapper, nil
+}
+
+func (g *lookingAgain) init() {
+	g.once.Do(func() {
+		config, err := g.ToRESTConfig()
+		if err != nil {
+			g.err = err
+			return
+		}
+		config.Burst, config.QPS = g.burst, g.qps
+		client, err := discovery.NewDiscoveryClientForConfig(config)
+		if err != nil {
+			g.err = err
+			return
+		}
+		g.discovery = memory.NewMemCacheClient(client)
+		deferred := restmapper.NewDeferredDiscoveryRESTMapper(g.discovery)
+		g.mapper = &missMapper{RESTMapper: restmapper.NewShortcutExpander(deferred, g.discovery, nil)}
+	})
 }
 
 // EveryMiss is the least time between two discoveries that a miss starts.

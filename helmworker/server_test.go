@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,5 +206,58 @@ func TestAReleaseGoneSinceKryptonFoundItIsInstalled(t *testing.T) {
 	}
 	if _, err := s.upgrade(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: filepath.Join(dir, "absent"), Found: true}); err == nil || !strings.HasPrefix(err.Error(), "UPGRADE FAILED: ") {
 		t.Fatalf("a failed upgrade says so as helm does: %v", err)
+	}
+}
+
+// TestDiscoveryIsKeptInMemoryAndAskedAgainWhenHelmInvalidatesIt: helm invalidates the
+// discovery client before every action; the worker's asks the server again then, and writes
+// nothing to disk (a copy there would be written at every request and never read).
+func TestDiscoveryIsKeptInMemoryAndAskedAgainWhenHelmInvalidatesIt(t *testing.T) {
+	asked := 0
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api":
+			asked++
+			_, _ = io.WriteString(w, `{"kind":"APIVersions","versions":["v1"]}`)
+		case "/api/v1":
+			_, _ = io.WriteString(w, `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","namespaced":true,"kind":"ConfigMap","verbs":["get"]}]}`)
+		case "/apis":
+			_, _ = io.WriteString(w, `{"kind":"APIGroupList","groups":[]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer server.Close()
+	cache := t.TempDir()
+	t.Setenv("KUBECACHEDIR", cache)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	text := "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: {server: " + server.URL + "}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+	if err := os.WriteFile(kubeconfig, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := getter(kubeconfig)
+	for i := 0; i < 2; i++ {
+		dc, err := g.ToDiscoveryClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc.Invalidate() // as helm's capabilities do
+		if _, err := dc.ServerGroups(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapper, err := g.ToRESTMapper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mapper.RESTMapping(schema.GroupKind{Kind: "ConfigMap"}, "v1"); err != nil {
+		t.Fatalf("the mapper on that discovery: %v", err)
+	}
+	if asked < 2 {
+		t.Fatalf("the server was asked %d times for two invalidated discoveries", asked)
+	}
+	if found, _ := os.ReadDir(cache); len(found) != 0 {
+		t.Fatalf("discovery written to disk: %v", found)
 	}
 }
