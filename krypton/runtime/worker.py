@@ -162,6 +162,17 @@ async def crd_applied(kube: Kube, health: ClusterHealth, rt: ClusterRuntime) -> 
     return True
 
 
+def claim(claims: dict[str, str], identity: str, name: str) -> None:
+    """One worker per API server: cluster `name` may not engage while another engaged
+    cluster reaches the same API server (`identity`), or every Tenant there would be
+    installed twice (SPEC D9)."""
+    owner = claims.setdefault(identity, name)
+    if owner != name:
+        raise TemporaryError(
+            f"cluster {name} reaches the same API server as engaged cluster {owner} "
+            f"({identity.split('|')[0]}); not engaged while {owner} is", reason="DuplicateCluster")
+
+
 class Worker:
     """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
     Tenant keys, its periodic work and its :class:`ClusterHealth`."""
@@ -238,8 +249,9 @@ class Worker:
             raise TemporaryError(f"cluster {self.name} unreachable: {exc}",
                                  reason="ClusterUnreachable") from exc
         if not settings.allow_duplicate_clusters:
-            self._claim(await self.kube.cluster_identity(
-                by_uid=settings.shared_release_namespace is None))
+            self._identity = await self.kube.cluster_identity(
+                by_uid=settings.shared_release_namespace is None)
+            claim(self.shared.claims, self._identity, self.name)
         result, phases = "not checked (--crd-policy=skip)", None
         if settings.crd_policy != "skip":
             result, served = await self.kube.ensure_crd(
@@ -293,16 +305,6 @@ class Worker:
                             on_list=self._releases_listed, on_error=self.health.watch_failed,
                             on_healthy=self.health.watch_restored, budget=self.health.budget)
         return tenants, releases
-
-    def _claim(self, identity: str) -> None:
-        """One worker per API server: a second name for an engaged cluster is refused, or
-        every Tenant there would be installed twice (SPEC D9)."""
-        owner = self.shared.claims.setdefault(identity, self.name)
-        if owner != self.name:
-            raise TemporaryError(
-                f"cluster {self.name} reaches the same API server as engaged cluster {owner} "
-                f"({identity.split('|')[0]}); not engaged while {owner} is", reason="DuplicateCluster")
-        self._identity = identity
 
     async def _serve(self) -> None:
         """The engaged cluster's tasks (two informers, the consumers, the resync) run in one
