@@ -44,6 +44,11 @@ Writes ``bench/results.json`` and prints a table:
     sees all its Tenants and says NotTargeted on those of the others (M/2 conditions on
     each Tenant, M^2/2 status writes in all): at 200 names that, not helm, is the run.
 
+(p) on request: (a) and (c) at KRYPTON_BENCH_PROXIED_N (200) x 2 with both clusters reached
+    through a CONNECT proxy on loopback (krypton.testing.tunnel): their kubeconfigs name the
+    API servers kubernetes.default.svc, which only the proxy resolves, and HTTPS_PROXY names
+    the proxy to the operator and its helm.
+
 (a) and (c) also report CPU per release (operator and helm, milliseconds) and the peak memory
 of the operator's process tree (the operator, its helm processes or workers) while they run: the sum
 of RSS, which counts the helm binary's shared pages once per process, and the sum of PSS,

@@ -21,12 +21,13 @@ from .config import (
     OPERATOR_ENV,
     OUT,
     PARTS,
+    PROXIED_N,
     SHAPE_M,
     SIZES,
 )
 from .costs import cluster_scale, latencies, starvation, unit_costs
 from .failures import failure_storm, real_waiting, sharding, sigterm_during_installs
-from .fleet import fleet_run, fleet_shape, release_index_bytes
+from .fleet import fleet_run, fleet_shape, proxied, release_index_bytes
 from .flux import Flux, flux_ratios, flux_run, flux_summary
 from .report import machine, table, versions
 
@@ -66,6 +67,7 @@ RUNS: list[tuple[str, Callable[[Bed], dict[str, Any]]]] = [
         {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm", str(c),
                                                prefix=f"k{c}-")} for c in HELM_CURVE]}),
     ("x", _flux_turns),
+    ("p", lambda bed: {"proxied": proxied(bed, PROXIED_N)}),
     ("e", lambda bed: {"latency": latencies(bed)}),
     ("f", lambda bed: {"starvation": [starvation(bed, 0), starvation(bed, 10)]}),
     ("g", lambda bed: {"sigterm": sigterm_during_installs(bed)}),

@@ -98,13 +98,14 @@ class Bed:
         return sum(1 for c in self.clusters for t in self.tenants(c, ns) if predicate(c, t))
 
     def operator(self, discovery: str, ns: str, version: str, *extra: str,
-                 chart: str = "sample") -> OperatorProcess:
+                 chart: str = "sample", env: dict[str, str] | None = None) -> OperatorProcess:
         op = OperatorProcess([
             "--watch-kubeconfig", str(self.home.kubeconfig), "--namespace", discovery,
             "--watch-namespace", ns, "--no-self-cluster", "--allow-duplicate-clusters",
             "--chart-repo", self.repo.url,
             "--chart-name", chart, "--chart-version", version, "--log-level", "info",
-            *extra, *OPERATOR_ARGS], helm_dir=self.tools, env=OPERATOR_ENV, image_imports=True)
+            *extra, *OPERATOR_ARGS], helm_dir=self.tools, env={**OPERATOR_ENV, **(env or {})},
+            image_imports=True)
         return op.start()
 
     def stop(self) -> None:

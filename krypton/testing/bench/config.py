@@ -19,7 +19,8 @@ CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000
 
 # measures to run: a (with b and c), d, e, f, g, h, i, j; on request: w (i with helm's own
 # wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput),
-# u (what one request, one helm process and the process's start cost on their own)
+# u (what one request, one helm process and the process's start cost on their own), p ((a)
+# and (c) with the clusters behind a proxy), s (the fleet's shape), x (Flux)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
 
 
@@ -52,6 +53,7 @@ HELM_CURVE = [int(x) for x in os.environ.get("KRYPTON_BENCH_HELM", "1,2,4,8,16")
 CURVE_N = int(os.environ.get("KRYPTON_BENCH_CURVE_N", "100"))  # (k): Tenants per cluster
 
 
+PROXIED_N = int(os.environ.get("KRYPTON_BENCH_PROXIED_N", "200"))  # (p): Tenants per cluster
 FAILOVERS = int(os.environ.get("KRYPTON_BENCH_FAILOVERS", "6"))  # (h) replicas killed
 
 

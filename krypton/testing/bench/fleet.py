@@ -3,36 +3,45 @@
 from __future__ import annotations
 
 import functools
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
+from ..host import free_port, terminate
 from ..operator import (
     OperatorProcess,
     wait_for,
 )
 from .bed import Bed, PlaneLoad, per_release, ready, requests_by_kind
-from .config import FLEET_RESYNC, SHAPE_TENANTS, SIZES
+from .config import FLEET_RESYNC, ROOT, SHAPE_TENANTS, SIZES
 from .process import TreeMemory, cpu_per_release, cpu_seconds, log, peak_rss_mib, profiled, tree_cpu_seconds
 
 
-def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = False
-              ) -> dict[str, Any]:
+def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = False,
+              proxy: str = "") -> dict[str, Any]:
     """(a), and with the largest N (b) and (c); with `extra` operator flags, (a) alone; with
-    `bump`, (a) and (c) (as (x) takes turns with Flux)."""
+    `bump`, (a) and (c) (as (x) takes turns with Flux). With `proxy`, the clusters are
+    reached through it (p): their kubeconfigs name them by a name only the proxy resolves,
+    and the operator's environment (its helm's too) names the proxy."""
     discovery = bed.namespace("bench-disc", ("home",))
     ns = bed.namespace("bench")
     for c in bed.clusters:
         for i in range(n):
             bed.create_tenant(c, ns, f"{prefix}{n}-{i:03d}")
-    for c in bed.clusters:
-        bed.register(discovery, c, c)
+    for c, cp in bed.clusters.items():
+        port = urlsplit(cp.server).port
+        bed.register(discovery, c, c, server=f"https://{PROXIED_NAME}:{port}" if proxy else "")
+    env = {"HTTPS_PROXY": proxy, "NO_PROXY": ""} if proxy else {}
     log(f"(a) {n} Tenants x 2 clusters: starting the operator {' '.join(extra)}")
     load = PlaneLoad(bed)
     start = time.monotonic()
     # (x) measures no resync: the default period (10 min), as Flux's interval is
     resync = () if bump else ("--resync-period", f"{FLEET_RESYNC:.0f}s")
-    op = bed.operator(discovery, ns, "0.2.0", *resync, *extra)
+    op = bed.operator(discovery, ns, "0.2.0", *resync, *extra, env=env)
     memory = TreeMemory(op.pid)
     total = 2 * n
     with profiled(op.pid, f"install-{n}"):
@@ -59,23 +68,29 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
         op.stop()
         if not bump:
             result["restart_settled"] = restart_settled(bed, discovery, ns, total)
-        log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
-        load = PlaneLoad(bed)
-        start = time.monotonic()
-        op = bed.operator(discovery, ns, "0.3.0")
-        memory = TreeMemory(op.pid)
-        with profiled(op.pid, f"bump-{n}"):
-            wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
-                     what="bump rolled out")
-        bumped = time.monotonic() - start
-        own, helm = tree_cpu_seconds(op.pid)
-        result["version_bump"] = {"seconds": round(bumped, 1), **per_release(op, total),
-                                  "releases_per_second": round(total / bumped, 2),
-                                  **load.per_release(total),
-                                  **cpu_per_release(own, helm, total), **memory.peak()}
-        log(f"(c) bump done in {bumped:.1f}s")
+        op, result["version_bump"] = _bump(bed, discovery, ns, total, env)
     op.stop()
     return result
+
+
+def _bump(bed: Bed, discovery: str, ns: str, total: int, env: dict[str, str]
+          ) -> tuple[OperatorProcess, dict[str, Any]]:
+    """(c): an operator started with the next chart version, until every release is Ready
+    at it; the operator (still running) and its figures."""
+    log(f"(c) chart bump 0.2.0 -> 0.3.0 through {total} releases")
+    load = PlaneLoad(bed)
+    start = time.monotonic()
+    op = bed.operator(discovery, ns, "0.3.0", env=env)
+    memory = TreeMemory(op.pid)
+    with profiled(op.pid, f"bump-{total // 2}"):
+        wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
+                 what="bump rolled out")
+    bumped = time.monotonic() - start
+    own, helm = tree_cpu_seconds(op.pid)
+    log(f"(c) bump done in {bumped:.1f}s")
+    return op, {"seconds": round(bumped, 1), **per_release(op, total),
+                "releases_per_second": round(total / bumped, 2), **load.per_release(total),
+                **cpu_per_release(own, helm, total), **memory.peak()}
 
 
 def fleet_shape(bed: Bed, m: int) -> dict[str, Any]:
@@ -194,3 +209,30 @@ def restart_settled(bed: Bed, discovery: str, ns: str, total: int) -> dict[str, 
     op.stop()
     log(f"(b) restart on the settled fleet: {result}")
     return result
+
+
+PROXIED_NAME = "kubernetes.default.svc"  # (p): in the API servers' certificates, resolved by none
+
+
+def proxied(bed: Bed, n: int) -> dict[str, Any]:
+    """(p): (a) and (c) at n x 2 with both clusters reached through a CONNECT proxy on
+    loopback (krypton.testing.tunnel, a process of its own: its CPU is not the operator's)."""
+    port = free_port()
+    tunnel = subprocess.Popen([sys.executable, "-m", "krypton.testing.tunnel", str(port)],
+                              cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: _listening(port), 30, interval=0.1, what="the proxy listening")
+        log(f"(p) {n} x 2 through the proxy on port {port}")
+        result = fleet_run(bed, n, prefix="p", bump=True, proxy=f"http://127.0.0.1:{port}")
+        result["proxy_cpu_seconds"] = round(cpu_seconds(tunnel.pid)[0], 2)
+        return result
+    finally:
+        terminate(tunnel, 5.0)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

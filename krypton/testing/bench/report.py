@@ -54,6 +54,20 @@ def _fleet_rows(results: dict[str, Any]) -> Rows:
     return rows
 
 
+def _proxied_rows(results: dict[str, Any]) -> Rows:
+    """(p)."""
+    rows: Rows = []
+    if "proxied" in results:
+        r = results["proxied"]
+        n, b = r["tenants_per_cluster"], r["version_bump"]
+        rows.append((f"(p) {n} x 2 through a proxy, Ready", f"{r['seconds_to_ready']} s "
+                     f"({r['releases_per_second']} releases/s; {_cost(r)}; the proxy "
+                     f"{r['proxy_cpu_seconds']} CPU s)"))
+        rows.append((f"(p) version bump {n} x 2", f"{b['seconds']} s "
+                     f"({b['releases_per_second']} releases/s; {_cost(b)})"))
+    return rows
+
+
 def _flux_rows(results: dict[str, Any]) -> Rows:
     """(x), each turn and the summary."""
     rows: Rows = []
@@ -152,7 +166,8 @@ def _failure_rows(results: dict[str, Any]) -> Rows:
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = [("measure", "value"), *_fleet_rows(results), *_flux_rows(results),
+    rows = [("measure", "value"), *_fleet_rows(results), *_proxied_rows(results),
+            *_flux_rows(results),
             *_scale_rows(results), *_failure_rows(results)]
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
