@@ -384,8 +384,8 @@ def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_tar
 # -- rollout control (F9) ----------------------------------------------------------------------
 
 from krypton.cli import rollout as rollout_cli  # noqa: E402
-from krypton.decisions import rolloutcontrol  # noqa: E402
 from krypton.decisions.rollouts import rollout as rollout_mod  # noqa: E402
+from krypton.decisions.rollouts import rolloutcontrol  # noqa: E402
 
 APPROVING = dataclasses.replace(POLICY, approval="after-canaries")
 
