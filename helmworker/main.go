@@ -52,6 +52,10 @@ func getter(kubeconfig string) genericclioptions.RESTClientGetter {
 	agent := "Helm/" + helmVersion() + " (krypton-helmworker)"
 	flags.WrapConfigFn = func(config *rest.Config) *rest.Config {
 		config.Burst, config.QPS, config.UserAgent = burst, qps, agent
+		// every body read within its bound (SPEC S7), the retrying reader's too
+		config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return &bounded{next: rt, limit: AnswerLimit}
+		})
 		config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 			return &kubeenv.RetryingRoundTripper{Wrapped: rt}
 		})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,8 +16,10 @@ import (
 // on its stdout, each a JSON object. Requests run concurrently; an answer carries the id of
 // its request, in the order the requests end. A request "cancel" with "target" set to the
 // id of a running request cancels that request's context. End of input: the requests under
-// way finish, then the worker exits.
-const Protocol = 1
+// way finish, then the worker exits. A request with a field this version does not know is
+// refused. Version 2: records (what krypton judged the history to be) on every request that
+// reads a release's history, and the kind of an error beside its words.
+const Protocol = 2
 
 // MaxRequest bounds one request line: the values of a release and a few names.
 const MaxRequest = 64 << 20
@@ -41,6 +44,10 @@ type Request struct {
 	TakeOwnership  bool              `json:"takeOwnership,omitempty"`
 	Force          bool              `json:"force,omitempty"`
 	NoHooks        bool              `json:"noHooks,omitempty"`
+	// Records: the release's records as krypton judged them right before this request (SPEC
+	// S7). Required by every operation that reads the release's history: helm is handed a
+	// record only if it is one of these, or one helm wrote during the request.
+	Records *[]Judged `json:"records,omitempty"`
 	// Found (upgrade): krypton read the release's history right before and found a record to
 	// upgrade from. The upgrade then runs at once (helm's own checks stand: a pending last
 	// record is refused, the deployed one found); if helm finds no deployed record after all,
@@ -50,13 +57,13 @@ type Request struct {
 
 // Answer is one line the worker writes: a release (install, upgrade, rollback, status), the
 // documents of a manifest (manifest, render), the worker's counts (stats), or an error as
-// helm's command line says it.
+// helm's command line says it, with its kind (kinds.go).
 type Answer struct {
 	ID       int64  `json:"id"`
 	Release  any    `json:"release,omitempty"`
 	Manifest string `json:"manifest,omitempty"`
 	Error    string `json:"error,omitempty"`
-	Done     bool   `json:"done,omitempty"`
+	Kind     Kind   `json:"kind,omitempty"`
 	// Throttled (stats): requests client-go's rate limiters held back over 50 ms so far.
 	Throttled int64 `json:"throttled,omitempty"`
 }
@@ -102,7 +109,9 @@ func (r *Reader) Next() (Request, error) {
 		return Request{}, io.EOF
 	}
 	var req Request
-	if err := json.Unmarshal(r.scan.Bytes(), &req); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(r.scan.Bytes()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
 		return Request{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return req, nil

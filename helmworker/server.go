@@ -17,8 +17,10 @@ import (
 	ri "helm.sh/helm/v4/pkg/release"
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Server runs one cluster's requests, each in a goroutine of its own.
@@ -26,8 +28,13 @@ type Server struct {
 	getter genericclioptions.RESTClientGetter
 	driver string // helm's storage driver, as HELM_DRIVER names it
 	out    *Writer
-	// configure makes helm's configuration for one namespace (the cluster's, but in tests).
-	configure func(namespace string) (*action.Configuration, error)
+	// configure makes helm's configuration for one request (the cluster's, but in tests):
+	// its namespace, its records read only through the ledger.
+	configure func(ctx context.Context, namespace string, records *ledger) (*action.Configuration, error)
+
+	clientOnce sync.Once
+	client     kubernetes.Interface // the records' client, one for the process
+	clientErr  error
 
 	mu      sync.Mutex
 	running map[int64]context.CancelFunc
@@ -78,7 +85,7 @@ func (s *Server) start(req Request) {
 		delete(s.running, req.ID)
 		s.mu.Unlock()
 		cancel()
-		answer.ID, answer.Done = req.ID, true
+		answer.ID = req.ID
 		_ = s.out.Write(answer) // a closed output ends the process through its reader
 	}()
 }
@@ -103,36 +110,94 @@ func (s *Server) CancelAll() {
 func (s *Server) run(ctx context.Context, req Request) (answer Answer) {
 	defer func() {
 		if p := recover(); p != nil { // one request's panic fails that request only
-			answer = Answer{Error: fmt.Sprintf("helm panicked: %v", p)}
+			answer = Answer{Error: fmt.Sprintf("helm panicked: %v", p), Kind: KindFailed}
 		}
 	}()
-	var err error
-	switch req.Op {
-	case "upgrade":
-		answer.Release, err = s.upgrade(ctx, req)
-	case "rollback":
-		answer.Release, err = s.rollback(req)
-	case "status":
-		answer.Release, err = s.status(req)
-	case "uninstall":
-		err = s.uninstall(req)
-	case "manifest":
-		answer.Manifest, err = s.manifest(req)
-	case "render":
-		answer.Manifest, err = s.render(ctx, req)
-	case "stats":
-		answer.Throttled = throttled.Load()
-	default:
-		err = fmt.Errorf("unknown operation %q", req.Op)
+	if req.Op == "stats" {
+		return Answer{Throttled: throttled.Load()}
 	}
+	if req.Op == "render" {
+		manifest, err := s.render(ctx, req)
+		return outcome(ctx, Answer{Manifest: manifest}, err, nil)
+	}
+	op, known := operations[req.Op]
+	if !known {
+		return Answer{Error: fmt.Sprintf("unknown operation %q", req.Op), Kind: KindInvalid}
+	}
+	if req.Records == nil {
+		return Answer{Error: fmt.Sprintf("%s reads the release's history: the request names no records krypton judged", req.Op), Kind: KindInvalid}
+	}
+	records := newLedger(*req.Records)
+	cfg, err := s.configure(ctx, req.Namespace, records)
 	if err != nil {
-		return Answer{Error: err.Error()}
+		return outcome(ctx, Answer{}, err, records)
 	}
-	return answer
+	done := make(chan Answer, 1)
+	s.wg.Add(1) // the process ends after helm has, even where its answer went before
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- Answer{Error: fmt.Sprintf("helm panicked: %v", p), Kind: KindFailed}
+			}
+		}()
+		answer, err := op(ctx, s, cfg, req)
+		done <- outcome(ctx, answer, err, records)
+	}()
+	if req.Op == "upgrade" { // helm's upgrade and install end on a cancel themselves,
+		return <-done // their record marked failed
+	}
+	select { // helm's rollback, uninstall, status and get take no context: answered at once
+	case answer = <-done:
+		return answer
+	case <-ctx.Done():
+		return Answer{Error: fmt.Sprintf("%s cancelled", req.Op), Kind: KindCancelled}
+	}
 }
 
-// configuration is helm's for one namespace, on the worker's one connection to its cluster.
-func (s *Server) configuration(namespace string) (*action.Configuration, error) {
+// operations are the requests that read a release's history, and so carry records.
+var operations = map[string]func(context.Context, *Server, *action.Configuration, Request) (Answer, error){
+	"upgrade": func(ctx context.Context, s *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		rel, err := s.upgrade(ctx, cfg, req)
+		return Answer{Release: rel}, err
+	},
+	"rollback": func(_ context.Context, _ *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		rel, err := rollback(cfg, req)
+		return Answer{Release: rel}, err
+	},
+	"status": func(_ context.Context, _ *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		rel, err := status(cfg, req)
+		return Answer{Release: rel}, err
+	},
+	"uninstall": func(_ context.Context, _ *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		return Answer{}, uninstall(cfg, req)
+	},
+	"manifest": func(_ context.Context, _ *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		m, err := manifest(cfg, req)
+		return Answer{Manifest: m}, err
+	},
+}
+
+// outcome is answer, or err's words and kind.
+func outcome(ctx context.Context, answer Answer, err error, records *ledger) Answer {
+	if err == nil {
+		return answer
+	}
+	kind := kindOf(ctx, err, records)
+	if changed := records.changed(); kind == KindRecordChanged && changed != nil &&
+		!strings.Contains(err.Error(), changed.Error()) {
+		return Answer{Error: err.Error() + ": " + changed.Error(), Kind: kind}
+	}
+	return Answer{Error: err.Error(), Kind: kind}
+}
+
+// configuration is helm's for one request, on the worker's one connection to its cluster:
+// its storage driver reads the namespace's records through the request's ledger (SPEC S7).
+func (s *Server) configuration(ctx context.Context, namespace string, records *ledger) (*action.Configuration, error) {
+	kind := driverKind(s.driver)
+	if kind == "" {
+		return nil, invalid{fmt.Errorf("HELM_DRIVER %q: the worker checks records only in Secrets or ConfigMaps", s.driver)}
+	}
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
 	if err := cfg.Init(s.getter, namespace, s.driver); err != nil {
 		return nil, err
@@ -140,6 +205,23 @@ func (s *Server) configuration(namespace string) (*action.Configuration, error) 
 	if client, ok := cfg.KubeClient.(*kube.Client); ok {
 		client.Namespace = namespace
 	}
+	s.clientOnce.Do(func() {
+		config, err := s.getter.ToRESTConfig()
+		if err == nil {
+			s.client, err = kubernetes.NewForConfig(config)
+		}
+		s.clientErr = err
+	})
+	if s.clientErr != nil {
+		return nil, s.clientErr
+	}
+	var d driver.Driver
+	if kind == "secrets" {
+		d = driver.NewSecrets(checkedSecrets{SecretInterface: s.client.CoreV1().Secrets(namespace), ledger: records, ctx: ctx})
+	} else {
+		d = driver.NewConfigMaps(checkedConfigMaps{ConfigMapInterface: s.client.CoreV1().ConfigMaps(namespace), ledger: records, ctx: ctx})
+	}
+	cfg.Releases = storage.Init(d)
 	return cfg, nil
 }
 
@@ -163,29 +245,25 @@ func values(req Request) map[string]any {
 func load(path string) (chart.Charter, error) {
 	ch, err := loader.Load(path)
 	if err != nil {
-		return nil, err
+		return nil, invalid{err}
 	}
 	ac, err := chart.NewAccessor(ch)
 	if err != nil {
 		return nil, err
 	}
 	if kind := ac.MetadataAsMap()["Type"]; kind != "" && kind != "application" && kind != nil {
-		return nil, fmt.Errorf("%s charts are not installable", kind)
+		return nil, invalid{fmt.Errorf("%s charts are not installable", kind)}
 	}
 	if req := ac.MetaDependencies(); len(req) > 0 {
 		if err := action.CheckDependencies(ch, req); err != nil {
-			return nil, fmt.Errorf("an error occurred while checking for chart dependencies. You may need to run 'helm dependency build' to fetch missing dependencies: %w", err)
+			return nil, invalid{fmt.Errorf("an error occurred while checking for chart dependencies. You may need to run 'helm dependency build' to fetch missing dependencies: %w", err)}
 		}
 	}
 	return ch, nil
 }
 
 // upgrade is `helm upgrade --install --reset-values --disable-openapi-validation`.
-func (s *Server) upgrade(ctx context.Context, req Request) (*release.Release, error) {
-	cfg, err := s.configure(req.Namespace)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) upgrade(ctx context.Context, cfg *action.Configuration, req Request) (*release.Release, error) {
 	if req.Found { // the history read once, by krypton: not a second time here
 		rel, err := s.upgradeFrom(ctx, cfg, req)
 		if err == nil {
@@ -254,11 +332,7 @@ func uninstalled(versions []ri.Releaser) bool {
 }
 
 // rollback is `helm rollback` and then `helm status`: the release the rollback made.
-func (s *Server) rollback(req Request) (*release.Release, error) {
-	cfg, err := s.configure(req.Namespace)
-	if err != nil {
-		return nil, err
-	}
+func rollback(cfg *action.Configuration, req Request) (*release.Release, error) {
 	rb := action.NewRollback(cfg)
 	rb.Version, rb.Timeout, rb.MaxHistory = req.Revision, timeout(req), req.HistoryMax
 	rb.WaitStrategy, rb.WaitForJobs, rb.ForceReplace = wait(req), req.Wait, req.Force
@@ -266,14 +340,10 @@ func (s *Server) rollback(req Request) (*release.Release, error) {
 	if err := rb.Run(req.Release); err != nil {
 		return nil, err
 	}
-	return s.status(req)
+	return status(cfg, req)
 }
 
-func (s *Server) status(req Request) (*release.Release, error) {
-	cfg, err := s.configure(req.Namespace)
-	if err != nil {
-		return nil, err
-	}
+func status(cfg *action.Configuration, req Request) (*release.Release, error) {
 	rel, err := action.NewStatus(cfg).Run(req.Release)
 	if err != nil {
 		return nil, err
@@ -282,24 +352,16 @@ func (s *Server) status(req Request) (*release.Release, error) {
 }
 
 // uninstall is `helm uninstall --wait`, with --no-hooks when asked.
-func (s *Server) uninstall(req Request) error {
-	cfg, err := s.configure(req.Namespace)
-	if err != nil {
-		return err
-	}
+func uninstall(cfg *action.Configuration, req Request) error {
 	un := action.NewUninstall(cfg)
 	un.DisableHooks, un.Timeout, un.DeletionPropagation = req.NoHooks, timeout(req), "background"
 	un.WaitStrategy = kube.StatusWatcherStrategy
-	_, err = un.Run(req.Release)
+	_, err := un.Run(req.Release)
 	return err
 }
 
 // manifest is `helm get manifest`.
-func (s *Server) manifest(req Request) (string, error) {
-	cfg, err := s.configure(req.Namespace)
-	if err != nil {
-		return "", err
-	}
+func manifest(cfg *action.Configuration, req Request) (string, error) {
 	rel, err := action.NewGet(cfg).Run(req.Release)
 	if err != nil {
 		return "", err

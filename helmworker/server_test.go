@@ -76,7 +76,7 @@ func testChart(t *testing.T) string {
 func TestRenderIsHelmTemplateWithTheHooks(t *testing.T) {
 	dir := testChart(t)
 	got := serve(t, `{"id":7,"op":"render","release":"r","namespace":"ns","chart":"`+dir+`","values":{"greeting":"hi"}}`)
-	if len(got) != 1 || got[0].ID != 7 || got[0].Error != "" || !got[0].Done {
+	if len(got) != 1 || got[0].ID != 7 || got[0].Error != "" {
 		t.Fatalf("answers: %+v", got)
 	}
 	m := got[0].Manifest
@@ -164,7 +164,7 @@ func (q *queries) Query(labels map[string]string) ([]ri.Releaser, error) {
 // withStore is a Server on one in-memory release store and a cluster that only prints.
 func withStore(store *queries) *Server {
 	s := NewServer(nil, "memory", NewWriter(io.Discard))
-	s.configure = func(namespace string) (*action.Configuration, error) {
+	s.configure = func(_ context.Context, namespace string, _ *ledger) (*action.Configuration, error) {
 		cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
 		cfg.Releases = storage.Init(store)
 		cfg.KubeClient = &kubefake.PrintingKubeClient{Out: io.Discard}
@@ -181,12 +181,13 @@ func TestAnUpgradeOfAReleaseKryptonFoundReadsItsHistoryOnceLess(t *testing.T) {
 	for _, found := range []bool{false, true} {
 		store := &queries{Memory: driver.NewMemory()}
 		s := withStore(store)
-		if _, err := s.upgrade(context.Background(), req); err != nil { // installs it
+		cfg, _ := s.configure(context.Background(), "ns", nil)
+		if _, err := s.upgrade(context.Background(), cfg, req); err != nil { // installs it
 			t.Fatal(err)
 		}
 		store.n = 0
 		req.Found = found
-		rel, err := s.upgrade(context.Background(), req)
+		rel, err := s.upgrade(context.Background(), cfg, req)
 		if err != nil || rel.Version != 2 {
 			t.Fatalf("upgrade (found %v): %v, %+v", found, err, rel)
 		}
@@ -200,11 +201,12 @@ func TestAnUpgradeOfAReleaseKryptonFoundReadsItsHistoryOnceLess(t *testing.T) {
 func TestAReleaseGoneSinceKryptonFoundItIsInstalled(t *testing.T) {
 	dir := testChart(t)
 	s := withStore(&queries{Memory: driver.NewMemory()})
-	rel, err := s.upgrade(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: dir, Found: true})
+	cfg, _ := s.configure(context.Background(), "ns", nil)
+	rel, err := s.upgrade(context.Background(), cfg, Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: dir, Found: true})
 	if err != nil || rel.Version != 1 || rel.Info.Status != common.StatusDeployed {
 		t.Fatalf("upgrade of an absent release: %v, %+v", err, rel)
 	}
-	if _, err := s.upgrade(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: filepath.Join(dir, "absent"), Found: true}); err == nil || !strings.HasPrefix(err.Error(), "UPGRADE FAILED: ") {
+	if _, err := s.upgrade(context.Background(), cfg, Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: filepath.Join(dir, "absent"), Found: true}); err == nil || !strings.HasPrefix(err.Error(), "UPGRADE FAILED: ") {
 		t.Fatalf("a failed upgrade says so as helm does: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from krypton.decisions.errors import (
     ReleaseLocked,
     VersionNotFound,
 )
+from krypton.decisions.trust.records import Record
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
 _log = structlog.get_logger("krypton.helm")
@@ -239,7 +240,13 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
 
 
 class Helm:
-    """helm against one cluster (or none, for pulling charts)."""
+    """helm against one cluster (or none, for pulling charts).
+
+    Each call that reads the release's history takes `records`: that history as krypton
+    judged it right before (SPEC S7). The helm binary reads the records itself and cannot be
+    held to them: on a cluster whose records are not guarded, a rewrite between krypton's
+    look and helm's read reaches it (docs, Security model). The helm worker
+    (:class:`~krypton.adapters.helmworker.WorkerHelm`) hands helm those records only."""
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
                  wait: bool = True, driver: str = "", history_max: int = 10,
@@ -283,7 +290,8 @@ class Helm:
                                  skip_crds: bool = False,
                                  labels: Mapping[str, str] | None = None,
                                  force_conflicts: bool = False,
-                                 take_ownership: bool = False) -> dict[str, Any]:
+                                 take_ownership: bool = False,
+                                 records: Sequence[Record] = ()) -> dict[str, Any]:
         """``helm upgrade --install`` of a local chart directory; returns the release JSON.
 
         ``--reset-values`` always: helm would otherwise keep the previous release's values
@@ -309,7 +317,7 @@ class Helm:
             _EXTRA_ARGS.reset(token)
 
     async def rollback(self, release: str, namespace: str, revision: int,
-                       *, force: bool = False) -> dict[str, Any]:
+                       *, force: bool = False, records: Sequence[Record] = ()) -> dict[str, Any]:
         """``helm rollback`` to `revision`; `force` recreates objects a failed upgrade left
         missing. Returns the release the rollback made (``helm status``)."""
         await self._run("rollback", self._command.rollback(
@@ -329,7 +337,8 @@ class Helm:
         except yaml.YAMLError as exc:
             raise HelmFailed(f"chart {chart} renders documents that are not valid YAML") from exc
 
-    async def manifest(self, release: str, namespace: str) -> list[Any]:
+    async def manifest(self, release: str, namespace: str,
+                       records: Sequence[Record] = ()) -> list[Any]:
         """The documents of the release's latest manifest (``helm get manifest``)."""
         docs = await self._run("get", self._command.get_resources(release, namespace=namespace))
         try:
@@ -337,7 +346,8 @@ class Helm:
         except yaml.YAMLError as exc:
             raise HelmFailed(f"manifest of {release} is not valid YAML") from exc
 
-    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True) -> None:
+    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True,
+                        records: Sequence[Record] = ()) -> None:
         """``helm uninstall --wait`` whatever --helm-wait says: the release is gone only once
         its objects are (a CRD it owned may take a while), and what waits for it (a Tenant
         refused that CRD, the namespace's deletion) must not find them still there. Without

@@ -2,12 +2,17 @@
 cluster (``krypton-helmworker``, built from helmworker/), started when the cluster has helm
 work and stopped when it has had none for a while or the cluster goes.
 
-Requests and answers are JSON lines (protocol 1, helmworker/protocol.go); several requests
+Requests and answers are JSON lines (protocol 2, helmworker/protocol.go); several requests
 of one cluster run at once (``--max-concurrent-helm`` still bounds them across the fleet).
-An answer longer than `ANSWER_LIMIT`, a worker above `MEMORY_LIMIT` of memory, or a
+Every request that reads a release's history carries the records krypton judged, and the
+worker hands helm those and no others (SPEC S7): a record changed since fails the request
+(ReleaseRecordChanged). The worker reads each answer of its cluster within 64 MiB, counted
+after decompression (AnswerTooLarge, a strike against the cluster's budget).
+An answer line longer than `ANSWER_LIMIT`, a worker above `MEMORY_LIMIT` of memory, or a
 cancelled request that does not end within `STOP_GRACE` costs that cluster's worker only:
 it is killed, its requests fail with the reason, and the next start waits a growing delay.
-Errors carry helm's own words, so they are told apart exactly as the helm binary's are.
+An error comes with its kind, told by the worker from helm's errors as values (`_KINDS`);
+the words are kept for the message and for what a conflict names.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,11 +40,17 @@ from krypton.adapters.helm import (
     helm_environment,
     stop_process,
 )
-from krypton.decisions.errors import HelmFailed, HelmWorkerFailed
+from krypton.decisions.errors import (
+    HelmFailed,
+    HelmWorkerFailed,
+    ReleaseLocked,
+    ReleaseRecordChanged,
+)
+from krypton.decisions.trust.records import Record
 
 _log = structlog.get_logger("krypton.helmworker")
 
-PROTOCOL = 1
+PROTOCOL = 2
 ANSWER_LIMIT = 64 << 20  # bytes of one answer line: a release's manifest and hooks
 MEMORY_SOFT = "256MiB"  # the worker's GOMEMLIMIT: Go collects harder as it nears it
 MEMORY_LIMIT = 1 << 30  # bytes of resident memory above which the worker is killed
@@ -400,6 +411,21 @@ class WorkerProcess:
             await self._end(run, "HelmWorkerFailed", "")
 
 
+def _judged(records: Sequence[Record]) -> list[dict[str, Any]]:
+    return [{"name": r.name, "revision": r.revision, "status": r.status.value,
+             "digest": r.digest} for r in records]
+
+
+# an error's kind, as the worker tells it (helmworker/kinds.go), to the error krypton raises;
+# a conflict's words name the fields or the object and its owner, so they are read for it
+_KINDS: dict[str, Callable[[str], HelmFailed]] = {
+    "recordChanged": ReleaseRecordChanged,
+    "busy": ReleaseLocked,
+    "conflict": failure,
+    "answerTooLarge": lambda message: HelmFailed(message, reason="AnswerTooLarge"),
+}
+
+
 class WorkerHelm(Helm):
     """helm against one cluster through its worker: the same calls, answers and errors as
     :class:`Helm` (the helm binary), which still pulls charts."""
@@ -417,18 +443,25 @@ class WorkerHelm(Helm):
         self.process = WorkerProcess(worker, kubeconfig, env, cluster=cluster, idle=idle,
                                      on_exit=on_exit, pool=pool, **bounds)
 
-    async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(self, request: dict[str, Any], *, gone_is_done: bool = False
+                   ) -> dict[str, Any]:
         answer = await self.process.ask(request)
-        if answer.get("error"):
-            raise failure(str(answer["error"]))
-        return answer
+        if not answer.get("error"):
+            return answer
+        kind, message = str(answer.get("kind") or ""), str(answer["error"])
+        if gone_is_done and kind == "notFound":
+            return {}
+        if kind == "answerTooLarge":
+            message = f"cluster {self.process.cluster}: {message}"
+        raise _KINDS.get(kind, HelmFailed)(message)
 
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
                                  values: dict[str, Any], *, operation: str,
                                  skip_crds: bool = False,
                                  labels: Mapping[str, str] | None = None,
                                  force_conflicts: bool = False,
-                                 take_ownership: bool = False) -> dict[str, Any]:
+                                 take_ownership: bool = False,
+                                 records: Sequence[Record] = ()) -> dict[str, Any]:
         answer = await self._run(operation, self._ask({
             "op": "upgrade", "release": release, "namespace": namespace, "chart": str(chart),
             "values": values, "timeout": int(self.timeout), "wait": self.wait,
@@ -437,15 +470,15 @@ class WorkerHelm(Helm):
             "takeOwnership": take_ownership,
             # an upgrade is planned on records krypton has just read (SPEC S4): the worker
             # does not read them a second time to choose between install and upgrade
-            "found": operation != "install"}))
+            "found": operation != "install", "records": _judged(records)}))
         return dict(answer.get("release") or {})
 
     async def rollback(self, release: str, namespace: str, revision: int,
-                       *, force: bool = False) -> dict[str, Any]:
+                       *, force: bool = False, records: Sequence[Record] = ()) -> dict[str, Any]:
         answer = await self._run("rollback", self._ask({
             "op": "rollback", "release": release, "namespace": namespace,
             "revision": revision, "timeout": int(self.timeout), "wait": self.wait,
-            "historyMax": self.history_max, "force": force}))
+            "historyMax": self.history_max, "force": force, "records": _judged(records)}))
         return dict(answer.get("release") or {})
 
     async def template(self, chart: str, release: str, namespace: str,
@@ -456,20 +489,20 @@ class WorkerHelm(Helm):
         return documents(str(answer.get("manifest") or ""),
                          f"chart {chart} renders documents that are not valid YAML")
 
-    async def manifest(self, release: str, namespace: str) -> list[Any]:
+    async def manifest(self, release: str, namespace: str,
+                       records: Sequence[Record] = ()) -> list[Any]:
         answer = await self._run("get", self._ask({
-            "op": "manifest", "release": release, "namespace": namespace}))
+            "op": "manifest", "release": release, "namespace": namespace,
+            "records": _judged(records)}))
         return documents(str(answer.get("manifest") or ""),
                          f"manifest of {release} is not valid YAML")
 
-    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True) -> None:
-        try:
-            await self._run("uninstall", self._ask({
-                "op": "uninstall", "release": release, "namespace": namespace,
-                "timeout": int(self.timeout), "noHooks": not hooks}))
-        except HelmFailed as exc:
-            if "not found" not in str(exc):
-                raise
+    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True,
+                        records: Sequence[Record] = ()) -> None:
+        await self._run("uninstall", self._ask({
+            "op": "uninstall", "release": release, "namespace": namespace,
+            "timeout": int(self.timeout), "noHooks": not hooks,
+            "records": _judged(records)}, gone_is_done=True))
 
     async def close(self) -> None:
         await self.process.close()

@@ -7,6 +7,8 @@
     │   │   └── ChartVerificationFailed  a digest pin, provenance or signature did not hold
     │   ├── HelmFailed            a helm run failed (install/upgrade/rollback/uninstall)
     │   │   ├── ReleaseLocked     another helm operation holds the release
+    │   │   ├── ReleaseRecordChanged  a record helm was to read is not the one krypton
+    │   │   │                     judged (the helm worker refused it, SPEC S7)
     │   │   ├── OwnershipConflict an object of the release belongs to another release (R17)
     │   │   └── FieldConflict     Helm 4: other field managers own fields of the next apply (H2)
     │   ├── CRDEnsureFailed       the Tenant CRD could not be created on a cluster
@@ -86,6 +88,13 @@ class HelmWorkerFailed(HelmFailed):
 
 class ReleaseLocked(HelmFailed):
     reason = "ReleaseLocked"
+
+
+class ReleaseRecordChanged(HelmFailed):
+    """A release record changed, appeared or was relabelled between krypton's judgement of
+    the history and helm's read of it: the helm worker handed helm nothing (SPEC S7)."""
+
+    reason = "ReleaseRecordChanged"
 
 
 class OwnershipConflict(HelmFailed):

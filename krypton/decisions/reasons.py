@@ -159,6 +159,12 @@ REASONS: dict[str, Reason] = {
     "OwnershipConflict": _r(CEP, "an object of the chart belongs to another release on the "
                             "cluster (R17)", "the message names the object and its owner",
                             fatal=True),
+    "ReleaseRecordChanged": _r(CE, "a release record changed, appeared or was relabelled "
+                               "between krypton's judgement of the history and helm's read "
+                               "of it; the helm worker handed helm nothing and the run is "
+                               "retried on the failure schedule (SPEC S7)",
+                               "find who writes the release's records in the namespace; "
+                               "guard them (--record-guard)"),
     "ReleaseRecordUntrusted": _r(CE, "a release record helm would act on was not written by "
                                  "krypton (its content matches no seal krypton keeps), or is "
                                  "over helm's size or inflates past 16 MiB: no helm run on "
@@ -293,8 +299,10 @@ REASONS: dict[str, Reason] = {
     "TooManyPasses": _r(E, "a cluster's Tenants change faster than 20 passes a second (500 "
                         "at once): its passes wait their turn, each taking every change of "
                         "its Tenant so far", "find what edits the cluster's Tenants so often"),
-    "AnswerTooLarge": _r(ERROR, "an API server's answer passed 32 MiB, or one watch event 4 MiB, "
-                         "as it arrived: refused there, and retried on the cluster's backoff"),
+    "AnswerTooLarge": _r(ERROR, "an API server's answer passed its bound as it arrived "
+                         "(decompressed bytes counted; to krypton's client or to the helm "
+                         "worker's, 64 MiB an answer or a watch event): refused there, and "
+                         "retried on the cluster's backoff"),
     "NotFound": _r(ERROR, "404 from the API server"),
     "AlreadyExists": _r(ERROR, "409 on create"),
     "Conflict": _r(ERROR, "409 on a conditional write; read again and retried"),

@@ -3,9 +3,11 @@ on Helm 4 without an upgrade, and upgraded by Helm 4 when the fingerprint change
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
+from krypton.app.config import resolve_helm
 from krypton.testing.operator import OperatorProcess, wait_for
 
 from .conftest import Cluster, Fleet, unique
@@ -33,10 +35,19 @@ def _helm_runs(op: OperatorProcess) -> float:
             + op.metric("krypton_helm_processes_total", operation="upgrade"))
 
 
-def test_the_default_helm_is_helm_4(testbin: Path, tools: Path) -> None:
+def test_the_default_helm_is_helm_4_one_pin_for_the_bed_and_the_worker(testbin: Path,
+                                                                      tools: Path) -> None:
+    """Helm 4.3.2 (SPEC H1, S7): the bed's helm binary and the worker's library are one pin,
+    hack/testbin.sh's HELM_VERSION (hack/helmworker.sh refuses a go.mod naming another)."""
+    script = (Path(__file__).resolve().parents[2] / "hack" / "testbin.sh").read_text()
+    pin = re.search(r'^HELM_VERSION="\$\{HELM_VERSION:-(v[^}]+)\}"$', script, re.M)
+    assert pin is not None and pin[1] == "v4.3.2", pin
     version = subprocess.run([str(tools / "helm"), "version", "--template", "{{.Version}}"],
                              capture_output=True, text=True, check=True).stdout
-    assert version.startswith("v4.2.")
+    assert version == pin[1]
+    worker = subprocess.run([resolve_helm("krypton-helmworker"), "--version"],
+                            capture_output=True, text=True, check=True).stdout
+    assert worker.strip().endswith(f"helm {pin[1]}"), worker
     helm3 = subprocess.run([str(tools / "helm3"), "version", "--template", "{{.Version}}"],
                            capture_output=True, text=True, check=True).stdout
     assert helm3.startswith("v3.19.")

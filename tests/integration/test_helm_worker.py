@@ -19,6 +19,7 @@ from krypton.adapters.helm import Helm
 from krypton.adapters.helmworker import WorkerHelm
 from krypton.app.config import resolve_helm
 from krypton.decisions.errors import HelmWorkerFailed
+from krypton.decisions.trust import records as trust
 
 from .conftest import Cluster, unique
 
@@ -73,6 +74,18 @@ def records(cluster: Cluster, ns: str, release: str) -> list[dict[str, str]]:
     return sorted((s.metadata.labels for s in secrets), key=lambda labels: int(labels["version"]))
 
 
+def judged(cluster: Cluster, ns: str, release: str) -> tuple[trust.Record, ...]:
+    """The release's records as krypton reads them before a helm run (SPEC S7)."""
+    out = []
+    for secret in cluster.core.list_namespaced_secret(
+            ns, label_selector=f"owner=helm,name={release}").items:
+        obj = cluster.core.api_client.sanitize_for_serialization(secret)
+        revision, status = trust.identity(obj, trust.decode(obj, "secret"), release)
+        out.append(trust.Record(revision, status, None, name=secret.metadata.name,
+                                digest=trust.digest(trust.stored(obj, "secret"))))
+    return tuple(out)
+
+
 def test_one_worker_serves_a_release_from_install_to_uninstall_as_helm_does(
         remote: object, helm_bin: str, tmp_path: Path) -> None:
     """Every operation krypton asks of helm, in one process: the same records, labels,
@@ -89,12 +102,14 @@ def test_one_worker_serves_a_release_from_install_to_uninstall_as_helm_does(
         assert (installed["version"], installed["info"]["status"]) == (1, "deployed")
         assert "chart" not in installed and "config" not in installed
         upgraded = await helm.install_or_upgrade("r", SAMPLE, ns, {"data": {"greeting": "hi"}},
-                                                 operation="upgrade")
+                                                 operation="upgrade",
+                                                 records=judged(cluster, ns, "r"))
         assert (upgraded["version"], upgraded["info"]["status"]) == (2, "deployed")
-        assert await helm.manifest("r", ns) == await binary.manifest("r", ns)
+        assert await helm.manifest("r", ns, judged(cluster, ns, "r")) == \
+            await binary.manifest("r", ns)
         assert await helm.template(SAMPLE, "r", ns, {"data": {"greeting": "hi"}}) == \
             await binary.template(SAMPLE, "r", ns, {"data": {"greeting": "hi"}})
-        back = await helm.rollback("r", ns, 1)
+        back = await helm.rollback("r", ns, 1, records=judged(cluster, ns, "r"))
         assert (back["version"], back["info"]["status"]) == (3, "deployed")
         pid = helm.process.pid
         assert pid is not None and helm.process.starts == 1
@@ -104,7 +119,7 @@ def test_one_worker_serves_a_release_from_install_to_uninstall_as_helm_does(
              "jsonpath={.items[*].metadata.managedFields[*].manager}"],
             capture_output=True, text=True, check=True).stdout.split()
         labels = records(cluster, ns, "r")
-        await helm.uninstall("r", ns)
+        await helm.uninstall("r", ns, records=judged(cluster, ns, "r"))
         await helm.uninstall("r", ns)  # gone already: not an error, as with the binary
         await until(lambda: helm.process.pid is None and not alive(pid), "stop when idle")
         assert helm.process.starts == 1
@@ -243,7 +258,7 @@ def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> 
         return str(first.value)
 
     message = asyncio.run(main())
-    assert "is not protocol 1's" in message and [r for r, _ in said] == ["HelmWorkerFailed"]
+    assert "is not protocol 2's" in message and [r for r, _ in said] == ["HelmWorkerFailed"]
 
 
 def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
@@ -269,7 +284,8 @@ def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
         await until(lambda: records(cluster, ns, "h"), "pending install")
         assert b.process.pid is None  # idle: made room for a's
         busy = a.process.pid
-        await b.install_or_upgrade("b", SAMPLE, ns, {}, operation="upgrade")
+        await b.install_or_upgrade("b", SAMPLE, ns, {}, operation="upgrade",
+                                   records=judged(cluster, ns, "b"))
         assert a.process.pid == busy and alive(busy)  # at work: kept
         hanging.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -295,7 +311,8 @@ def test_a_worker_serving_many_releases_is_not_held_back_where_helm_was_not(
         helm = worker_helm(cluster, tmp_path)
         for i in range(150):
             await helm.install_or_upgrade("many", SAMPLE, ns, {"data": {"i": str(i)}},
-                                          operation="upgrade")
+                                          operation="upgrade",
+                                          records=judged(cluster, ns, "many"))
         stats = await helm.process.ask({"op": "stats"})
         await helm.close()
         return int(stats.get("throttled") or 0)

@@ -66,5 +66,5 @@ def test_the_image_runs_in_podman(store: Path, testbin: Path) -> None:
     helm = run("version", "--template", "{{.Version}}", entrypoint="helm")
     assert helm.stdout.strip() == want, helm.stderr
     worker = run("--version", entrypoint="krypton-helmworker")  # on the same Helm (P5)
-    assert worker.stdout.strip() == f"protocol 1, helm {want}", worker.stderr
+    assert worker.stdout.strip() == f"protocol 2, helm {want}", worker.stderr
     subprocess.run([*podman, "rmi", "-a", "-f"], capture_output=True, check=False)

@@ -822,3 +822,74 @@ def test_deleting_a_tenant_whose_release_is_gone_drops_the_finalizer(fleet: Flee
         "mesh.openkcm.io", "v1alpha1", fleet.tenant_ns, "tenants", name)
     _wait_gone(fleet, name)
     assert (op.metric("krypton_helm_processes_total", operation="uninstall") or 0) == 0
+
+
+def test_a_record_flipped_without_end_during_a_bump_never_reaches_helm(fleet: Fleet) -> None:
+    """SPEC S7. On a cluster whose records are not guarded, a tenant's admin flips the
+    deployed record's content back and forth between krypton's and a forged manifest listing
+    a ConfigMap in kube-system and one in another namespace, without end, during a chart
+    bump. krypton judges the record, then helm reads it again: where helm runs in krypton's
+    worker, the check is that read, so a flip between the two fails the run as
+    ReleaseRecordChanged, said on the Tenant and retried; once the writer stops, the bump
+    goes through on the true record. Neither ConfigMap is ever deleted."""
+    fleet.register("remote", fleet.remote)
+    _unguard(fleet)
+    engine = "--helm-engine=worker"  # the binary cannot be held to the records (docs)
+    op = fleet.start("--record-guard=off", engine)
+    name = fleet.tenant(fleet.remote, unique("flipped"))
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    release = f"tenant-{name}-remote"
+    key = f"sh.helm.release.v1.{release}.v1"
+    record = _record(fleet.remote, name, release, 1)
+    ns, victim = _bystander(fleet.remote)
+    system = unique("precious")
+    fleet.remote.core.create_namespaced_config_map("kube-system", {"metadata": {"name": system}})
+    forged = _with_objects(_decoded(record), *({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": where}}
+        for n, where in ((victim, ns), (system, "kube-system"))))
+    contents = [record.data["release"], base64.b64encode(base64.b64encode(
+        gzip.compress(json.dumps(forged).encode()))).decode()]
+    writer = _secret_writer(fleet.remote, name)
+    op.stop()
+    done, flips = threading.Event(), [0]
+
+    def flip() -> None:
+        while not done.is_set():
+            flips[0] += 1
+            try:
+                writer.patch_namespaced_secret(key, name, {"data": {
+                    "release": contents[flips[0] % 2]}})
+            except ApiException as exc:
+                if exc.status != 404:  # pruned by helm's history
+                    raise
+
+    def changed() -> dict[str, Any] | None:
+        cond = fleet.remote.condition(fleet.tenant_ns, name, "ClusterError/remote") or {}
+        return cond if cond.get("reason") == "ReleaseRecordChanged" else None
+
+    def untouched() -> bool:
+        return _exists_configmap(fleet.remote, ns, victim) and \
+            _exists_configmap(fleet.remote, "kube-system", system)
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    try:
+        op = fleet.start("--record-guard=off", engine, version="0.3.0")
+        # krypton reads the forged content (untrusted: no seal) or the true one, which helm
+        # then finds flipped; each is said, and retried on the failure schedule
+        cond = wait_for(lambda: (not untouched() and {"deleted": True}) or changed(), 180,
+                        what="a bump whose record changed under helm, said so")
+        assert "deleted" not in cond and untouched()
+        assert f"release record {key} changed since krypton read it" in cond["message"], cond
+        fleet.remote.wait_event(fleet.tenant_ns, name, "HelmUpgradeFailed")
+        assert op.metric("krypton_reconcile_errors_total", cluster="remote",
+                         reason="ReleaseRecordChanged") >= 1
+    finally:
+        done.set()
+        flipper.join(30)
+    assert flips[0] > 20, flips
+    writer.patch_namespaced_secret(key, name, {"data": {"release": contents[0]}})
+    wait_for(lambda: fleet.remote.release_records(name, release) ==
+             [(1, "superseded"), (2, "deployed")], 180, what="the bump on the true record")
+    fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
+    assert untouched()

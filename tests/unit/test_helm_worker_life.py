@@ -19,7 +19,7 @@ from krypton.decisions.errors import HelmWorkerFailed
 
 pytestmark = pytest.mark.unit
 
-HELLO = 'print(\'{"protocol": 1, "helm": "stand-in"}\', flush=True)'
+HELLO = 'print(\'{"protocol": 2, "helm": "stand-in"}\', flush=True)'
 
 
 def _stand_in(tmp_path: Path, body: str) -> str:

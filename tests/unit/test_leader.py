@@ -326,7 +326,7 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     cluster.records = [record]
 
     class Manifest:
-        async def manifest(self, *_a: object) -> list[Any]:
+        async def manifest(self, *_a: object, **_k: object) -> list[Any]:
             return []
 
     rt.helm.manifest = Manifest().manifest  # type: ignore[attr-defined]

@@ -77,20 +77,36 @@ class RecordRefused(ValueError):
     """A record that is not one, or is over a bound."""
 
 
-def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
-    """The release a Helm release record stores: ``data.release`` is base64 of gzip of JSON
-    (gzip optional), and the Secret driver base64-encodes that once more. Refused
-    (RecordRefused) when it is not one, is stored over `STORED_MAX` or inflates past
-    `INFLATED_MAX` (read as it inflates, never whole)."""
+def stored(record: Mapping[str, Any], driver: str) -> bytes:
+    """A record's ``data.release`` as helm stores it (base64 of gzip of JSON; the Secret
+    driver's value is base64 of that once more): the bytes whose :func:`digest` the helm
+    worker checks before it hands the record to helm (SPEC S7). RecordRefused when it is not
+    one, or is stored over `STORED_MAX`."""
     text = (record.get("data") or {}).get("release")
     if not isinstance(text, str):
         raise RecordRefused("release record without data.release")
     if len(text) > STORED_MAX * 4 // 3 + 4:
         raise RecordRefused(f"release record stored over {STORED_MAX} bytes")
+    if driver == "configmap":
+        return text.encode()
     try:
-        raw = base64.b64decode(text)
-        if driver != "configmap":
-            raw = base64.b64decode(raw)
+        return base64.b64decode(text, validate=True)
+    except ValueError as exc:
+        raise RecordRefused("release record is not base64") from exc
+
+
+def digest(stored_bytes: bytes) -> str:
+    """The sha256 of a record as stored, as the helm worker computes it."""
+    return hashlib.sha256(stored_bytes).hexdigest()
+
+
+def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
+    """The release a Helm release record stores: ``data.release`` is base64 of gzip of JSON
+    (gzip optional), and the Secret driver base64-encodes that once more. Refused
+    (RecordRefused) when it is not one, is stored over `STORED_MAX` or inflates past
+    `INFLATED_MAX` (read as it inflates, never whole)."""
+    try:
+        raw = base64.b64decode(stored(record, driver))
     except ValueError as exc:
         raise RecordRefused("release record is not base64") from exc
     if len(raw) > STORED_MAX:
@@ -255,6 +271,8 @@ class Record:
     problem: str = ""
     created: float = 0.0  # its creationTimestamp (the API server's clock), 0: unknown
     checks: frozenset[str] = frozenset()  # its seals under every key (:func:`seals`)
+    name: str = ""  # the object's
+    digest: str = ""  # of the record as stored (:func:`digest`)
 
 
 class Use(enum.Enum):
@@ -278,6 +296,8 @@ class Verdict:
     message: str = ""
     rollback_to: int = 0  # the revision a rollback goes to
     seal: str = ""  # the seal of the revision a rollback goes to
+    # the release's records as judged: helm is handed only these (SPEC S7)
+    history: tuple[Record, ...] = ()
 
 
 def judge(records: Sequence[Record], seals: Sequence[str], use: Use, *, release: str,

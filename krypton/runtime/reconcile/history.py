@@ -36,9 +36,11 @@ async def read(kube: Kube, driver: str, namespace: str, release: str, keys: reco
         try:
             body = records.decode(obj, driver)
             revision, status = records.identity(obj, body, release)
-            created = epoch_seconds((obj.get("metadata") or {}).get("creationTimestamp"))
+            meta = obj.get("metadata") or {}
             out.append(Record(revision, status, records.seal(keys.current, body),
-                              created=created or 0.0, checks=records.seals(keys, body)))
+                              created=epoch_seconds(meta.get("creationTimestamp")) or 0.0,
+                              checks=records.seals(keys, body), name=str(meta.get("name")),
+                              digest=records.digest(records.stored(obj, driver))))
         except records.RecordRefused as exc:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             version = str(labels.get("version") or "")
@@ -48,11 +50,18 @@ async def read(kube: Kube, driver: str, namespace: str, release: str, keys: reco
 
 
 async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) -> Verdict:
-    """The verdict on the pass's release for `use`; ReleaseRecordUntrusted when helm must not
+    """The verdict on the pass's release for `use`, with the history it judged (the records
+    helm is then handed, and no other: SPEC S7); ReleaseRecordUntrusted when helm must not
     act on it. A record is krypton's by a seal the Tenant's status keeps, by the guard's time
     (looked at now), by an administrator's adoption, or by its content, in that order."""
     found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release,
                        rt.record_keys)
+    verdict = await _judged(rt, p, use, found, rollback_to)
+    return dataclasses.replace(verdict, history=tuple(found))
+
+
+async def _judged(rt: ClusterRuntime, p: Pass, use: Use, found: list[Record],
+                  rollback_to: int) -> Verdict:
     verdict = records.judge(found, p.obs.tenant.record_seals, use, release=p.release,
                             rollback_to=rollback_to)
     if verdict.trust is not Trust.TRUSTED and (since := await rt.guarded_since()) and \
@@ -167,8 +176,17 @@ async def rollback(rt: ClusterRuntime, p: Pass, *, to: int = 0
     verdict = await judge(rt, p, Use.ROLLBACK, rollback_to=to)
     if verdict.trust is Trust.ABSENT:
         return None
-    await look.check_ownership(rt, p.release, p.namespace, why="is not rolled back")
-    return await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to), verdict
+    await look.check_ownership(rt, p.release, p.namespace, verdict.history,
+                               why="is not rolled back")
+    return await rt.helm.rollback(p.release, p.namespace, verdict.rollback_to,
+                                  records=verdict.history), verdict
+
+
+async def as_read(rt: ClusterRuntime, p: Pass) -> tuple[Record, ...]:
+    """The release's records as they are, for a helm run that acts on none of them (an
+    install over an uninstalled release's history) but that helm reads."""
+    return tuple(await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release,
+                            rt.record_keys))
 
 
 def sealed(rt: ClusterRuntime, p: Pass, result: dict[str, Any], *also: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from krypton.adapters import metrics
@@ -19,6 +20,7 @@ from krypton.decisions import verdicts
 from krypton.decisions.charts import chartcrds
 from krypton.decisions.charts import conflicts as fields
 from krypton.decisions.errors import (
+    HOSTILE_ANSWERS,
     AlreadyExists,
     FieldConflict,
     Forbidden,
@@ -40,7 +42,7 @@ from krypton.decisions.model import (
     namespace_refusal,
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
-from krypton.decisions.trust.records import Trust, Use
+from krypton.decisions.trust.records import Record, Trust, Use
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look, reports, status
 from krypton.runtime.reconcile.model import (
@@ -117,21 +119,26 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         async with rt.slots.slot(c):
             fenced(rt)  # waiting for the slot may have outlasted the Lease
             seen: list[str] = []  # seals of records this run starts from
+            judged: tuple[Record, ...] = ()  # the records helm may read (SPEC S7)
             if p.plan.action is Action.UNINSTALL_THEN_INSTALL and status is not ReleaseStatus.ABSENT:
                 verdict = await history.judge(rt, p, Use.UNINSTALL)
                 if verdict.trust is not Trust.ABSENT:
-                    await look.check_ownership(rt, p.release, namespace)
-                    await rt.helm.uninstall(p.release, namespace,
+                    await look.check_ownership(rt, p.release, namespace, verdict.history)
+                    await rt.helm.uninstall(p.release, namespace, records=verdict.history,
                                             hooks=verdict.trust is Trust.TRUSTED)
             elif p.plan.action is Action.ROLLBACK_THEN_UPGRADE:
                 rolled = await history.rollback(rt, p)
                 if rolled is not None:
                     seen.append(rolled[1].seal)
-            elif status not in (ReleaseStatus.ABSENT, ReleaseStatus.UNINSTALLED):
+                judged = await history.as_read(rt, p)  # as the rollback left them
+            elif status is ReleaseStatus.UNINSTALLED:
+                judged = await history.as_read(rt, p)
+            elif status is not ReleaseStatus.ABSENT:
                 verdict = await history.judge(rt, p, Use.UPGRADE)
+                judged = verdict.history
                 if verdict.seal:  # adopted by its content
                     seen.append(verdict.seal)
-            result, taken = await apply(rt, p, verb, namespace)
+            result, taken = await apply(rt, p, verb, namespace, judged)
             return result, taken, seen
     except ReleaseLocked as exc:
         # Another helm operation holds the release (it took the lock after this pass
@@ -140,6 +147,8 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         p.log.info("release busy, waiting", detail=str(exc))
         return Report(outcome=Outcome(retry=True, reason=exc.reason))
     except HelmFailed as exc:
+        if exc.reason in HOSTILE_ANSWERS:  # the cluster's answer, not the release's fault:
+            raise  # a strike against the cluster's budget (SPEC S5, S7)
         return reports.failed(rt, p, verb, exc)
 
 
@@ -191,8 +200,8 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
 
 
 
-async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str
-                 ) -> tuple[dict[str, Any], str | None]:
+async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str,
+                judged: Sequence[Record]) -> tuple[dict[str, Any], str | None]:
     """``helm upgrade --install`` of the pass's chart; with Helm 4, fields other field
     managers own are taken over under --helm-force-conflicts (the default, as Flux and
     Sveltos do on every upgrade) by a second run with --force-conflicts, and what was
@@ -202,7 +211,7 @@ async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str
     run = functools.partial(rt.helm.install_or_upgrade, p.release, chart.path,
                             namespace, chart.values, operation=verb.lower(), skip_crds=True,
                             labels=release_labels(rt.name, p, rt.writer),
-                            take_ownership=bool(p.obs.adopt))
+                            take_ownership=bool(p.obs.adopt), records=judged)
     try:
         return await run(), None
     except FieldConflict as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 from krypton.decisions.charts import ownership
 from krypton.decisions.charts.ownership import ObjectRef
@@ -25,7 +26,7 @@ from krypton.decisions.model import (
 from krypton.decisions.rollouts import health
 from krypton.decisions.rollouts.health import Health
 from krypton.decisions.trust import safeyaml
-from krypton.decisions.trust.records import decode
+from krypton.decisions.trust.records import Record, decode
 from krypton.runtime.reconcile.model import Workload
 from krypton.runtime.reconcile.view import ClusterRuntime
 
@@ -171,14 +172,16 @@ def readiness_requeue(rt: ClusterRuntime, key: TenantKey, since_applied: float |
     return max(READINESS_POLL, left + 1.0)
 
 
-async def check_ownership(rt: ClusterRuntime, release: str, namespace: str, *,
+async def check_ownership(rt: ClusterRuntime, release: str, namespace: str,
+                          history: Sequence[Record], *,
                           why: str = "failed and cannot be recovered by uninstalling it"
                            ) -> None:
     """Refuse to uninstall a release whose manifest lists objects that another release
     (or nobody) owns now: helm would delete them (SPEC R17). Objects the manifest marks
-    ``helm.sh/resource-policy: keep`` are left by helm and need no check."""
+    ``helm.sh/resource-policy: keep`` are left by helm and need no check. The manifest is
+    read from the `history` krypton judged (SPEC S7)."""
     live = {}
-    docs = await rt.helm.manifest(release, namespace)
+    docs = await rt.helm.manifest(release, namespace, records=history)
     for ref in ownership.manifest_objects(d for d in docs if not ownership.kept(d)):
         annotations = await rt.kube.object_annotations(
             ref.api_version, ref.kind, ref.name, ref.namespace or namespace)

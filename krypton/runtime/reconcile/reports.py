@@ -20,6 +20,7 @@ from krypton.decisions.errors import (
     KryptonError,
     OwnershipConflict,
     PermanentError,
+    ReleaseRecordChanged,
     ReleaseRecordUntrusted,
 )
 from krypton.decisions.model import (
@@ -142,8 +143,8 @@ def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:
                                       max_retries=settings.max_retries,
                                       backoff_max=settings.retry_backoff_max)
     failures, delay, now = attempt.failures, attempt.delay, time.time()
-    reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict)) \
-        else f"{verb}Failed"
+    reason = exc.reason if isinstance(exc, (OwnershipConflict, FieldConflict,
+                                            ReleaseRecordChanged)) else f"{verb}Failed"
     p.log.error(f"helm {verb.lower()} failed", error=str(exc), failures=failures,
                 retry_in=round(delay, 1))
     metrics.RECONCILE_ERRORS.labels(rt.name, reason).inc()

@@ -94,7 +94,8 @@ async def _back_to_recorded(rt: ClusterRuntime, p: Pass
         fenced(rt)
         result = await rt.helm.install_or_upgrade(
             p.release, old.path, p.namespace, chart.values, operation="revert",
-            skip_crds=True, labels=release_labels(rt.name, p, rt.writer))
+            skip_crds=True, labels=release_labels(rt.name, p, rt.writer),
+            records=verdict.history)
         return (result, fingerprint(old.repo, old.name, old.fingerprinted, chart.values),
                 old.version, f"chart {old.version} applied again",
                 history.sealed(rt, p, result, verdict.seal))

@@ -35,9 +35,9 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
                 fenced(rt)
                 verdict = await history.judge(rt, p, Use.UNINSTALL)
                 if verdict.trust is not Trust.ABSENT:  # gone already (a namespace deleted)
-                    await look.check_ownership(rt, release, namespace,
+                    await look.check_ownership(rt, release, namespace, verdict.history,
                                                why="is not uninstalled (the finalizer stays)")
-                    await rt.helm.uninstall(release, namespace,
+                    await rt.helm.uninstall(release, namespace, records=verdict.history,
                                             hooks=verdict.trust is Trust.TRUSTED)
         if rt.readiness is not None:
             rt.readiness.forget(key)
