@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -261,5 +262,67 @@ func TestDiscoveryIsKeptInMemoryAndAskedAgainWhenHelmInvalidatesIt(t *testing.T)
 	}
 	if found, _ := os.ReadDir(cache); len(found) != 0 {
 		t.Fatalf("discovery written to disk: %v", found)
+	}
+}
+
+// TestAnswersAreMatchedByIDAPanicFailsItsRequestAndACancelEndsOne: a request that waits for
+// its cancel, one that panics and many that end at once are answered each by its id, in the
+// order they end (the first request last), and the cancel is the waiting one's answer.
+func TestAnswersAreMatchedByIDAPanicFailsItsRequestAndACancelEndsOne(t *testing.T) {
+	s := withStore(&queries{Memory: driver.NewMemory()})
+	plain := s.configure
+	s.configure = func(ctx context.Context, namespace string, l *ledger) (*action.Configuration, error) {
+		switch namespace {
+		case "waits":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "panics":
+			panic("boom")
+		}
+		return plain(ctx, namespace, l)
+	}
+	in, out := io.Pipe()
+	answers, writer := io.Pipe()
+	s.out = NewWriter(writer)
+	go func() {
+		_ = s.Serve(NewReader(in))
+		writer.Close()
+	}()
+	send := func(line string) {
+		if _, err := io.WriteString(out, line+"\n"); err != nil {
+			t.Error(err)
+		}
+	}
+	send(`{"id":1,"op":"status","release":"r","namespace":"waits","records":[]}`)
+	send(`{"id":2,"op":"status","release":"r","namespace":"panics","records":[]}`)
+	for id := 3; id < 23; id++ {
+		send(`{"id":` + strconv.Itoa(id) + `,"op":"status","release":"r` + strconv.Itoa(id) + `","namespace":"ns","records":[]}`)
+	}
+	scan := bufio.NewScanner(answers)
+	byID := map[int64]Answer{}
+	for len(byID) < 22 && scan.Scan() {
+		var a Answer
+		if err := json.Unmarshal(scan.Bytes(), &a); err != nil {
+			t.Fatalf("answer %q: %v", scan.Text(), err)
+		}
+		byID[a.ID] = a
+		if len(byID) == 21 { // all but the waiting one: now it is cancelled
+			if _, waiting := byID[1]; waiting {
+				t.Fatalf("the waiting request answered before its cancel: %+v", a)
+			}
+			send(`{"id":23,"op":"cancel","target":1}`)
+			out.Close()
+		}
+	}
+	if byID[1].Kind != KindCancelled {
+		t.Errorf("the cancelled request: %+v", byID[1])
+	}
+	if byID[2].Kind != KindFailed || byID[2].Error != "helm panicked: boom" {
+		t.Errorf("the panicking request: %+v", byID[2])
+	}
+	for id := int64(3); id < 23; id++ {
+		if a := byID[id]; a.Kind != KindNotFound || !strings.Contains(a.Error, "not found") {
+			t.Errorf("request %d: %+v", id, a)
+		}
 	}
 }
