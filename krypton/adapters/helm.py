@@ -14,6 +14,7 @@ import contextvars
 import logging
 import os
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from krypton.decisions.errors import (
     ReleaseLocked,
     VersionNotFound,
 )
+from krypton.decisions.memory import HelmMemory
 from krypton.decisions.trust.records import Record
 
 logging.getLogger("pyhelm3").setLevel(logging.WARNING)
@@ -54,6 +56,9 @@ def _stderr(exc: helm_errors.Error) -> str:
     resource that was not ready, or the hook that failed, before "context deadline
     exceeded"), without warnings and log lines, bounded in length (SPEC F5, item 5)."""
     text = exc.stderr.decode(errors="replace").strip()
+    fatal = next((ln for ln in text.splitlines() if ln.startswith("fatal error: ")), "")
+    if fatal:  # the Go runtime ended helm (its memory share, held by the kernel: hold_to)
+        return f"helm ended: {fatal[:200]}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not _NOISE.match(ln)] or lines
     lines = conflicts.reduce_log_lines(lines) or lines
@@ -166,6 +171,7 @@ class _Command(Command):
     EXTRA = {"upgrade": ("--disable-openapi-validation",)}
     driver = ""  # helm's storage driver (HELM_DRIVER); "" leaves helm's default
     cache_dir: Path | None = None  # client-go's cache of this cluster's answers (KUBECACHEDIR)
+    memory: HelmMemory | None = None  # each helm process's share of the pod (SPEC S7)
 
     async def run(self, command: list[Any], input: bytes | None = None) -> bytes:  # noqa: A002
         argv = [self._executable, *command, *self.EXTRA.get(str(command[0]), ()),
@@ -176,7 +182,8 @@ class _Command(Command):
             *(str(a) for a in argv),
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=helm_environment(os.environ, self.driver, self.cache_dir))
+            env=helm_environment(os.environ, self.driver, self.cache_dir, self.memory))
+        hold_to(proc.pid, self.memory)
         try:
             stdout, stderr = await proc.communicate(input)
         except asyncio.CancelledError:
@@ -193,8 +200,23 @@ class _Command(Command):
 GO_PROCESSORS = ("GOMAXPROCS", "1")  # helm's, unless the operator's environment names its own
 
 
+def hold_to(pid: int, memory: HelmMemory | None) -> None:
+    """Hold the helm process `pid` to its share of the pod's memory (SPEC S7): its data
+    segment (RLIMIT_DATA, which counts the anonymous memory Go's heap is made of) may not
+    grow past it, so an allocation past it fails and the Go runtime ends the process ("out
+    of memory"), whatever it was reading. Set from here, a moment after the exec, on a child
+    of this process's own user: no privilege, and no code run between fork and exec."""
+    if memory is None:
+        return
+    try:
+        resource.prlimit(pid, resource.RLIMIT_DATA, (memory.share, memory.share))
+    except (ProcessLookupError, PermissionError):
+        pass  # it has already ended
+
+
 def helm_environment(environ: Mapping[str, str], driver: str = "",
-                     cache_dir: Path | None = None) -> dict[str, str]:
+                     cache_dir: Path | None = None,
+                     memory: HelmMemory | None = None) -> dict[str, str]:
     """The environment helm runs in, built for each run and given to helm only (nothing is
     written into the operator's own environment, which other children, such as a
     credential plugin, inherit): the operator's, with ``GOMAXPROCS=1`` where it names none
@@ -217,6 +239,8 @@ def helm_environment(environ: Mapping[str, str], driver: str = "",
     from the name or the credential), and it goes when the cluster does (SPEC S3, S5)."""
     env = dict(environ)
     env.setdefault(*GO_PROCESSORS)
+    if memory is not None:  # Go's collector works harder well before its hard limit
+        env["GOMEMLIMIT"] = f"{memory.soft >> 20}MiB"
     if driver:
         env["HELM_DRIVER"] = driver
     if cache_dir is not None:
@@ -250,7 +274,7 @@ class Helm:
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
                  wait: bool = True, driver: str = "", history_max: int = 10,
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, memory: HelmMemory | None = None) -> None:
         self.timeout = timeout
         self.wait = wait
         # --history-max of upgrades and rollbacks: the records helm keeps, reads at every run
@@ -259,6 +283,7 @@ class Helm:
                                 history_max_revisions=history_max)
         self._command.driver = driver
         self._command.cache_dir = cache_dir
+        self._command.memory = memory
 
     async def close(self) -> None:
         """Nothing to stop: each helm process ends with its run."""

@@ -40,6 +40,25 @@ def load(args: argparse.Namespace, env: Mapping[str, str] | None = None,
                    profile_providers=read_providers(settings.cluster_profile_providers))
 
 
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
+                 Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))  # v1
+NO_LIMIT = 1 << 60  # cgroup v1 says "none" as a number near 2**63
+
+
+def cgroup_memory_limit(files: tuple[Path, ...] = CGROUP_LIMITS) -> int | None:
+    """The memory limit of this process's cgroup (a pod's, in a container), None where it
+    sets none or none can be read (SPEC S7)."""
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < NO_LIMIT:
+            return int(text)
+        return None
+    return None
+
+
 def read_providers(path: str) -> dict[str, Provider]:
     """The exec plugins of --cluster-profile-providers (none without the flag)."""
     if not path:

@@ -23,8 +23,9 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
-from krypton.adapters.helmworker import WorkerPool
 from krypton.adapters.kube import Kube
+from krypton.adapters.workerprocess import WorkerPool
+from krypton.app.config import cgroup_memory_limit
 from krypton.app.discovery import Discovery
 from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
@@ -35,6 +36,7 @@ from krypton.decisions.clusters import sharding
 from krypton.decisions.clusters.discovery import ClusterSpec
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import SettingsError, TemporaryError
+from krypton.decisions.memory import divide
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollouts.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
@@ -73,6 +75,9 @@ class Operator:
         self.drained = asyncio.Event()
         self.workdir = Path(tempfile.mkdtemp(prefix="krypton-run-"))
         os.chmod(self.workdir, 0o700)
+        # the pod's memory, shared by the operator and its helm processes (SPEC S7)
+        self.helm_memory = divide(cgroup_memory_limit(), settings.memory_limit,
+                                  settings.max_concurrent_helm)
         self.home: Kube | None = None
         self.fleet: Fleet | None = None
         self._metric_gate: MetricGate | None = None
@@ -97,8 +102,9 @@ class Operator:
             return self.home is not None, [self.elector.standing_by()]
         synced = self.discovery is not None and self.discovery.synced()
         fleet = self.fleet
-        details = [f"cluster {name}: {state}" for name, state in
-                   (fleet.health().items() if fleet is not None else []) if state != "engaged"]
+        details = [self.helm_memory.said()]
+        details += [f"cluster {name}: {state}" for name, state in
+                    (fleet.health().items() if fleet is not None else []) if state != "engaged"]
         details += self.discovery.details() if self.discovery is not None else []
         return synced, details
 
@@ -188,12 +194,14 @@ class Operator:
             (self.elector.holds if self.elector is not None else _always, _everyone)
         gate = self._start_rollout(Policy.from_settings(s), chart, lambda: fleet.workers,
                                    home_events, fence)
-        shared = Shared(s, chart, FairSlots(s.max_concurrent_helm),
+        memory = self.helm_memory
+        (log.warning if memory.concurrency < memory.asked else log.info)(memory.said())
+        shared = Shared(s, chart, FairSlots(memory.concurrency),
                         lambda *a: fleet.report(*a), self.workdir / "clusters",
                         gate=gate, fence=fence, owns=owns, discovered=self._discovered,
                         record_keys=record_keys, writer=writer.name,
                         writer_active=writer.active,
-                        helm_workers=WorkerPool(s.max_concurrent_helm))
+                        helm_workers=WorkerPool(memory.concurrency), helm_memory=memory)
         fleet = self.fleet = Fleet(
             s, shared, home_events, resync=dirty.set,
             handed_over=self.shards.release if self.shards is not None else None)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from krypton.decisions.charts.chartcrds import POLICIES as CHART_CRD_POLICIES
+from krypton.decisions.memory import quantity
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -176,7 +177,12 @@ OPTIONS: tuple[Opt, ...] = (
         "is gone (looked for once per --resync-period, with the workload's health); off: only "
         "release records count", "repair", choice("repair", "off")),
     Opt("max_concurrent_reconciles", "Tenants reconciled at once per cluster", 4, positive_int),
-    Opt("max_concurrent_helm", "helm processes at once across all clusters", 4, positive_int),
+    Opt("max_concurrent_helm", "helm processes at once across all clusters (fewer where the "
+        "pod's memory cannot hold that many: said at start)", 4, positive_int),
+    Opt("memory_limit", "What the operator and its helm processes may use together where the "
+        "pod's cgroup sets no memory limit (the cgroup's limit wins): each helm process is held "
+        "to its share by the kernel (docs, Security model)", 1280 << 20, quantity,
+        metavar="QUANTITY"),
     Opt("resync_period", "Re-queue every Tenant this often", 600.0, duration),
     Opt("max_retries", "Failed helm runs of one target (chart, values, Tenant generation) "
         "retried before the release is Stalled (RetriesExhausted) until the target changes or "

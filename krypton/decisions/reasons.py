@@ -64,9 +64,11 @@ REASONS: dict[str, Reason] = {
                            "and retry on their schedule, and it starts again after a delay "
                            "doubling from 1 s to 60 s", "read the worker's last words in the "
                            "message; check --helm-worker and the pod's memory"),
-    "HelmWorkerOutOfMemory": _r(E, "the cluster's helm worker used more memory than krypton "
-                                "allows it (1 GiB) and was killed", "look for a release whose "
-                                "manifest or history is unusually large on that cluster"),
+    "HelmWorkerOutOfMemory": _r(E, "the cluster's helm worker reached its share of the pod's "
+                                "memory (said at start and on /readyz) and ended, or was killed "
+                                "past it", "look for a release whose manifest or history is "
+                                "unusually large on that cluster, or raise the pod's memory "
+                                "limit"),
     "HelmWorkerStuck": _r(E, "a cancelled request (past --helm-timeout, or at shutdown) did "
                           "not end within 5 s and the cluster's helm worker was killed",
                           "nothing: the next request starts a new one"),

@@ -68,6 +68,7 @@ class Settings:
     drift_detection: str = _default("drift_detection")
     max_concurrent_reconciles: int = _default("max_concurrent_reconciles")
     max_concurrent_helm: int = _default("max_concurrent_helm")
+    memory_limit: int = _default("memory_limit")
     resync_period: float = _default("resync_period")
     max_retries: int = _default("max_retries")
     retry_backoff_max: float = _default("retry_backoff_max")

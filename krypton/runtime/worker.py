@@ -29,16 +29,18 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm
-from krypton.adapters.helmworker import WorkerHelm, WorkerPool
+from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
+from krypton.adapters.workerprocess import WorkerPool
 from krypton.decisions import crd, retry
 from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.clusters.execplugins import CredentialPluginFailed
 from krypton.decisions.clusters.kubeconfig import Kubeconfig
 from krypton.decisions.crd import crd_manifest
 from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError, TemporaryError
+from krypton.decisions.memory import HelmMemory, divide
 from krypton.decisions.model import RolloutGate, TenantKey
 from krypton.decisions.planner import admission
 from krypton.decisions.releases import ReleaseIndex
@@ -89,16 +91,21 @@ class Shared:
     writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
     # the fleet's helm workers, at most --max-concurrent-helm running (SPEC P5)
     helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(4))
+    # what each helm process may use of the pod's memory (SPEC S7)
+    helm_memory: HelmMemory = field(default_factory=lambda: divide(None, 1280 << 20, 4))
 
 
-def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path) -> Helm:
+def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
+                 refused: Callable[[KryptonError], None]) -> Helm:
     """A cluster's helm: its worker (`--helm-engine=worker`, started on the first request)
-    or the helm binary."""
+    or the helm binary. `refused` is told of an answer of the cluster past a bound (a
+    strike against its budget, as for krypton's own requests: SPEC S5, S7)."""
     s = shared.settings
     executable = s.helm_path or s.helm_executable
     common: dict[str, Any] = {
         "kubeconfig": kubeconfig, "timeout": s.helm_timeout, "wait": s.helm_wait,
-        "driver": s.helm_driver, "history_max": s.helm_history_max, "cache_dir": cache_dir}
+        "driver": s.helm_driver, "history_max": s.helm_history_max, "cache_dir": cache_dir,
+        "memory": shared.helm_memory}
     if s.helm_engine != "worker":
         return Helm(executable, **common)
 
@@ -106,7 +113,7 @@ def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path) -
         await shared.report(name, "Warning", reason, message)
 
     return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=name,
-                      on_exit=ended, pool=shared.helm_workers, **common)
+                      on_exit=ended, on_refused=refused, pool=shared.helm_workers, **common)
 
 
 async def forget_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
@@ -262,7 +269,8 @@ class Worker:
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
-        helm = cluster_helm(self.shared, self.name, kubeconfig, self._dir / "kube-cache")
+        helm = cluster_helm(self.shared, self.name, kubeconfig, self._dir / "kube-cache",
+                            self.health.answer_refused)
         self.guard = recordguard.Keeper(self.kube, settings, self.health)
         self._watches = self._informers(self.kube)
         self.runtime = ClusterRuntime(

@@ -4,21 +4,26 @@ helm work as the helm binary does, and what its life costs when it goes wrong.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from krypton.adapters import helmworker
+from krypton.adapters import workerprocess
 from krypton.adapters.helm import Helm
 from krypton.adapters.helmworker import WorkerHelm
 from krypton.app.config import resolve_helm
-from krypton.decisions.errors import HelmWorkerFailed
+from krypton.decisions.errors import HelmFailed, HelmWorkerFailed
+from krypton.decisions.memory import HelmMemory
 from krypton.decisions.trust import records as trust
 
 from .conftest import Cluster, unique
@@ -249,7 +254,7 @@ def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> 
     said, ended = reporter()
 
     async def main() -> str:
-        process = helmworker.WorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
+        process = workerprocess.WorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
                                            on_exit=ended)
         with pytest.raises(HelmWorkerFailed) as first:
             await process.ask({"op": "status"})
@@ -268,7 +273,7 @@ def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
     cluster = Cluster("remote", remote)  # type: ignore[arg-type]
     ns = unique("hw")
     cluster.ensure_namespace(ns)
-    pool = helmworker.WorkerPool(1)
+    pool = workerprocess.WorkerPool(1)
 
     async def main() -> None:
         a = worker_helm(cluster, tmp_path / "a", pool=pool, wait=True)
@@ -319,3 +324,100 @@ def test_a_worker_serving_many_releases_is_not_held_back_where_helm_was_not(
 
     assert asyncio.run(main()) == 0
     cluster.core.delete_namespace(ns)
+
+
+class _Bomb(BaseHTTPRequestHandler):
+    """An API server that knows its version and answers every other read with a gzip body
+    inflating to 2 GiB."""
+
+    member = gzip.compress(b"\0" * (64 << 20), compresslevel=9)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.startswith("/version"):
+            body, extra = b'{"major": "1", "minor": "34", "gitVersion": "v1.34.4"}', {}
+        else:
+            body, extra = self.member * 32, {"Content-Encoding": "gzip"}
+        self.send_response(200)
+        for name, value in {"Content-Type": "application/json", **extra}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.mark.parametrize(("share_mib", "reason"), [(320, "AnswerTooLarge"),
+                                                     (120, "HelmWorkerOutOfMemory")])
+def test_a_worker_reads_within_its_bound_and_is_held_to_its_share(
+        tmp_path: Path, share_mib: int, reason: str) -> None:
+    """SPEC S7: a gzip bomb answering helm's list of a release's records is refused at 64
+    MiB, decompressed, within a share that holds one such read (the worker stays); a share
+    too small for it is held by the kernel: the worker ends "out of memory", said as
+    HelmWorkerOutOfMemory, and never grows past it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: "
+        f"{{server: 'http://127.0.0.1:{server.server_port}'}}}}]\ncontexts: [{{name: c, "
+        "context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    share = share_mib << 20
+    memory = HelmMemory(pod=share + (256 << 20), source="test", concurrency=1, asked=1,
+                        share=share)
+    said, ended = reporter()
+    peak: list[int] = []
+
+    async def main() -> BaseException:
+        helm = WorkerHelm("helm", resolve_helm("krypton-helmworker"), kubeconfig=kubeconfig,
+                          timeout=60, wait=False, cluster="bomb", on_exit=ended, memory=memory)
+        asking = asyncio.ensure_future(helm.install_or_upgrade(
+            "r", SAMPLE, "n", {}, operation="upgrade"))
+        while not asking.done():  # its resident memory, looked at as it reads
+            if helm.process.pid is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    peak.append(workerprocess._rss(helm.process.pid))
+            await asyncio.sleep(0.02)
+        failure = asking.exception()
+        await helm.close()
+        assert failure is not None
+        return failure
+
+    try:
+        failure = asyncio.run(main())
+    finally:
+        server.shutdown()
+    assert getattr(failure, "reason", "") == reason, failure
+    if reason == "AnswerTooLarge":
+        assert "cluster bomb: " in str(failure) and "is over 67108864 bytes" in str(failure)
+        assert said == []  # the worker stays
+    else:
+        assert [r for r, _ in said] == ["HelmWorkerOutOfMemory"], said
+        assert "out of memory" in said[0][1] and f"its share: {share_mib} MiB" in said[0][1]
+    assert max(peak, default=0) <= share * 1.1, f"peak {max(peak) >> 20} MiB"
+
+
+@pytest.mark.helm3lane  # the binary of each Helm major
+def test_a_helm_process_is_held_to_its_share(helm_bin: str, tmp_path: Path) -> None:
+    """SPEC S7, --helm-engine=cli: the helm binary reads its cluster's answers unbounded (a
+    2 GiB gzip bomb took it to 4.5 GiB); held to its share by the kernel, it ends there, and
+    the run fails saying so, not with helm's goroutines."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: "
+        f"{{server: 'http://127.0.0.1:{server.server_port}'}}}}]\ncontexts: [{{name: c, "
+        "context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    memory = HelmMemory(pod=512 << 20, source="test", concurrency=1, asked=1, share=256 << 20)
+    helm = Helm(helm_bin, kubeconfig=kubeconfig, timeout=60, wait=False,
+                cache_dir=tmp_path / "cache", memory=memory)
+    try:
+        with pytest.raises(HelmFailed) as failed:
+            asyncio.run(helm.install_or_upgrade("r", SAMPLE, "n", {}, operation="upgrade"))
+    finally:
+        server.shutdown()
+    assert str(failed.value).startswith("helm ended: fatal error: ") and \
+        "out of memory" in str(failed.value), failed.value

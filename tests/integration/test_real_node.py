@@ -319,4 +319,4 @@ def test_fifty_releases_stay_under_the_charts_memory_limit(bed: Bed,
     peak = _memory_peak(bed.node, after)
     record_property("operator_memory_peak_mib", round(peak / 2**20, 1))
     print(f"operator pod memory peak {peak / 2**20:.1f} MiB under a limit of {limit}")
-    assert limit == "512Mi"  # the chart's default, as users get it
+    assert limit == "1280Mi"  # the chart's default, as users get it

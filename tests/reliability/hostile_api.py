@@ -6,6 +6,8 @@ that never ends, a redirect to another origin), each answer's time kept."""
 from __future__ import annotations
 
 import base64
+import functools
+import gzip
 import http.client
 import ssl
 import tempfile
@@ -149,6 +151,24 @@ def stream(h: BaseHTTPRequestHandler, head: bytes, filler: bytes, total: int, *,
         h.wfile.write(filler)
         sent += len(filler)
     h.wfile.write(tail)
+
+
+@functools.cache
+def _zeros() -> bytes:
+    return gzip.compress(b"\0" * (64 << 20), compresslevel=9)  # 64 MiB in about 64 KiB
+
+
+def gzip_bomb(h: BaseHTTPRequestHandler, total: int) -> None:
+    """Answer 200 with a gzip body that inflates to `total` bytes of zeros (the same member
+    repeated: a gzip stream may hold many), about 64 KiB for each 64 MiB of it."""
+    member = _zeros()
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Encoding", "gzip")
+    h.send_header("Content-Length", str(len(member) * (total >> 26)))
+    h.end_headers()
+    for _ in range(total >> 26):
+        h.wfile.write(member)
 
 
 def answer(h: BaseHTTPRequestHandler, status: int, body: bytes,

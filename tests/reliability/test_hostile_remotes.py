@@ -9,6 +9,7 @@ Secret (a refused watch is only tried again), a backoff, and neither the operato
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import os
@@ -17,12 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from krypton.testing.operator import OperatorProcess, wait_for
 from tests.integration.conftest import Fleet, unique
-from tests.reliability.hostile_api import HostileAPI, answer, is_list, is_watch, stream
+from tests.reliability.hostile_api import (
+    HostileAPI,
+    answer,
+    gzip_bomb,
+    is_list,
+    is_watch,
+    stream,
+)
 from tests.reliability.test_hostile_input import Responder
 
 pytestmark = pytest.mark.reliability
@@ -473,3 +482,89 @@ def test_tenants_changed_without_end_wait_for_their_clusters_pass_rate(fleet: Fl
     assert [(e.type, e.count) for e in events] == [("Warning", 1)]
     assert not op.log_events("reconcile crashed")
     assert beside <= 2 * alone, f"{beside:.2f} s beside, {alone:.2f} s alone"
+
+
+# -- the helm worker's reads bounded too (SPEC S7) --------------------------------------------
+
+def _helms_discovery(method: str, path: str) -> bool:
+    return method == "GET" and path.split("?")[0] in ("/api", "/apis")
+
+
+def _helms_records(method: str, path: str) -> bool:
+    """helm's storage driver's list of a release's records (krypton's own pages them)."""
+    return method == "GET" and "/secrets?" in path and "owner%3Dhelm" in path and \
+        "limit=" not in path and "watch=" not in path
+
+
+HELM_CLASSES: dict[str, tuple[Callable[[str, str], bool], Answer]] = {
+    "discovery as a 2 GiB gzip bomb": (_helms_discovery, lambda h: gzip_bomb(h, 2 << 30)),
+    "discovery without end": (_helms_discovery, lambda h: stream(
+        h, b'{"kind": "APIVersions", "versions": ["', b"v" * 65536, 2 << 30, length=False)),
+    "the release list as a 2 GiB gzip bomb": (_helms_records, lambda h: gzip_bomb(h, 2 << 30)),
+}
+
+
+def _workers(op: OperatorProcess) -> list[int]:
+    """The helm workers the operator runs now."""
+    found = []
+    for task in Path(f"/proc/{op.pid}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                if "krypton-helmworker" in Path(f"/proc/{pid}/cmdline").read_text():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("name", list(HELM_CLASSES))
+def test_a_hostile_api_server_costs_a_helm_worker_no_more_than_its_share(
+        fleet: Fleet, name: str) -> None:
+    """The helm worker reads its cluster's answers within the bound krypton's own client
+    holds (64 MiB, decompressed bytes counted), and is held to its share of the pod by the
+    kernel: a gzip bomb of 2 GiB on helm's discovery or on its list of a release's records,
+    or an endless discovery body, fails that cluster's helm run as AnswerTooLarge (a Warning
+    Event on its Secret), the worker's peak stays within its share + 10 % (it was 2.6-3.2
+    GiB), the operator's memory and the healthy cluster's pace are unchanged."""
+    fleet.register("remote", fleet.remote)
+    engine = ("--helm-engine=worker", "--memory-limit=1280Mi")  # 4 workers of 256 MiB each
+    op = fleet.start(*engine)
+    started = time.monotonic()
+    first = fleet.tenant(fleet.remote, unique("before"))
+    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
+    alone, baseline = time.monotonic() - started, _peak_rss(op.pid)
+    share = (1280 - 256) // 4 * MiB
+    assert "256 MiB each" in op.readyz()
+    hits, send = HELM_CLASSES[name]
+    hostile = HostileAPI(fleet.home.cp.kubeconfig,
+                         lambda method, path: send if hits(method, path) else None)
+    peaks: dict[int, int] = {}
+
+    def refused() -> list[Any]:
+        for pid in _workers(op):
+            with contextlib.suppress(OSError, AssertionError):
+                peaks[pid] = max(peaks.get(pid, 0), _peak_rss(pid))
+        return [e for e in fleet.home.events(fleet.discovery_ns, "hostile")
+                if e.reason == "AnswerTooLarge"]
+
+    try:
+        fleet.register("hostile", kubeconfig=hostile.kubeconfig())
+        fleet.tenant(fleet.home, unique("behind"))  # served through the hostile front
+        warned = wait_for(refused, 60, interval=0.1, what=f"{name}: AnswerTooLarge said")
+        assert warned[0].type == "Warning" and "cluster hostile" in warned[0].message, warned
+        started = time.monotonic()
+        after = fleet.tenant(fleet.remote, unique("during"))
+        fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
+        beside = time.monotonic() - started
+        assert op.alive()
+        grown = _peak_rss(op.pid) - baseline
+        worst = max(peaks.values(), default=0)
+        print(f"{name}: the workers' peak RSS {worst / MiB:.0f} MiB (share {share / MiB:.0f} "
+              f"MiB), {len(peaks)} worker(s); the operator's +{grown / MiB:.1f} MiB; "
+              f"{hostile.answered} hostile answers; a healthy Tenant Ready in {alone:.2f} s "
+              f"alone, {beside:.2f} s beside it")
+        assert peaks, "no helm worker seen"
+        assert worst <= share * 1.1, f"{name}: a worker peaked at {worst / MiB:.0f} MiB"
+        assert grown <= 64 * MiB, f"{name}: the operator's peak RSS grew {grown / MiB:.0f} MiB"
+    finally:
+        hostile.close()

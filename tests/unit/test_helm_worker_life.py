@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters import helmworker
-from krypton.adapters.helmworker import WorkerPool, WorkerProcess
+from krypton.adapters import workerprocess
+from krypton.adapters.workerprocess import WorkerPool, WorkerProcess
 from krypton.decisions.errors import HelmWorkerFailed
 
 pytestmark = pytest.mark.unit
@@ -33,7 +33,7 @@ def test_a_worker_that_ends_at_every_start_is_started_on_the_growing_schedule_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its exit status 0 is no stop krypton asked for: a failure, said, and the next start
     waits. Requests asked meanwhile fail at once with why; none waits for an answer."""
-    monkeypatch.setattr(helmworker, "BACKOFF_FIRST", 0.1)
+    monkeypatch.setattr(workerprocess, "BACKOFF_FIRST", 0.1)
     said: list[str] = []
 
     async def ended(reason: str, _message: str) -> None:
@@ -67,7 +67,7 @@ def test_a_worker_that_does_not_end_a_cancelled_request_is_killed(
     """It reads its requests and answers none, its cancel neither: within the grace it is
     killed and said as HelmWorkerStuck; the next request starts a new process (after the
     delay) and the stuck one is gone."""
-    monkeypatch.setattr(helmworker, "STOP_GRACE", 0.5)
+    monkeypatch.setattr(workerprocess, "STOP_GRACE", 0.5)
     said: list[str] = []
 
     async def ended(reason: str, _message: str) -> None:

@@ -105,8 +105,9 @@ def decode(record: Mapping[str, Any], driver: str) -> dict[str, Any]:
     (gzip optional), and the Secret driver base64-encodes that once more. Refused
     (RecordRefused) when it is not one, is stored over `STORED_MAX` or inflates past
     `INFLATED_MAX` (read as it inflates, never whole)."""
+    as_stored = stored(record, driver)
     try:
-        raw = base64.b64decode(stored(record, driver))
+        raw = base64.b64decode(as_stored)
     except ValueError as exc:
         raise RecordRefused("release record is not base64") from exc
     if len(raw) > STORED_MAX:

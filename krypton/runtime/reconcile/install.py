@@ -147,8 +147,8 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         p.log.info("release busy, waiting", detail=str(exc))
         return Report(outcome=Outcome(retry=True, reason=exc.reason))
     except HelmFailed as exc:
-        if exc.reason in HOSTILE_ANSWERS:  # the cluster's answer, not the release's fault:
-            raise  # a strike against the cluster's budget (SPEC S5, S7)
+        if exc.reason in HOSTILE_ANSWERS:  # the cluster's answer (struck against its budget
+            raise  # by the helm engine), not the release's: no failure of its target
         return reports.failed(rt, p, verb, exc)
 
 
