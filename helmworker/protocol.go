@@ -48,6 +48,8 @@ type Request struct {
 	// S7). Required by every operation that reads the release's history: helm is handed a
 	// record only if it is one of these, or one helm wrote during the request.
 	Records *[]Judged `json:"records,omitempty"`
+	// Why (unlock): why krypton's own run of the release ended before helm did.
+	Why string `json:"why,omitempty"`
 	// Found (upgrade): krypton read the release's history right before and found a record to
 	// upgrade from. The upgrade then runs at once (helm's own checks stand: a pending last
 	// record is refused, the deployed one found); if helm finds no deployed record after all,

@@ -15,6 +15,8 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	kubefake "helm.sh/helm/v4/pkg/kube/fake"
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -142,5 +144,51 @@ func TestARequestThatReadsTheHistoryNamesTheRecordsAndNothingElse(t *testing.T) 
 	}
 	if !strings.Contains(byID[0].Error, `unknown field "colour"`) {
 		t.Errorf("an unknown field: %+v", byID[0])
+	}
+}
+
+func TestAnInterruptedRunsPendingRecordIsUnlockedAndNoOtherIs(t *testing.T) {
+	dir := testChart(t)
+	cluster := fake.NewClientset()
+	s := withSecrets(cluster)
+	if a := s.run(context.Background(), Request{Op: "upgrade", Release: "r", Namespace: "ns", Chart: dir, Records: judged(t, cluster)}); a.Error != "" {
+		t.Fatal(a)
+	}
+	// revision 2 as a killed worker leaves it: pending-upgrade
+	secrets := cluster.CoreV1().Secrets("ns")
+	one, err := secrets.Get(context.Background(), "sh.helm.release.v1.r.v1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := base64.StdEncoding.DecodeString(string(one.Data["release"]))
+	unzipped, _ := gzip.NewReader(bytes.NewReader(raw))
+	var rel map[string]any
+	_ = json.NewDecoder(unzipped).Decode(&rel)
+	rel["version"], rel["info"].(map[string]any)["status"] = 2, "pending-upgrade"
+	var out bytes.Buffer
+	gz := gzip.NewWriter(&out)
+	_ = json.NewEncoder(gz).Encode(rel)
+	_ = gz.Close()
+	two := one.DeepCopy()
+	two.Name, two.ResourceVersion = "sh.helm.release.v1.r.v2", ""
+	two.Labels["version"], two.Labels["status"] = "2", "pending-upgrade"
+	two.Data["release"] = []byte(base64.StdEncoding.EncodeToString(out.Bytes()))
+	if _, err := secrets.Create(context.Background(), two, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	unlock := func(revision int) Answer {
+		return s.run(context.Background(), Request{Op: "unlock", Release: "r", Namespace: "ns", Revision: revision, Why: "its worker was killed", Records: judged(t, cluster)})
+	}
+	if a := unlock(1); a.Error != "" || a.Release.(*release.Release).Info.Status != common.StatusDeployed {
+		t.Fatalf("a deployed record is not unlocked: %+v", a)
+	}
+	a := unlock(2)
+	got := a.Release.(*release.Release)
+	if a.Error != "" || got.Info.Status != common.StatusFailed || got.Info.Description != "Release unlocked from stale 'pending-upgrade' state: its worker was killed" {
+		t.Fatalf("the pending record: %+v %+v", a, got.Info)
+	}
+	stored, _ := secrets.Get(context.Background(), "sh.helm.release.v1.r.v2", metav1.GetOptions{})
+	if stored.Labels["status"] != "failed" {
+		t.Fatalf("stored as %q", stored.Labels["status"])
 	}
 }

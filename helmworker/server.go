@@ -176,6 +176,10 @@ var operations = map[string]func(context.Context, *Server, *action.Configuration
 		m, err := manifest(cfg, req)
 		return Answer{Manifest: m}, err
 	},
+	"unlock": func(_ context.Context, _ *Server, cfg *action.Configuration, req Request) (Answer, error) {
+		rel, err := unlock(cfg, req)
+		return Answer{Release: rel}, err
+	},
 }
 
 // outcome is answer, or err's words and kind.
@@ -358,6 +362,29 @@ func uninstall(cfg *action.Configuration, req Request) error {
 	un.WaitStrategy = kube.StatusWatcherStrategy
 	_, err := un.Run(req.Release)
 	return err
+}
+
+// unlock marks revision `req.Revision` of the release failed if it is still pending: krypton's
+// own run of it ended before helm did (its worker or process ended mid-run), so no helm is at
+// work on it, and the history should say so, as Flux's helm-controller unlocks a release left
+// in a stale state. A record that is not pending is left as it is.
+func unlock(cfg *action.Configuration, req Request) (*release.Release, error) {
+	found, err := cfg.Releases.Get(req.Release, req.Revision)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := v1(found)
+	if err != nil {
+		return nil, err
+	}
+	if rel.Info == nil || !rel.Info.Status.IsPending() {
+		return answered(rel)
+	}
+	rel.SetStatus(common.StatusFailed, fmt.Sprintf("Release unlocked from stale '%s' state: %s", rel.Info.Status, req.Why))
+	if err := cfg.Releases.Update(rel); err != nil {
+		return nil, err
+	}
+	return answered(rel)
 }
 
 // manifest is `helm get manifest`.

@@ -288,6 +288,17 @@ class Helm:
     async def close(self) -> None:
         """Nothing to stop: each helm process ends with its run."""
 
+    def interrupted(self, namespace: str, release: str) -> str:
+        """Why krypton's own helm run of the release ended before helm did, leaving its
+        record pending ("" when none did). A helm process stopped by krypton is sent SIGTERM
+        and marks its record failed itself; one killed outright is not known here, and its
+        pending record is recovered once it is older than --helm-timeout."""
+        return ""
+
+    async def unlock(self, release: str, namespace: str, revision: int, why: str,
+                     records: Sequence[Record]) -> None:
+        """Mark revision `revision` failed if it is pending (the worker's engine only)."""
+
     async def _run(self, operation: str, coro: Any) -> Any:
         metrics.HELM_RUNS.labels(operation).inc()
         start, result = time.monotonic(), "success"

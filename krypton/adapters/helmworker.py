@@ -133,6 +133,19 @@ class WorkerHelm(Helm):
             "timeout": int(self.timeout), "noHooks": not hooks,
             "records": _judged(records)}, gone_is_done=True))
 
+    def interrupted(self, namespace: str, release: str) -> str:
+        return self.process.interrupted.get((namespace, release), "")
+
+    async def unlock(self, release: str, namespace: str, revision: int, why: str,
+                     records: Sequence[Record]) -> None:
+        """Revision `revision` marked failed if it is still pending, with `why` (SPEC S7):
+        krypton's own run of it ended with its worker, so no helm is at work on it."""
+        await self._run("unlock", self._ask({
+            "op": "unlock", "release": release, "namespace": namespace, "revision": revision,
+            "why": why, "records": _judged(records)}))
+        self.process.interrupted.pop((namespace, release), None)
+
     async def close(self) -> None:
+        self.process.interrupted.clear()
         await self.process.close()
 

@@ -36,6 +36,7 @@ IDLE = 60.0  # seconds without a request before a worker stops
 START_TIMEOUT = 10.0  # seconds a new worker has to say which protocol it speaks
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0  # seconds before a start after a worker ended badly
 STDERR_KEPT = 4096  # bytes of a worker's stderr kept to say why it ended
+WRITES = frozenset({"upgrade", "rollback", "uninstall"})  # requests that write a record
 
 
 def _rss(pid: int) -> int:
@@ -68,11 +69,25 @@ class _Run:
     ended: bool = False
     stopping: bool = False  # asked to end (idle, retired, closed): its exit is no failure
     fatal: str = ""  # the Go runtime's "fatal error:" line, kept whatever follows it
+    asked: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # op, namespace, release
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message, separators=(",", ":"), default=str).encode()
                               + b"\n")
+
+    async def drain(self) -> None:
+        """The worker's stderr: its last `STDERR_KEPT` bytes kept (a Go panic, a fatal error),
+        and the Go runtime's "fatal error:" line wherever it came."""
+        assert self.proc.stderr is not None
+        kept = 0
+        while chunk := await self.proc.stderr.read(4096):
+            if not self.fatal and (at := chunk.find(b"fatal error:")) >= 0:
+                self.fatal = chunk[at:at + 200].split(b"\n", 1)[0].decode(errors="replace")
+            self.stderr.append(chunk)
+            kept += len(chunk)
+            while kept - len(self.stderr[0]) >= STDERR_KEPT:
+                kept -= len(self.stderr.popleft())
 
     def last_words(self) -> str:
         tail = b"".join(self.stderr).decode(errors="replace").strip().splitlines()[-3:]
@@ -127,6 +142,9 @@ class WorkerProcess:
         self._closed = False
         self._asking = 0  # requests on their way to the process (waiting for it to start)
         self.starts = 0  # processes started (tests and the bench read it)
+        # releases whose run ended with the process that ran it (killed, out of memory, a
+        # crash): why, until their records are unlocked (SPEC S7)
+        self.interrupted: dict[tuple[str, str], str] = {}
         self.last_used = 0.0  # time.monotonic() of the last request
         self.pool = pool
         if pool is not None:
@@ -158,6 +176,8 @@ class WorkerProcess:
         ident = next(self._ids)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         run.waiting[ident] = answer
+        run.asked[ident] = (str(request.get("op")), str(request.get("namespace")),
+                            str(request.get("release")))
         self._no_idle()
         try:
             run.send({**request, "id": ident})
@@ -170,6 +190,7 @@ class WorkerProcess:
             return await answer
         finally:
             run.waiting.pop(ident, None)
+            run.asked.pop(ident, None)
             if answer.done() and not answer.cancelled():
                 answer.exception()  # looked at: a failure nobody awaits is not logged
             self._maybe_idle()
@@ -244,7 +265,7 @@ class WorkerProcess:
                                      f"{exc or 'no answer in time'}")
         run = _Run(proc)
         loop = asyncio.get_running_loop()
-        run.tasks = [loop.create_task(self._read(run)), loop.create_task(self._drain(run)),
+        run.tasks = [loop.create_task(self._read(run)), loop.create_task(run.drain()),
                      loop.create_task(self._watch_memory(run))]
         self._run = run
         _log.debug("helm worker started", cluster=self.cluster, pid=proc.pid,
@@ -284,18 +305,6 @@ class WorkerProcess:
         except ValueError as exc:  # also an answer longer than the limit
             why = f"an answer krypton does not take: {str(exc)[:120]}"
         await self._end(run, "HelmWorkerFailed", why)
-
-    async def _drain(self, run: _Run) -> None:
-        """The worker's stderr: its last `STDERR_KEPT` bytes kept (a Go panic, a fatal error)."""
-        assert run.proc.stderr is not None
-        kept = 0
-        while chunk := await run.proc.stderr.read(4096):
-            if not run.fatal and (at := chunk.find(b"fatal error:")) >= 0:
-                run.fatal = chunk[at:at + 200].split(b"\n", 1)[0].decode(errors="replace")
-            run.stderr.append(chunk)
-            kept += len(chunk)
-            while kept - len(run.stderr[0]) >= STDERR_KEPT:
-                kept -= len(run.stderr.popleft())
 
     async def _watch_memory(self, run: _Run) -> None:
         while not run.ended:
@@ -348,6 +357,10 @@ class WorkerProcess:
                    f"({why or f'exit status {run.proc.returncode}'})" +
                    (f": {words}" if words else ""))
         self._later(message)
+        for ident, future in run.waiting.items():
+            op, namespace, release = run.asked.get(ident, ("", "", ""))
+            if op in WRITES and not future.done():  # helm may have left its record pending
+                self.interrupted[(namespace, release)] = message
         for future in run.waiting.values():
             if not future.done():  # a worker past its memory says so to its requests too
                 future.set_exception(HelmWorkerFailed(

@@ -161,6 +161,9 @@ REASONS: dict[str, Reason] = {
     "OwnershipConflict": _r(CEP, "an object of the chart belongs to another release on the "
                             "cluster (R17)", "the message names the object and its owner",
                             fatal=True),
+    "ReleaseUnlocked": _r(E, "a release record left pending by krypton's own run, which ended "
+                          "with its helm worker (killed, out of memory, a crash), was marked "
+                          "failed before the release was recovered (SPEC S7)"),
     "ReleaseRecordChanged": _r(CE, "a release record changed, appeared or was relabelled "
                                "between krypton's judgement of the history and helm's read "
                                "of it; the helm worker handed helm nothing and the run is "

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from krypton.testing.operator import OperatorProcess, wait_for
+from krypton.testing.operator import OperatorProcess, cmdline, descendants, wait_for
 from tests.integration.conftest import Fleet, unique
 from tests.reliability.hostile_api import (
     HostileAPI,
@@ -506,15 +506,7 @@ HELM_CLASSES: dict[str, tuple[Callable[[str, str], bool], Answer]] = {
 
 def _workers(op: OperatorProcess) -> list[int]:
     """The helm workers the operator runs now."""
-    found = []
-    for task in Path(f"/proc/{op.pid}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                if "krypton-helmworker" in Path(f"/proc/{pid}/cmdline").read_text():
-                    found.append(int(pid))
-            except OSError:
-                continue
-    return found
+    return [p for p in descendants(op.pid) if "krypton-helmworker" in " ".join(cmdline(p))]
 
 
 @pytest.mark.parametrize("name", list(HELM_CLASSES))

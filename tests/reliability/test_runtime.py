@@ -4,6 +4,8 @@ a cache that has not synced; SIGTERM with helm running is bounded and leaves not
 from __future__ import annotations
 
 import base64
+import gzip
+import json
 import os
 import signal
 import subprocess
@@ -317,3 +319,43 @@ def test_watch_resumes_and_relists_once_after_410(fleet: Fleet, compacted: Clust
     for name in names:
         release = f"tenant-{name}-compacted"
         assert compacted.release_records(name, release) == [(1, "deployed")], name
+
+
+def test_a_worker_killed_mid_upgrade_leaves_no_pending_record(fleet: Fleet,
+                                                              testbin: Path) -> None:
+    """SPEC S7: the helm worker killed (by its bound, the kernel or a person) while helm
+    waits for an upgrade's pods: krypton knows its own run ended with it, so the next pass
+    marks the pending record failed ("unlocked from a stale state", as Flux does, an Event
+    ReleaseUnlocked) and recovers the release at once, without waiting out --helm-timeout;
+    the history keeps no pending record."""
+    with ControlPlane("killed", testbin, auth="token", nodes=1,
+                      pod_ready_delay=6.0).start() as cp:
+        cluster = Cluster("killed", cp)
+        cluster.ensure_namespace(fleet.tenant_ns)
+        fleet.register("killed", cluster)
+        op = fleet.start("--helm-wait=true", "--helm-engine=worker", "--helm-timeout", "300s",
+                         chart="workload", version="1.0.0")
+        name = fleet.tenant(cluster, unique("killed"))
+        release = f"tenant-{name}-killed"
+        cluster.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)
+        # a new pod template for this cluster (its values): helm waits 6 s for the new pods
+        fleet.home.core.patch_namespaced_secret("killed", fleet.discovery_ns, {"data": {
+            "values.yaml": base64.b64encode(b"image: krypton.test/testpod:2\n").decode()}})
+        wait_for(lambda: cluster.release_records(name, release)[-1] == (2, "pending-upgrade"),
+                 60, interval=0.05, what="the upgrade under way")
+        (worker,) = [p for p in descendants(op.pid)
+                     if Path(cmdline(p)[0]).name == "krypton-helmworker"]
+        os.kill(worker, signal.SIGKILL)
+        records = wait_for(lambda: (r := cluster.release_records(name, release))[-1][1] ==
+                           "deployed" and r, 120, what="the release recovered")
+        assert not [r for r in records if r[1].startswith("pending")], records
+        assert (2, "failed") in records, records
+        secret = cluster.core.read_namespaced_secret(f"sh.helm.release.v1.{release}.v2", name)
+        body = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(
+            secret.data["release"]))))
+        assert body["info"]["description"].startswith(
+            "Release unlocked from stale 'pending-upgrade' state: the helm worker of cluster "
+            "killed ended"), body["info"]
+        said = cluster.wait_event(fleet.tenant_ns, name, "ReleaseUnlocked")
+        assert f"revision 2 of {release} was left pending-upgrade" in said.message
+        cluster.wait_phase(fleet.tenant_ns, name, "Ready", timeout=120)

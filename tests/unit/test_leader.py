@@ -149,7 +149,14 @@ def _install_pass(helm: object, fence: Any = lambda: True) -> tuple[Any, Any, _C
     return decided, reconciler.reconcile(TenantKey("ns", "t")), cluster
 
 
-class _RecordingHelm:
+class _HelmPort:
+    """What every fake helm here answers as the port does: no run of krypton's was cut short."""
+
+    def interrupted(self, *_a: object) -> str:
+        return ""
+
+
+class _RecordingHelm(_HelmPort):
     def __init__(self) -> None:
         self.calls: list[str] = []
 
@@ -240,7 +247,7 @@ def test_no_helm_operation_starts_without_fresh_leadership(stage: str) -> None:
     helm_calls: list[str] = []
     answers = iter([True] if stage == "slot" else [])  # fresh at the start, stale at the slot
 
-    class Helm:
+    class Helm(_HelmPort):
         async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
             helm_calls.append("install")
             return {"version": 1, "info": {"status": "deployed"}}
@@ -259,7 +266,7 @@ def test_a_locked_release_is_not_a_failed_release(error: str) -> None:
     still records the fingerprint that failed."""
     from krypton.decisions import errors
 
-    class Helm:
+    class Helm(_HelmPort):
         async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
             raise getattr(errors, error)("another operation (install/upgrade/rollback) is in "
                                          "progress" if error == "ReleaseLocked" else "boom")
@@ -305,7 +312,7 @@ def test_a_deleted_tenant_without_a_release_runs_no_helm() -> None:
     without a helm uninstall (once, 45 uninstall processes ran for 40 Tenants)."""
     calls: list[str] = []
 
-    class Helm:
+    class Helm(_HelmPort):
         async def uninstall(self, release: str, _namespace: str, **_k: object) -> None:
             calls.append(release)
 
@@ -339,7 +346,7 @@ def _failed_once() -> tuple[Any, Any, dict[str, Any]]:
     record the failed pass wrote to the status."""
     from krypton.decisions import errors
 
-    class Helm:
+    class Helm(_HelmPort):
         async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
             raise errors.HelmFailed("boom")
 

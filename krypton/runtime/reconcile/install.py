@@ -42,6 +42,7 @@ from krypton.decisions.model import (
     namespace_refusal,
 )
 from krypton.decisions.planner import INSTALLING, Action, announced
+from krypton.decisions.releases import BUSY
 from krypton.decisions.trust.records import Record, Trust, Use
 from krypton.decisions.verdicts import Outcome, Verdict
 from krypton.runtime.reconcile import history, look, reports, status
@@ -120,6 +121,7 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
             fenced(rt)  # waiting for the slot may have outlasted the Lease
             seen: list[str] = []  # seals of records this run starts from
             judged: tuple[Record, ...] = ()  # the records helm may read (SPEC S7)
+            await unlock(rt, p, namespace)
             if p.plan.action is Action.UNINSTALL_THEN_INSTALL and status is not ReleaseStatus.ABSENT:
                 verdict = await history.judge(rt, p, Use.UNINSTALL)
                 if verdict.trust is not Trust.ABSENT:
@@ -150,6 +152,22 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
         if exc.reason in HOSTILE_ANSWERS:  # the cluster's answer (struck against its budget
             raise  # by the helm engine), not the release's: no failure of its target
         return reports.failed(rt, p, verb, exc)
+
+
+async def unlock(rt: ClusterRuntime, p: Pass, namespace: str) -> None:
+    """A record left pending by krypton's own run, which ended with its helm worker (killed,
+    out of memory, a crash), marked failed before the run that recovers the release, as
+    Flux's helm-controller unlocks one: its history then tells the truth (SPEC S7). A pending
+    record krypton did not interrupt is never touched here."""
+    rel = p.obs.release
+    why = rt.helm.interrupted(namespace, p.release)
+    if not why or rel.status not in BUSY:
+        return
+    await rt.helm.unlock(p.release, namespace, rel.revision, why, await history.as_read(rt, p))
+    p.log.info("release unlocked", revision=rel.revision, status=rel.status.value)
+    p.events.append(("Normal", "ReleaseUnlocked",
+                     f"revision {rel.revision} of {p.release} was left {rel.status.value} by "
+                     f"krypton's own run, which ended with it ({why[:300]}): marked failed"))
 
 
 async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,

@@ -302,6 +302,10 @@ class ClusterView:
         own = self.settings.shared_release_namespace is None
         observed = self.releases.observe(namespace, release, now=time.time(),
                                          lock_timeout=self.settings.helm_timeout + LOCK_MARGIN)
+        if observed.locked and self.helm.interrupted(namespace, release):
+            # krypton's own run of it ended with its helm worker: nobody is at work on the
+            # pending record, a leftover to unlock and recover at once (SPEC S7)
+            observed = dataclasses.replace(observed, locked=False, unlocks_in=0.0)
         foreign = observed.owner_uid not in (None, view.uid)
         ours = None if foreign else self.releases.ours(namespace, release)
         if ours is not None and (view.applied_revision is None or ours[0] > view.applied_revision):
