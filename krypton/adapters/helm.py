@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import yaml
@@ -263,14 +263,76 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
         pass  # it had already exited
 
 
-class Helm:
-    """helm against one cluster (or none, for pulling charts).
+class HelmEngine(Protocol):
+    """helm against one cluster, as the runtime, ``krypton plan`` and ``krypton diff`` use it
+    (SPEC P5, S7): the helm binary (:class:`Helm`) or krypton's helm worker
+    (:class:`~krypton.adapters.helmworker.WorkerHelm`), two implementations of one port with
+    the same answers and errors. Each call that reads the release's history takes `records`:
+    that history as krypton judged it right before."""
 
-    Each call that reads the release's history takes `records`: that history as krypton
-    judged it right before (SPEC S7). The helm binary reads the records itself and cannot be
-    held to them: on a cluster whose records are not guarded, a rewrite between krypton's
-    look and helm's read reaches it (docs, Security model). The helm worker
-    (:class:`~krypton.adapters.helmworker.WorkerHelm`) hands helm those records only."""
+    timeout: float
+
+    async def install_or_upgrade(self, release: str, chart: str, namespace: str,
+                                 values: dict[str, Any], *, operation: str,
+                                 skip_crds: bool = False,
+                                 labels: Mapping[str, str] | None = None,
+                                 force_conflicts: bool = False, take_ownership: bool = False,
+                                 records: Sequence[Record] = ()) -> dict[str, Any]: ...
+
+    async def rollback(self, release: str, namespace: str, revision: int, *,
+                       force: bool = False, records: Sequence[Record] = ()
+                       ) -> dict[str, Any]: ...
+
+    async def template(self, chart: str, release: str, namespace: str,
+                       values: dict[str, Any]) -> list[Any]: ...
+
+    async def manifest(self, release: str, namespace: str,
+                       records: Sequence[Record] = ()) -> list[Any]: ...
+
+    async def uninstall(self, release: str, namespace: str, *, hooks: bool = True,
+                        records: Sequence[Record] = ()) -> None: ...
+
+    def interrupted(self, namespace: str, release: str) -> str: ...
+
+    async def unlock(self, release: str, namespace: str, revision: int, why: str,
+                     records: Sequence[Record]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def timed(operation: str, coro: Any, timeout: float) -> Any:
+    """`coro`, one helm run of either engine: counted and timed by operation and result
+    (metrics), and bounded at helm's own `timeout` plus 60 s, against a run that hangs. A
+    failure of the helm binary (pyhelm3's error) becomes krypton's, told apart from its
+    words; the worker's errors come told apart by their kind."""
+    metrics.HELM_RUNS.labels(operation).inc()
+    start, result = time.monotonic(), "success"
+    try:
+        async with asyncio.timeout(timeout + 60):
+            return await coro
+    except TimeoutError as exc:
+        result = "error"
+        raise HelmFailed(f"helm {operation} did not finish in {timeout + 60:.0f}s") from exc
+    except HelmFailed:
+        result = "error"
+        raise
+    except helm_errors.Error as exc:
+        result = "error"
+        # the whole of it, for who runs at debug level; conditions and Events get _stderr
+        _log.debug("helm failed", operation=operation,
+                   stderr=exc.stderr.decode(errors="replace")[:20000])
+        raise _helm_error(exc) from exc
+    finally:
+        metrics.HELM_SECONDS.labels(operation, result).observe(time.monotonic() - start)
+
+
+class Helm:
+    """helm against one cluster (or none, for pulling charts), a helm binary per run: the
+    :class:`HelmEngine` of ``--helm-engine=cli``, and of Helm 3.
+
+    The binary reads the release's records itself and cannot be held to the `records`
+    krypton judged: on a cluster whose records are not guarded, a rewrite between krypton's
+    look and helm's read reaches it (docs, Security model)."""
 
     def __init__(self, executable: str, *, kubeconfig: Path | None = None, timeout: float = 180,
                  wait: bool = True, driver: str = "", history_max: int = 10,
@@ -300,26 +362,7 @@ class Helm:
         """Mark revision `revision` failed if it is pending (the worker's engine only)."""
 
     async def _run(self, operation: str, coro: Any) -> Any:
-        metrics.HELM_RUNS.labels(operation).inc()
-        start, result = time.monotonic(), "success"
-        try:
-            # helm enforces --timeout itself; this guards against a hung process.
-            async with asyncio.timeout(self.timeout + 60):
-                return await coro
-        except TimeoutError as exc:
-            result = "error"
-            raise HelmFailed(f"helm {operation} did not finish in {self.timeout + 60:.0f}s") from exc
-        except HelmFailed:  # the helm worker's error, already told apart
-            result = "error"
-            raise
-        except helm_errors.Error as exc:
-            result = "error"
-            # the whole of it, for who runs at debug level; conditions and Events get _stderr
-            _log.debug("helm failed", operation=operation,
-                       stderr=exc.stderr.decode(errors="replace")[:20000])
-            raise _helm_error(exc) from exc
-        finally:
-            metrics.HELM_SECONDS.labels(operation, result).observe(time.monotonic() - start)
+        return await timed(operation, coro, self.timeout)
 
     async def install_or_upgrade(self, release: str, chart: str, namespace: str,
                                  values: dict[str, Any], *, operation: str,

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from krypton.adapters.helm import Helm, documents, failure, helm_environment
+from krypton.adapters.helm import documents, failure, helm_environment, timed
 from krypton.adapters.workerprocess import IDLE, WorkerPool, WorkerProcess
 from krypton.decisions.errors import (
     HelmFailed,
@@ -48,11 +48,12 @@ _KINDS: dict[str, Callable[[str], HelmFailed]] = {
 }
 
 
-class WorkerHelm(Helm):
-    """helm against one cluster through its worker: the same calls, answers and errors as
-    :class:`Helm` (the helm binary), which still pulls charts."""
+class WorkerHelm:
+    """helm against one cluster through its worker: the :class:`~krypton.adapters.helm.
+    HelmEngine` of ``--helm-engine=worker``, with the same calls, answers and errors as the
+    helm binary's. Without a kubeconfig it only renders (``krypton plan``, ``diff``)."""
 
-    def __init__(self, executable: str, worker: str, *, kubeconfig: Path | None = None,
+    def __init__(self, worker: str, *, kubeconfig: Path | None = None,
                  timeout: float = 180, wait: bool = True, driver: str = "",
                  history_max: int = 10, cache_dir: Path | None = None, cluster: str = "",
                  on_exit: Callable[[str, str], Awaitable[None]] | None = None,
@@ -60,14 +61,14 @@ class WorkerHelm(Helm):
                  memory: HelmMemory | None = None,
                  on_refused: Callable[[HelmFailed], None] | None = None,
                  **bounds: int) -> None:
-        super().__init__(executable, kubeconfig=kubeconfig, timeout=timeout, wait=wait,
-                         driver=driver, history_max=history_max, cache_dir=cache_dir,
-                         memory=memory)
         env = helm_environment(os.environ, driver, cache_dir, memory)
-        self.history_max = history_max
+        self.timeout, self.wait, self.history_max = timeout, wait, history_max
         self.on_refused = on_refused  # an answer of the cluster past its bound: a strike
         self.process = WorkerProcess(worker, kubeconfig, env, cluster=cluster, idle=idle,
                                      on_exit=on_exit, pool=pool, memory=memory, **bounds)
+
+    async def _run(self, operation: str, coro: Any) -> Any:
+        return await timed(operation, coro, self.timeout)
 
     async def _ask(self, request: dict[str, Any], *, gone_is_done: bool = False
                    ) -> dict[str, Any]:

@@ -6,13 +6,15 @@ and ``register-cluster`` do not load helm's wrapper and the runtime.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from krypton.adapters.charts import ChartSource, chart_access
-from krypton.adapters.helm import Helm
+from krypton.adapters.helm import Helm, HelmEngine
+from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.kube import Kube
 from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.status import rollout_state
@@ -48,6 +50,21 @@ def _chart_source(settings: Settings, tmp: Path, home: Kube | None) -> ChartSour
                        access=chart_access(settings, home.get_secret if home else None))
 
 
+@contextlib.asynccontextmanager
+async def _rendering(settings: Settings, chart: ChartSource) -> AsyncIterator[HelmEngine]:
+    """What renders the chart for ``plan`` and ``diff``: the engine the operator renders
+    with (SPEC P5), so both show what it would apply; the helm worker is stopped at the end."""
+    if settings.helm_engine != "worker":
+        yield chart.helm
+        return
+    worker = WorkerHelm(settings.helm_worker_path or settings.helm_worker,
+                        timeout=settings.helm_timeout)
+    try:
+        yield worker
+    finally:
+        await worker.close()
+
+
 async def _release_records(kube: Kube, settings: Settings, release: str,
                            namespace: str) -> list[dict[str, Any]]:
     """The Helm release records of `release` in `namespace` (whole, data included)."""
@@ -59,20 +76,26 @@ async def _release_records(kube: Kube, settings: Settings, release: str,
 async def collect_plan(settings: Settings) -> list[Row]:
     async with fleet_view(settings, "krypton-plan-") as (tmp, home, clusters):
         chart = _chart_source(settings, tmp, home)
-        gate = await _rollout_gate(home, settings, chart)
-        rows: list[Row] = []
-        known = frozenset(h.name for h in clusters)
-        for c in clusters:
-            if c.kube is None:
-                rows.append(Row(c.name, "", "", action="blocked",
-                                reason=c.error.partition(":")[0], detail=c.error))
-                continue
-            try:
-                rows += await _plan_cluster(c, c.kube, settings, chart, known, gate)
-            except TemporaryError as exc:
-                rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
-                                detail=str(exc)))
-        return assign_sources(rows, {c.name: c.source for c in clusters})
+        async with _rendering(settings, chart) as render:
+            return await _plan_fleet(settings, chart, render, home, clusters)
+
+
+async def _plan_fleet(settings: Settings, chart: ChartSource, render: HelmEngine,
+                      home: Kube, clusters: list[ClusterHandle]) -> list[Row]:
+    gate = await _rollout_gate(home, settings, chart)
+    rows: list[Row] = []
+    known = frozenset(h.name for h in clusters)
+    for c in clusters:
+        if c.kube is None:
+            rows.append(Row(c.name, "", "", action="blocked",
+                            reason=c.error.partition(":")[0], detail=c.error))
+            continue
+        try:
+            rows += await _plan_cluster(c, c.kube, settings, chart, render, known, gate)
+        except TemporaryError as exc:
+            rows.append(Row(c.name, "", "", action="blocked", reason="ClusterUnreachable",
+                            detail=str(exc)))
+    return assign_sources(rows, {c.name: c.source for c in clusters})
 
 
 @dataclass(frozen=True)
@@ -89,13 +112,13 @@ class Decided:
 
 
 async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                          chart: ChartSource, known: frozenset[str],
+                          chart: ChartSource, render: HelmEngine, known: frozenset[str],
                           gate: Callable[[str], RolloutGate]
                           ) -> tuple[ClusterView, list[Decided]]:
     """Every Tenant of cluster `c`, decided as the operator decides (``plan`` and ``diff``
     show the same decision the operator would make)."""
     tenants = await tenants_of(kube, settings)
-    view = ClusterView(name=c.name, kube=kube, helm=chart.helm, chart=chart, settings=settings,
+    view = ClusterView(name=c.name, kube=kube, helm=render, chart=chart, settings=settings,
                        releases=ReleaseIndex(), values=c.values, window=c.window,
                        known_clusters=lambda: known,
                        tenants={(t["metadata"]["namespace"], t["metadata"]["name"]): t
@@ -114,9 +137,9 @@ async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
 
 
 async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
-                        chart: ChartSource, known: frozenset[str],
+                        chart: ChartSource, render: HelmEngine, known: frozenset[str],
                         gate: Callable[[str], RolloutGate]) -> list[Row]:
-    view, decisions = await _decide_cluster(c, kube, settings, chart, known, gate)
+    view, decisions = await _decide_cluster(c, kube, settings, chart, render, known, gate)
     rows = []
     for d in decisions:
         t, release, records, obs, decided = d.tenant, d.release, d.records, d.obs, d.plan
@@ -167,52 +190,60 @@ async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
     """For each Tenant x cluster the chart resolves for: (heading, unified diff) between the
     deployed manifest and what the next reconcile would apply (``helm template`` of the target
     chart with the cluster's effective values), Secrets masked. An empty diff: no change."""
-    out: list[tuple[str, str]] = []
     async with fleet_view(settings, "krypton-diff-") as (tmp, home, clusters):
         chart = _chart_source(settings, tmp, home)
-        gate = await _rollout_gate(home, settings, chart)
-        known = frozenset(h.name for h in clusters)
-        for c in clusters:
-            if c.kube is None:
-                out.append((f"{c.name}: not looked at", f"{c.error}\n"))
+        async with _rendering(settings, chart) as render:
+            return await _diff_fleet(settings, chart, render, home, clusters)
+
+
+async def _diff_fleet(settings: Settings, chart: ChartSource, render: HelmEngine,
+                      home: Kube, clusters: list[ClusterHandle]
+                      ) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    gate = await _rollout_gate(home, settings, chart)
+    known = frozenset(h.name for h in clusters)
+    for c in clusters:
+        if c.kube is None:
+            out.append((f"{c.name}: not looked at", f"{c.error}\n"))
+            continue
+        _, decisions = await _decide_cluster(c, c.kube, settings, chart, render, known,
+                                             gate)
+        for d in decisions:
+            name, target = d.tenant["metadata"]["name"], d.obs.chart
+            release, namespace = d.release, settings.release_namespace_for(name)
+            heading = f"{c.name}/{d.tenant['metadata']['namespace']}/{name} ({release})"
+            if d.plan.action is Action.NOT_TARGETED:
+                continue  # the Tenant is not this cluster's
+            if d.plan.action is Action.PAUSE:
+                out.append((f"{heading} paused by annotation", ""))
                 continue
-            _, decisions = await _decide_cluster(c, c.kube, settings, chart, known, gate)
-            for d in decisions:
-                name, target = d.tenant["metadata"]["name"], d.obs.chart
-                release, namespace = d.release, settings.release_namespace_for(name)
-                heading = f"{c.name}/{d.tenant['metadata']['namespace']}/{name} ({release})"
-                if d.plan.action is Action.NOT_TARGETED:
-                    continue  # the Tenant is not this cluster's
-                if d.plan.action is Action.PAUSE:
-                    out.append((f"{heading} paused by annotation", ""))
+            if d.plan.action not in HELM_ACTIONS:
+                # nothing would run: the manifest stays as deployed, and why is said
+                why = "" if d.plan.action in IN_SYNC else \
+                    f" not changed: {d.plan.reason} ({d.plan.message})"
+                out.append((heading + why, ""))
+                continue
+            assert isinstance(target, ChartTarget)
+            deployed = deployed_release(d.records, settings.helm_driver)
+            before = f"{c.name}/{name} deployed"
+            old_docs: list[Any] = []
+            if deployed is not None:
+                before += f" (revision {deployed.get('version')})"
+                try:
+                    old_docs = safeyaml.load_all(str(deployed.get("manifest") or ""),
+                                                 safeyaml.CHART_CRDS,
+                                                 what=f"manifest of {release}")
+                except safeyaml.YamlRejected as exc:
+                    out.append((f"{c.name}/{name}: not looked at", f"{exc}\n"))
                     continue
-                if d.plan.action not in HELM_ACTIONS:
-                    # nothing would run: the manifest stays as deployed, and why is said
-                    why = "" if d.plan.action in IN_SYNC else \
-                        f" not changed: {d.plan.reason} ({d.plan.message})"
-                    out.append((heading + why, ""))
-                    continue
-                assert isinstance(target, ChartTarget)
-                deployed = deployed_release(d.records, settings.helm_driver)
-                before = f"{c.name}/{name} deployed"
-                old_docs: list[Any] = []
-                if deployed is not None:
-                    before += f" (revision {deployed.get('version')})"
-                    try:
-                        old_docs = safeyaml.load_all(str(deployed.get("manifest") or ""),
-                                                     safeyaml.CHART_CRDS,
-                                                     what=f"manifest of {release}")
-                    except safeyaml.YamlRejected as exc:
-                        out.append((f"{c.name}/{name}: not looked at", f"{exc}\n"))
-                        continue
-                new_docs = await chart.helm.template(target.path, release, namespace,
-                                                     target.values)
-                text = manifests.manifest_diff(old_docs, new_docs, before=before,
-                                               after=f"{c.name}/{name} next (chart "
-                                                     f"{target.version})")
-                text += await _owned_elsewhere(c.kube, new_docs, namespace)
-                text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
-                out.append((heading, text))
+            new_docs = await render.template(target.path, release, namespace,
+                                             target.values)
+            text = manifests.manifest_diff(old_docs, new_docs, before=before,
+                                           after=f"{c.name}/{name} next (chart "
+                                                 f"{target.version})")
+            text += await _owned_elsewhere(c.kube, new_docs, namespace)
+            text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
+            out.append((heading, text))
     return out
 
 

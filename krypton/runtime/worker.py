@@ -28,7 +28,7 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.helm import Helm
+from krypton.adapters.helm import Helm, HelmEngine
 from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
@@ -96,7 +96,7 @@ class Shared:
 
 
 def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
-                 refused: Callable[[KryptonError], None]) -> Helm:
+                 refused: Callable[[KryptonError], None]) -> HelmEngine:
     """A cluster's helm: its worker (`--helm-engine=worker`, started on the first request)
     or the helm binary. `refused` is told of an answer of the cluster past a bound (a
     strike against its budget, as for krypton's own requests: SPEC S5, S7)."""
@@ -112,7 +112,7 @@ def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
     async def ended(reason: str, message: str) -> None:
         await shared.report(name, "Warning", reason, message)
 
-    return WorkerHelm(executable, s.helm_worker_path or s.helm_worker, cluster=name,
+    return WorkerHelm(s.helm_worker_path or s.helm_worker, cluster=name,
                       on_exit=ended, on_refused=refused, pool=shared.helm_workers, **common)
 
 

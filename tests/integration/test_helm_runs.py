@@ -39,7 +39,7 @@ def test_unknown_fields_are_judged_as_helm_judges_them(remote: object, helm_bin:
                           "--kubeconfig", str(cluster.cp.kubeconfig)],
                          capture_output=True, text=True)
     helm = Helm(helm_bin, kubeconfig=cluster.cp.kubeconfig, timeout=60, wait=False) \
-        if engine == "cli" else WorkerHelm(helm_bin, resolve_helm("krypton-helmworker"),
+        if engine == "cli" else WorkerHelm(resolve_helm("krypton-helmworker"),
                                           kubeconfig=cluster.cp.kubeconfig, timeout=60,
                                           wait=False)
     async def install() -> None:

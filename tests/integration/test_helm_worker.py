@@ -34,7 +34,7 @@ SAMPLE, HANG = str(CHARTS / "sample"), str(CHARTS / "hang")
 
 def worker_helm(cluster: Cluster, tmp: Path, **kw: Any) -> WorkerHelm:
     options: dict[str, Any] = {"timeout": 60, "wait": False, **kw}
-    return WorkerHelm("helm", resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
+    return WorkerHelm(resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
                       cache_dir=tmp / "kube-cache", cluster="remote", **options)
 
 
@@ -371,7 +371,7 @@ def test_a_worker_reads_within_its_bound_and_is_held_to_its_share(
     peak: list[int] = []
 
     async def main() -> BaseException:
-        helm = WorkerHelm("helm", resolve_helm("krypton-helmworker"), kubeconfig=kubeconfig,
+        helm = WorkerHelm(resolve_helm("krypton-helmworker"), kubeconfig=kubeconfig,
                           timeout=60, wait=False, cluster="bomb", on_exit=ended, memory=memory)
         asking = asyncio.ensure_future(helm.install_or_upgrade(
             "r", SAMPLE, "n", {}, operation="upgrade"))

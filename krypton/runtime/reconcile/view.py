@@ -19,7 +19,7 @@ import structlog
 from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.helm import Helm
+from krypton.adapters.helm import HelmEngine
 from krypton.adapters.kube import Kube
 from krypton.decisions import conditions as cond
 from krypton.decisions import retry
@@ -89,7 +89,7 @@ class ClusterView:
 
     name: str
     kube: Kube
-    helm: Helm  # renders the chart (and, in a ClusterRuntime, installs it)
+    helm: HelmEngine  # renders the chart (and, in a ClusterRuntime, installs it)
     chart: ChartSource
     settings: Settings
     releases: ReleaseIndex
