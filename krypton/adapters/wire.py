@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
-from krypton.decisions.errors import TemporaryError
+from krypton.decisions.errors import RequestUnsendable, TemporaryError
 
 HEAD_LIMIT = 64 << 10  # the answer's status line and headers together
 CHUNK_LINE = 1024  # a chunk's size line, its extensions included
@@ -32,6 +32,9 @@ READ = 1 << 16  # bytes taken from the socket, or from TLS, at a time
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _LENGTH = re.compile(r"[0-9]{1,15}")  # ASCII digits only: str.isdigit takes others
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110 section 5.1)
+# what a header's value may not hold (RFC 9110 section 5.5): a control character but HTAB (a
+# NUL, a VT, a FF, a bare LF that a lax parser takes as the line's end)
+_NOT_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: .*)?")
 REPLAYABLE = frozenset({"GET", "HEAD"})  # sent again on a new connection if a kept one fails
 
@@ -291,7 +294,8 @@ class Body:
         if self._chunked and self._left == 0:
             if self._chunk_seen and await self._wire.line(2):
                 raise bad_answer(self._what, "a chunk is not followed by CRLF")
-            size_line = (await self._wire.line(CHUNK_LINE)).split(b";", 1)[0].strip()
+            # the size, then only spaces and tabs before its extensions (h11's rule)
+            size_line = (await self._wire.line(CHUNK_LINE)).split(b";", 1)[0].rstrip(b" \t")
             if not _CHUNK_SIZE.fullmatch(size_line):
                 raise bad_answer(self._what, "a chunk's size is not a hexadecimal number")
             self._left, self._chunk_seen = int(size_line, 16), True
@@ -394,8 +398,8 @@ async def exchange(url: str, headers: dict[str, str], context: ssl.SSLContext | 
             lines.append(f"Proxy-Authorization: {proxy.authorization}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
-    if any(c in line for line in lines for c in "\r\n\0"):
-        raise ValueError("a header or the path holds a line break")
+    if any(c in line for line in lines for c in "\r\n\0"):  # krypton's own fault, not the
+        raise RequestUnsendable(f"{what}: a header or the path holds a line break")  # cluster's
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
     gzip = "gzip" in headers.get("Accept-Encoding", "")
     while True:
@@ -468,6 +472,9 @@ async def _head(wire: Wire, what: str, gzip: bool) -> tuple[int, dict[str, str],
             if not _TOKEN.fullmatch(name):
                 raise bad_answer(what, "a header of the answer has a name that is not a token")
             name, value = name.lower(), value.strip(" \t")
+            if _NOT_IN_VALUE.search(value):
+                raise bad_answer(what, "a header of the answer has a control character in its "
+                                       "value")
             # a header given twice is one list (RFC 9110 section 5.3)
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         status = int(match.group(2))

@@ -27,6 +27,8 @@
         ├── VersionNotFound       no chart version matches
         ├── ReleaseRecordUntrusted  a release record krypton did not write, or over a bound
         ├── ClusterExists         register-cluster would replace another cluster's Secret
+        ├── RequestUnsendable     a request krypton built holds a line break: krypton's own
+        │                         defect, never said as the cluster being unreachable
         └── SettingsError         bad flag or environment value (exit status 2)
 
 Every error carries a short CamelCase ``reason`` (used in conditions and Events) and a
@@ -144,6 +146,13 @@ class Forbidden(APIError):
 
 class Fenced(TemporaryError):
     reason = "Fenced"
+
+
+class RequestUnsendable(PermanentError):
+    """A request krypton built that cannot be sent as HTTP/1.1 (a header or the path holds a
+    line break): a defect of krypton's, said as such (SPEC S3)."""
+
+    reason = "RequestUnsendable"
 
 
 class KubeconfigRejected(PermanentError):

@@ -308,6 +308,9 @@ REASONS: dict[str, Reason] = {
                          "(decompressed bytes counted; to krypton's client or to the helm "
                          "worker's, 64 MiB an answer or a watch event): refused there, and "
                          "retried on the cluster's backoff"),
+    "RequestUnsendable": _r(ERROR, "a request krypton built holds a line break in a header or "
+                            "its path: a defect of krypton's, not the cluster's",
+                            "report it, with the log line"),
     "NotFound": _r(ERROR, "404 from the API server"),
     "AlreadyExists": _r(ERROR, "409 on create"),
     "Conflict": _r(ERROR, "409 on a conditional write; read again and retried"),

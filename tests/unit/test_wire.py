@@ -15,7 +15,7 @@ import pytest
 from krypton.adapters import wire
 from krypton.adapters.clientconfig import ClientConfig, tls_context
 from krypton.adapters.kube import Kube
-from krypton.decisions.errors import ClusterUnreachable, Forbidden, TemporaryError
+from krypton.decisions.errors import ClusterUnreachable, Forbidden, RequestUnsendable, TemporaryError
 from krypton.testing import pki
 
 pytestmark = pytest.mark.unit
@@ -159,6 +159,8 @@ def test_a_line_over_the_bound_is_refused_before_the_rest_arrives() -> None:
     (b"0x10\r\n", "not a hexadecimal number"),
     (b"5\r\nhello!!\r\n", "not followed by CRLF"),
     (b"1" * 2000, "over 1024 bytes"),
+    (b" 5\r\nhello\r\n0\r\n\r\n", "not a hexadecimal number"),  # whitespace before it
+    (b"\t5\r\nhello\r\n0\r\n\r\n", "not a hexadecimal number"),
 ])
 def test_chunks_framed_otherwise_than_http_says_are_a_bad_response(framing: bytes,
                                                                    says: str) -> None:
@@ -190,6 +192,10 @@ def test_an_answer_whose_head_is_not_http_or_is_encoded_is_a_bad_response(answer
     (("Transfer-Encoding: chunked", "Transfer-Encoding: chunked"), "not chunked"),
     (("Transfer-Encoding: chunked", "Content-Length: 5"), "both a transfer coding"),
     (("Content-Length : 5",), "not a token"),  # space before the colon (RFC 9112 5.1)
+    (("X-Note: a\x00b",), "control character"),  # NUL, VT, FF in a value (RFC 9110 5.5)
+    (("X-Note: a\x0bb",), "control character"),
+    (("X-Note: a\x0cb",), "control character"),
+    (("X-Note: a\nContent-Length: 5",), "control character"),  # a bare LF: a line to h11
     ((" Content-Length: 5",), "not a token"),  # a folded line
 ])
 def test_an_answer_framed_ambiguously_is_a_bad_response_not_unreachable(
@@ -308,3 +314,19 @@ def test_a_watch_that_streams_past_its_lifetime_ends_there() -> None:
     lines, ended = asyncio.run(run_watch())
     assert isinstance(ended, TimeoutError)
     assert lines >= 2  # it streamed, and was ended by the deadline, not refused at once
+
+
+def test_a_request_krypton_cannot_send_is_its_own_fault_not_the_clusters() -> None:
+    """A header krypton built with a line break is refused before anything is sent, as
+    krypton's own defect: not an error of the transport, which callers say as the cluster
+    being unreachable."""
+    with pytest.raises(RequestUnsendable) as refused:
+        asyncio.run(wire.exchange("http://127.0.0.1:9/x", {"X-Note": "a\r\nHost: elsewhere"},
+                                  None, None, "GET /x", lifetime=1))
+    assert not isinstance(refused.value, (OSError, ValueError, TimeoutError))
+    assert refused.value.reason == "RequestUnsendable"
+
+
+def test_a_chunk_size_followed_by_spaces_is_read_as_h11_reads_it() -> None:
+    assert run(writes(head("200 OK", "Transfer-Encoding: chunked"),
+                      b"5 \r\nhello\r\n0\r\n\r\n")) == [b"hello"]
