@@ -38,7 +38,7 @@ test: install lint docs image runtime
 	  [ $$rc -eq 0 ] || exit $$rc; $(MAKE) --no-print-directory test-helm3 && $(KIND_LANE)
 
 test-helm3: install
-	KRYPTON_TEST_HELM=3 KRYPTON_HELM_ENGINE=cli KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
+	KRYPTON_TEST_HELM=3 KRYPTON_HELM_ENGINE=binary KRYPTON_TESTBIN_DIR=$(TESTBIN_DIR) $(BIN)/pytest -m helm3lane $(XDIST) $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 unit: $(STAMP)

@@ -328,7 +328,7 @@ async def timed(operation: str, coro: Any, timeout: float) -> Any:
 
 class Helm:
     """helm against one cluster (or none, for pulling charts), a helm binary per run: the
-    :class:`HelmEngine` of ``--helm-engine=cli``, and of Helm 3.
+    :class:`HelmEngine` of ``--helm-engine=binary``, and of Helm 3.
 
     The binary reads the release's records itself and cannot be held to the `records`
     krypton judged: on a cluster whose records are not guarded, a rewrite between krypton's

@@ -1,7 +1,7 @@
 """What each helm process may use of the pod's memory (SPEC S7). Pure.
 
 The operator and its helm processes (helm workers, or helm binaries with
-``--helm-engine=cli``) share one pod and one memory limit: the pod's cgroup's, or
+``--helm-engine=binary``) share one pod and one memory limit: the pod's cgroup's, or
 ``--memory-limit`` where the cgroup sets none. The operator keeps `OPERATOR_SHARE` of it; the
 rest is split between the ``--max-concurrent-helm`` processes that may run at once, each
 held to its share by the kernel (its data segment, RLIMIT_DATA: an allocation past it fails

@@ -70,8 +70,10 @@ def failure_budget(text: str) -> str:
     return str(non_negative_int(value))
 
 
-def choice(*options: str) -> Callable[[str], str]:
+def choice(*options: str, aliases: dict[str, str] | None = None) -> Callable[[str], str]:
+    """One of `options`, or an old name of one (`aliases`), given as its new name."""
     def parse(text: str) -> str:
+        text = (aliases or {}).get(text, text)
         if text not in options:
             raise ValueError(f"{text!r} is not one of {', '.join(options)}")
         return text
@@ -216,9 +218,10 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("helm_timeout", "Timeout of one helm operation", 180.0, duration),
     Opt("helm_executable", "helm binary (name on PATH or path)", "helm"),
     Opt("helm_engine", "How helm runs against a cluster: worker (Helm's library in a process "
-        "of krypton's own per cluster with helm work, --helm-worker; Helm 4) or cli (the helm "
-        "binary, one process per run, --helm-executable; Helm 3 runs only there). Charts are "
-        "pulled by the helm binary on both", "worker", choice("worker", "cli")),
+        "of krypton's own per cluster with helm work, --helm-worker; Helm 4) or binary (the "
+        "helm binary, one process per run, --helm-executable; Helm 3 runs only there; cli is "
+        "its old name, still taken). Charts are pulled by the helm binary on both", "worker",
+        choice("worker", "binary", aliases={"cli": "binary"})),
     Opt("helm_worker", "The helm worker binary (name on PATH or path)", "krypton-helmworker"),
     Opt("helm_force_conflicts", "Helm 4: when another field manager (kubectl, an HPA) owns "
         "fields of the next apply, take them over (--force-conflicts) and name them in an "

@@ -56,3 +56,4 @@ def test_quantities(text: str, found: int) -> None:
 def test_a_quantity_that_is_none_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="is not a memory quantity"):
         quantity(text)
+

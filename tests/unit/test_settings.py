@@ -9,6 +9,7 @@ import pytest
 
 from krypton.app.config import load
 from krypton.decisions.errors import SettingsError
+from krypton.decisions.options import option
 from krypton.decisions.settings import OPTIONS, Settings, duration, parse_args
 
 
@@ -204,3 +205,11 @@ def test_a_bad_maintenance_window_is_refused_at_start() -> None:
                     {}).maintenance_window == "0 22 * * 1-5 6h Europe/Berlin"
     with pytest.raises(SettingsError, match="invalid --maintenance-window: .*unknown time zone"):
         settings([*base, "--maintenance-window", "0 22 * * * 1h Nowhere/Town"], {})
+
+
+def test_the_binary_engine_keeps_its_old_name() -> None:
+    """--helm-engine=binary, and cli, its old name (it collided with krypton's own cli/)."""
+    parse = option("helm_engine").parse
+    assert (parse("binary"), parse("cli"), parse("worker")) == ("binary", "binary", "worker")
+    with pytest.raises(ValueError, match="not one of worker, binary"):
+        parse("library")
