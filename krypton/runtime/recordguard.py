@@ -16,19 +16,17 @@ import dataclasses
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
+from krypton.adapters.budget import Budget
 from krypton.adapters.informer import Informer
 from krypton.adapters.kube import Kube
 from krypton.decisions.errors import Forbidden, KryptonError
 from krypton.decisions.model import epoch_seconds
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust import guard
-
-if TYPE_CHECKING:
-    from krypton.runtime.clusterhealth import ClusterHealth
 
 SETTLE = 15.0  # seconds a new or changed policy gets to come into force on the API server
 PROBE_EVERY = 0.5
@@ -48,6 +46,18 @@ class GuardState:
     user: str = ""
     since: float = 0.0  # when it came into force (API server's clock); 0: not known
     held: str = ""  # the objects it holds by (guard.held), for whom `since` holds
+
+
+class GuardJudge(Protocol):
+    """What the guard's watcher needs of its cluster's health
+    (:class:`~krypton.runtime.clusterhealth.ClusterHealth`): what it has judged of the guard,
+    its judgement of a new finding, and the cluster's budget."""
+
+    guard: GuardState
+    guard_known: bool
+    budget: Budget
+
+    def judge_guard(self, state: GuardState) -> None: ...
 
 
 def _probe_namespace(settings: Settings) -> str:
@@ -208,7 +218,7 @@ class Keeper:
     moment, and a guard that came back after a gap holds from its return only.
     """
 
-    def __init__(self, kube: Kube, settings: Settings, health: ClusterHealth) -> None:
+    def __init__(self, kube: Kube, settings: Settings, health: GuardJudge) -> None:
         self.kube, self.settings, self.health = kube, settings, health
         self.name = guard.policy_name(settings.watch_namespace)
         self.log = structlog.get_logger("krypton.worker").bind(cluster=kube.name)

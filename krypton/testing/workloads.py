@@ -10,20 +10,34 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
 from .host import RETRIED_STARTS, ControlPlaneError, Process, free_port
 
-if TYPE_CHECKING:
-    from .controlplane import ControlPlane
+
+class Plane(Protocol):
+    """What the workload processes need of their control plane
+    (:class:`~krypton.testing.controlplane.ControlPlane`)."""
+
+    name: str
+    bin_dir: Path
+    workdir: Path
+    kubeconfig: Path
+    nodes: int
+    real_node: bool
+    pod_ready_delay: float
+    startup_timeout: float
+    with_controller_manager: bool
+
+    def binary(self, name: str) -> str: ...
 
 
 class Workloads:
     """The workload processes of one control plane, as its settings ask for them."""
 
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: Plane) -> None:
         self.cp = cp
         self._kcm: Process | None = None
         self._scheduler: Process | None = None
