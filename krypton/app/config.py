@@ -16,8 +16,8 @@ from krypton.decisions.charts.fingerprint import deep_merge
 from krypton.decisions.clusters.execplugins import Provider
 from krypton.decisions.clusters.inventory import parse_providers
 from krypton.decisions.errors import SettingsError
-from krypton.decisions.rollouts.celhealth import HealthRules, compile_rules
-from krypton.decisions.rollouts.health import WORKLOAD_KINDS
+from krypton.decisions.readiness.celhealth import HealthRules, compile_rules
+from krypton.decisions.readiness.health import WORKLOAD_KINDS
 from krypton.decisions.settings import Settings, parse
 from krypton.decisions.trust import safeyaml
 

@@ -42,8 +42,8 @@ from krypton.decisions.errors import (
     SettingsError,
     TemporaryError,
 )
-from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
+from krypton.decisions.windows import Window
 
 
 @dataclass

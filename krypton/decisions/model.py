@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from krypton.decisions.rollouts.health import Health
+from krypton.decisions.readiness.health import Health
 
 GROUP = "mesh.openkcm.io"
 VERSION = "v1alpha1"

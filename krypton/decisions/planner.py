@@ -79,8 +79,8 @@ from krypton.decisions.model import (
     is_valid_namespace_name,
     namespace_refusal,
 )
+from krypton.decisions.readiness.health import UNHEALTHY, WAITING
 from krypton.decisions.releases import ReleaseState, release_state
-from krypton.decisions.rollouts.health import UNHEALTHY, WAITING
 from krypton.decisions.trust import writers
 from krypton.decisions.trust.printable import short
 

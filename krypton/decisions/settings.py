@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from krypton.decisions import windows
 from krypton.decisions.charts import oci, versions
 from krypton.decisions.clusters.execplugins import Provider
 from krypton.decisions.clusters.incluster import service_server
 from krypton.decisions.errors import SettingsError
 from krypton.decisions.options import OPTIONS, Opt, boolean, duration, option
-from krypton.decisions.rollouts import windows
-from krypton.decisions.rollouts.celhealth import HealthRules
+from krypton.decisions.readiness.celhealth import HealthRules
 
 __all__ = ["OPTIONS", "Opt", "Settings", "SettingsError", "duration", "option", "parse",
            "parse_args"]

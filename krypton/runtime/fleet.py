@@ -32,9 +32,9 @@ from krypton.decisions.clusters.discovery import (
 )
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.model import cluster_name_problem
-from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust import redact
+from krypton.decisions.windows import Window
 from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton.fleet")

@@ -33,8 +33,8 @@ from krypton.adapters.kube import Kube
 from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import HOSTILE_ANSWERS, Forbidden, KryptonError
 from krypton.decisions.model import TenantKey
-from krypton.decisions.rollouts.celhealth import HealthRules
-from krypton.decisions.rollouts.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
+from krypton.decisions.readiness.celhealth import HealthRules
+from krypton.decisions.readiness.health import NO_RULES, WORKLOAD_KINDS, Health, release_health
 
 LINGER = 60.0  # seconds a kind's watch stays open after nothing of it is followed
 Obj = dict[str, Any]

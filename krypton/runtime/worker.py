@@ -46,9 +46,9 @@ from krypton.decisions.planner import admission
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollouts import rollout
 from krypton.decisions.rollouts.rollout import ClusterObservation
-from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust.records import Keys
+from krypton.decisions.windows import Window
 from krypton.runtime import recordguard
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer

@@ -10,8 +10,8 @@ import pytest
 from krypton.app.config import read_health_rules
 from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import SettingsError
-from krypton.decisions.rollouts.celhealth import compile_rules
-from krypton.decisions.rollouts.health import WORKLOAD_KINDS, release_health, workload_refs
+from krypton.decisions.readiness.celhealth import compile_rules
+from krypton.decisions.readiness.health import WORKLOAD_KINDS, release_health, workload_refs
 
 WIDGET = {"apiVersion": "w.test/v1", "kind": "Widget",
           "inProgress": "status.?phase.orValue('') == 'Pending'",

@@ -1,4 +1,4 @@
-"""Readiness rules (krypton.decisions.rollouts.health) and the planner's decisions about an in-sync
+"""Readiness rules (krypton.decisions.readiness.health) and the planner's decisions about an in-sync
 release's workload (SPEC F6), row by row. The expected verdicts are those of helm's wait /
 kstatus for the same object states."""
 
@@ -20,7 +20,7 @@ from krypton.decisions.model import (
     TenantView,
 )
 from krypton.decisions.planner import Action, plan
-from krypton.decisions.rollouts.health import Health, object_health, release_health, workload_refs
+from krypton.decisions.readiness.health import Health, object_health, release_health, workload_refs
 
 pytestmark = pytest.mark.unit
 

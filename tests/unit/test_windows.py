@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from krypton.decisions.rollouts.windows import WindowInvalid, parse
+from krypton.decisions.windows import WindowInvalid, parse
 
 
 def at(text: str) -> float:

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from krypton.decisions import windows
 from krypton.decisions.errors import KubeconfigRejected
 from krypton.decisions.model import GROUP
-from krypton.decisions.rollouts import windows
 from krypton.decisions.trust import safeyaml
 
 VALUES_KEY = "values.yaml"

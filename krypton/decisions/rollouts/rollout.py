@@ -23,10 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from krypton.decisions import windows
 from krypton.decisions.model import RolloutGate
-from krypton.decisions.rollouts import gates, windows
+from krypton.decisions.readiness.health import UNHEALTHY
+from krypton.decisions.rollouts import gates
 from krypton.decisions.rollouts.gates import GatePolicy
-from krypton.decisions.rollouts.health import UNHEALTHY
 from krypton.decisions.settings import Settings
 
 PROGRESSING, HALTED, COMPLETE = "Progressing", "Halted", "Complete"

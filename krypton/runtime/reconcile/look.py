@@ -23,8 +23,8 @@ from krypton.decisions.model import (
     TenantView,
     release_name,
 )
-from krypton.decisions.rollouts import health
-from krypton.decisions.rollouts.health import Health
+from krypton.decisions.readiness import health
+from krypton.decisions.readiness.health import Health
 from krypton.decisions.trust import safeyaml
 from krypton.decisions.trust.records import Record, decode
 from krypton.runtime.reconcile.model import Workload

@@ -41,10 +41,10 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.planner import Action, Need, Plan, admission, plan
 from krypton.decisions.releases import ReleaseIndex
-from krypton.decisions.rollouts.windows import Window
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust import writers
 from krypton.decisions.trust.records import Keys
+from krypton.decisions.windows import Window
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile.memory import Memory
 from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view

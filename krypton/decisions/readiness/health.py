@@ -14,7 +14,7 @@ krypton calls Ready is one helm would have called ready:
 - Job: complete (a ``Failed`` condition fails it); Pod: ready or succeeded;
 - PersistentVolumeClaim: bound; Service of type LoadBalancer: an ingress address assigned;
 - a kind with a CEL rule of the operator's admin (``--health-check-expr``,
-  :mod:`krypton.decisions.rollouts.celhealth`): as the rule says;
+  :mod:`krypton.decisions.readiness.celhealth`): as the rule says;
 - every other kind is ready once it exists.
 
 An object that is gone is not ready ("not found"): with drift repair on, the planner restores
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from krypton.decisions.charts.ownership import ObjectRef
-from krypton.decisions.rollouts.celhealth import HealthRules
+from krypton.decisions.readiness.celhealth import HealthRules
 
 # Kinds with readiness rules; only these are read for health (others: ready when present).
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod",
