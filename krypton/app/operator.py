@@ -27,6 +27,7 @@ from krypton.adapters.kube import Kube
 from krypton.adapters.workerprocess import WorkerPool
 from krypton.app.config import cgroup_memory_limit
 from krypton.app.discovery import Discovery
+from krypton.app.fleetpage import fleet_page
 from krypton.app.gate import metric_gate
 from krypton.app.health import HealthServer, LoopWatch
 from krypton.app.home import ensure_record_key, ensure_self_cluster, watch_cluster
@@ -40,6 +41,7 @@ from krypton.decisions.memory import divide
 from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollouts.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
+from krypton.runtime.changes import Changes
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector
 from krypton.runtime.pause import pause
@@ -85,6 +87,9 @@ class Operator:
         self.loop_watch = LoopWatch()
         self.health = HealthServer(settings.health_probe_bind_address,
                                    settings.metrics_bind_address, self.ready)
+        self.changes = Changes()  # every write of a Tenant, for the fleet page (SPEC O16)
+        self.web = fleet_page(settings, lambda: self.fleet, self.changes,
+                              lambda: self._rollout_view)
         self.elector: LeaderElector | None = None
         self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
@@ -93,6 +98,7 @@ class Operator:
         self.exit_code = 0
         self.lease_lost = False
         self._rollout_tasks: list[asyncio.Task[None]] = []
+        self._rollout_view: Any = None  # the rollout's controller or follower, for the page
         self._rollout_elector: LeaderElector | None = None
 
     def ready(self) -> tuple[bool, list[str]]:
@@ -119,8 +125,10 @@ class Operator:
         try:
             try:
                 await self.health.start()
+                await self.web.start()
             except OSError as exc:  # a port taken, an address not of this host
-                raise SettingsError(f"cannot serve health or metrics: {exc}") from exc
+                raise SettingsError(f"cannot serve health, metrics or the fleet page: "
+                                    f"{exc}") from exc
             self.home = await self._connect_home()
             self._metric_gate = await metric_gate(self.settings, self.home)
         except SettingsError as exc:
@@ -201,7 +209,8 @@ class Operator:
                         gate=gate, fence=fence, owns=owns, discovered=self._discovered,
                         record_keys=record_keys, writer=writer.name,
                         writer_active=writer.active,
-                        helm_workers=WorkerPool(memory.concurrency), helm_memory=memory)
+                        helm_workers=WorkerPool(memory.concurrency), helm_memory=memory,
+                        changes=self.changes)
         fleet = self.fleet = Fleet(
             s, shared, home_events, resync=dirty.set,
             handed_over=self.shards.release if self.shards is not None else None)
@@ -248,6 +257,7 @@ class Operator:
                                        self.settings.chart_values, home_events, workers,
                                        fence=fence, metric_gate=self._metric_gate)
         self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
+        self._rollout_view = controller
         return controller.gate
 
     def _share_rollout(self, policy: Policy, chart: ChartSource,
@@ -270,7 +280,8 @@ class Operator:
                                        everyone, fence=elector.holds,
                                        metric_gate=self._metric_gate)
         self._rollout_tasks += [asyncio.create_task(follower.run(self.stopping)),
-                                asyncio.create_task(self._lead_rollout(elector, controller))]
+                                asyncio.create_task(_lead_rollout(elector, controller, self.stopping))]
+        self._rollout_view = follower
         return follower.gate
 
     def _elector(self, identity: str | None = None) -> LeaderElector:
@@ -280,19 +291,6 @@ class Operator:
         return LeaderElector(self.home, s.lease_namespace, s.leader_election_id,
                              lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
                              retry_period=s.retry_period, identity=identity)
-
-    async def _lead_rollout(self, elector: LeaderElector, controller: RolloutController) -> None:
-        """Run the rollout controller whenever this replica holds the leader Lease; losing
-        the Lease stops the controller only (this replica keeps serving its clusters)."""
-        while await elector.acquire(self.stopping):
-            leading = asyncio.create_task(controller.run(self.stopping))
-            try:
-                await elector.hold(self.stopping)
-            finally:
-                leading.cancel()
-            controller.forget()
-            if not self.stopping.is_set():
-                log.warning("rollout leadership lost; standing by for the leader Lease")
 
     def _discovered(self) -> frozenset[str] | None:
         """Every discovered cluster's name; None until discovery listed them."""
@@ -357,9 +355,25 @@ class Operator:
             await self.writer.withdraw()  # another instance takes its releases on at once
         if self.home is not None:
             await self.home.close()
+        await self.web.stop()
         await self.health.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("stopped")
+
+
+async def _lead_rollout(elector: LeaderElector, controller: RolloutController,
+                        stopping: asyncio.Event) -> None:
+    """Run the rollout controller whenever this replica holds the leader Lease; losing the
+    Lease stops the controller only (this replica keeps serving its clusters)."""
+    while await elector.acquire(stopping):
+        leading = asyncio.create_task(controller.run(stopping))
+        try:
+            await elector.hold(stopping)
+        finally:
+            leading.cancel()
+        controller.forget()
+        if not stopping.is_set():
+            log.warning("rollout leadership lost; standing by for the leader Lease")
 
 
 def _always() -> bool:

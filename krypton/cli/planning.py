@@ -18,12 +18,13 @@ from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.kube import Kube
 from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.status import rollout_state
-from krypton.cli.view import Row, assign_sources, joined, update_notice, with_digest
+from krypton.cli.view import Row, assign_sources
 from krypton.decisions.charts import conflicts as fields
 from krypton.decisions.charts import manifests, ownership
 from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import KryptonError, TemporaryError
+from krypton.decisions.fleetview import joined, update_notice, with_digest
 from krypton.decisions.model import (
     ChartTarget,
     Observation,

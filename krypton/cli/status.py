@@ -22,7 +22,6 @@ from krypton.cli.view import (
     cluster_rows,
     failing_clusters,
     orphan_notes,
-    tenant_rows,
     unguarded_notes,
 )
 from krypton.decisions.clusters import sharding
@@ -30,6 +29,7 @@ from krypton.decisions.errors import (
     NotFound,
     TemporaryError,
 )
+from krypton.decisions.fleetview import tenant_rows
 from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust import redact

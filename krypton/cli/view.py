@@ -7,36 +7,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from krypton.decisions import crd
 from krypton.decisions.clusters.discovery import PROFILE
-from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds, release_name
+from krypton.decisions.fleetview import (
+    Row,
+)
+from krypton.decisions.model import REPORTING_CONTROLLER, epoch_seconds
 from krypton.decisions.rollouts.rollout import COMPLETE, HALTED, RolloutState
 from krypton.decisions.trust.printable import escape, escape_lines
-
-
-@dataclass
-class Row:
-    cluster: str
-    namespace: str
-    tenant: str
-    phase: str = ""
-    release: str = ""
-    chart_version: str = ""
-    fingerprint: str = ""
-    action: str = ""
-    reason: str = ""
-    change: str = ""  # what differs from what the release was made with (plan)
-    detail: str = ""
-    message: str = ""  # the Tenant's Ready message (status --wide)
-    ready: bool = False  # ClusterReady/<cluster> is True
-    replica: str = ""  # under --sharding: the replica serving the cluster
-    source: str = ""  # what the cluster was found as: Secret or ClusterProfile (D10)
-
 
 STATUS_COLUMNS = [("CLUSTER", "cluster"), ("NAMESPACE", "namespace"), ("TENANT", "tenant"),
                   ("PHASE", "phase"), ("RELEASE", "release"), ("CHART", "chart_version"),
@@ -70,30 +52,6 @@ def assign_sources(rows: list[Row], sources: Mapping[str, str]) -> list[Row]:
 def assign_replicas(rows: list[Row], replicas: Mapping[str, str]) -> list[Row]:
     for row in rows:
         row.replica = replicas.get(row.cluster, "-" if replicas else "")
-    return rows
-
-
-def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """One row per Tenant on `cluster`, sorted by namespace and name."""
-    rows = []
-    for t in sorted(tenants, key=lambda t: (t["metadata"].get("namespace", ""),
-                                            t["metadata"]["name"])):
-        status = t.get("status") or {}
-        mine = (status.get("clusters") or {}).get(cluster) or {}
-        meta = t["metadata"]
-        by_type = {c.get("type"): c for c in status.get("conditions") or []}
-        rows.append(Row(cluster, meta.get("namespace", ""), meta["name"],
-                        phase=status.get("phase") or "Pending",
-                        release=mine.get("release") or release_name(meta["name"], cluster),
-                        chart_version=with_digest(mine.get("chartVersion", ""),
-                                                  mine.get("chartDigest", "")),
-                        fingerprint=(mine.get("fingerprint") or "")[:12],
-                        detail=joined(detail(by_type, cluster) + attempts(mine, by_type, cluster),
-                                      update_notice(mine.get("chartVersion") or "",
-                                                    mine.get("newerVersion") or "")),
-                        message=(by_type.get("Ready") or {}).get("message", ""),
-                        ready=(by_type.get(f"ClusterReady/{cluster}") or {}).get("status")
-                        == "True"))
     return rows
 
 
@@ -174,50 +132,6 @@ def cluster_rows(cluster: str, *, failing: str = "", rejected: str = "", stale: 
     if unreachable:
         rows.append(Row(cluster, "", "", phase="-", detail=unreachable))
     return rows
-
-
-def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
-             cluster: str) -> str:
-    """A failing release's retry state (R18): how often it failed and when it is tried
-    again; nothing once it succeeded or stalled (RetriesExhausted says it all)."""
-    error = by_type.get(f"ClusterError/{cluster}") or {}
-    failures = mine.get("failures")
-    if error.get("status") != "True" or not isinstance(failures, int) or failures <= 0 \
-            or error.get("reason") == "RetriesExhausted":
-        return ""
-    return f" [failed {failures}x; next attempt {mine.get('nextAttemptTime') or 'soon'}]"
-
-
-def update_notice(version: str, newer: str) -> str:
-    """What a row says of a newer chart in the repository that the settings do not take."""
-    return f"chart {newer} is available (the settings take {version})" if newer else ""
-
-
-def joined(*parts: str) -> str:
-    return "; ".join(p for p in parts if p)
-
-
-def with_digest(version: str, digest: str) -> str:
-    """A chart version as shown, with the start of its OCI digest: ``1.2.3@sha256:0a1b2c3d4e5f``."""
-    return f"{version}@{digest[:19]}" if version and digest else version
-
-
-def detail(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:
-    """What a row says about the Tenant on `cluster`: its error, else what is in progress
-    (an install that takes minutes says so), else NotTargeted or Suspended."""
-    for kind in ("ClusterError/", "ClusterProgress/"):
-        c = by_type.get(f"{kind}{cluster}")
-        if c and c.get("status") == "True":
-            return f"{c.get('reason')}: {c.get('message')}"
-    progress = by_type.get(f"ClusterProgress/{cluster}") or {}
-    if progress.get("reason") == "NotTargeted":
-        return "NotTargeted"
-    if progress.get("reason") == "UnknownCluster":
-        return f"UnknownCluster: {progress.get('message')}"
-    paused = by_type.get("Paused") or {}
-    if paused.get("status") == "True":
-        return f"Suspended: {paused.get('message')}"
-    return ""
 
 
 def render(rows: list[Row], columns: list[tuple[str, str]], fmt: str) -> str:

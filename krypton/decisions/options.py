@@ -284,6 +284,9 @@ OPTIONS: tuple[Opt, ...] = (
         bind_address),
     Opt("metrics_bind_address", "Address of the Prometheus metrics (0 disables)", ":8080",
         bind_address),
+    Opt("web_address", "Address of the fleet page, a read-only web page of the fleet (docs: "
+        "The fleet page); loopback only by default, 0 turns it off", "127.0.0.1:8082",
+        bind_address),
     Opt("leader_elect", "Use a coordination.k8s.io Lease so that only one replica works", False,
         boolean),
     Opt("leader_election_namespace", "Namespace of the Lease (WATCH_NAMESPACE wins when set)",

@@ -50,6 +50,7 @@ from krypton.decisions.settings import Settings
 from krypton.decisions.trust.records import Keys
 from krypton.decisions.windows import Window
 from krypton.runtime import recordguard
+from krypton.runtime.changes import Changes
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer
 from krypton.runtime.readiness import Readiness
@@ -91,6 +92,8 @@ class Shared:
     writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
     # the fleet's helm workers, at most --max-concurrent-helm running (SPEC P5)
     helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(4))
+    # every write of a Tenant, to whoever listens (the fleet page, SPEC O16)
+    changes: Changes = field(default_factory=Changes)
     # what each helm process may use of the pod's memory (SPEC S7)
     helm_memory: HelmMemory = field(default_factory=lambda: divide(None, 1280 << 20, 4))
 
@@ -289,7 +292,7 @@ class Worker:
             record_keys=self.shared.record_keys,
             guarded_since=self.guard.since_now,
             health=self.health, writer=self.shared.writer,
-            writer_active=self.shared.writer_active)
+            writer_active=self.shared.writer_active, told=self.shared.changes.tell)
         self.last_error = ""
         self.log.info("cluster engaged", server_version=version, crd=result)
 

@@ -186,9 +186,11 @@ class OperatorProcess:
         self.image_imports = image_imports
         self.metrics_port = free_port()
         self.health_port = free_port()
+        self.web_port = free_port()
         self.args = [
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
             "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
+            "--web-address", f"127.0.0.1:{self.web_port}",
             "--log-format", "json",
             *args,
         ]

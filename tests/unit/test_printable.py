@@ -17,8 +17,8 @@ from krypton.cli.view import (
     frame,
     progress,
     render,
-    tenant_rows,
 )
+from krypton.decisions.fleetview import tenant_rows
 from krypton.decisions.rollouts.rollout import HALTED, RolloutState
 from krypton.decisions.trust.printable import escape, escape_lines
 

@@ -14,9 +14,9 @@ from krypton.cli.view import (
     frame,
     progress,
     render,
-    tenant_rows,
     with_replicas,
 )
+from krypton.decisions.fleetview import tenant_rows
 from krypton.decisions.rollouts.rollout import RolloutState
 
 

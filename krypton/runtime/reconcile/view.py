@@ -427,6 +427,8 @@ class ClusterRuntime(ClusterView):
     guarded_since: Callable[[], Awaitable[float]] = _unguarded
     # what the cluster's health has judged, read at use: its Tenant CRD, its records' guard
     health: Judged = field(default_factory=lambda: _NOT_JUDGED)
+    # told of every write of a Tenant, as the server answered it (the fleet page, SPEC O16)
+    told: Callable[[str, dict[str, Any]], None] = lambda _cluster, _obj: None
 
     def __post_init__(self) -> None:
         if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
@@ -462,6 +464,7 @@ class ClusterRuntime(ClusterView):
     def wrote(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` is a Tenant as one of this cluster's writes left it. Returns `obj`."""
         self.own_writes.wrote(obj)
+        self.told(self.name, obj)
         return obj
 
     def own_release_change(self, namespace: str, release: str) -> bool:

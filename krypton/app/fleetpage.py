@@ -1,0 +1,78 @@
+"""The fleet page's view of this operator (SPEC O16): what the page shows, read from what the
+operator holds in memory (its clusters' Tenant caches, their health, the rollout), never
+asked of a cluster. The page itself is :mod:`krypton.web`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from krypton.adapters.helmworker import WorkerHelm
+from krypton.decisions import fleetview
+from krypton.decisions.fleetview import Row
+from krypton.decisions.rollouts.rollout import RolloutState
+from krypton.decisions.settings import Settings
+from krypton.runtime.changes import Changes
+from krypton.runtime.fleet import Fleet
+from krypton.web.server import WebServer
+
+
+class OperatorFleet:
+    """A :class:`krypton.web.server.FleetSource` on this operator's fleet, which may not be
+    made yet when the page starts serving (`fleet` says None until then)."""
+
+    def __init__(self, fleet: Callable[[], Fleet | None], changes: Changes,
+                 rollout: Callable[[], Any], scope: str = "") -> None:
+        self._fleet, self.changes, self._rollout, self._scope = fleet, changes, rollout, scope
+
+    def _runtimes(self) -> list[Any]:
+        fleet = self._fleet()
+        return [] if fleet is None else [
+            (name, w.runtime) for name, w in sorted(fleet.workers.items())
+            if w.runtime is not None]
+
+    def rows(self) -> list[Row]:
+        return [row for name, rt in self._runtimes()
+                for row in fleetview.tenant_rows(name, list(rt.tenants.values()))]
+
+    def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+        return {cluster: obj for cluster, rt in self._runtimes()
+                if (obj := rt.tenants.get((namespace, name))) is not None}
+
+    def clusters(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        fleet = self._fleet()
+        for name, state in (fleet.health() if fleet is not None else {}).items():
+            about = {"state": state}
+            entry = fleet.clusters.get(name) if fleet is not None else None
+            if entry is not None:
+                about["found as"] = entry.spec.source
+            worker = entry.worker if entry is not None else None
+            if worker is not None:
+                health = worker.health
+                if health.guard_known:
+                    about["release records"] = health.guard.message
+                if health.budget.over:
+                    about["budget"] = f"over, {health.budget.strikes} answers past a bound"
+                helm = worker.runtime.helm if worker.runtime is not None else None
+                if isinstance(helm, WorkerHelm):
+                    pid = helm.process.pid
+                    about["helm worker"] = f"running (pid {pid})" if pid else "not running"
+                    about["helm worker starts"] = str(helm.process.starts)
+            out[name] = about
+        return out
+
+    def rollout(self) -> RolloutState | None:
+        """The rollout as this replica follows it (its controller's or follower's state)."""
+        return getattr(self._rollout(), "state", None)
+
+    def scope(self) -> str:
+        return self._scope
+
+
+def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: Changes,
+               rollout: Callable[[], Any]) -> WebServer:
+    """The page of this operator, on --web-address ("0": none)."""
+    scope = ("this replica's clusters only (--sharding): krypton status --from-deployment "
+             "shows the whole fleet") if settings.sharding else ""
+    return WebServer(settings.web_address, OperatorFleet(fleet, changes, rollout, scope))

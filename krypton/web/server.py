@@ -1,0 +1,246 @@
+"""The fleet page's server (SPEC O16): server-rendered HTML from Jinja2 templates with
+autoescape on, one script and one style file of the project's own, server-sent events for
+live changes, CSV and JSON downloads. It reads only what the operator holds (a
+:class:`FleetSource`); every string a cluster or a registry wrote is escaped by the
+templates, a Content-Security-Policy forbids any script or style but the page's own files,
+frames are refused, queries are bounded and the event streams capped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import io
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import jinja2
+import structlog
+from aiohttp import web
+
+from krypton.decisions import fleetview
+from krypton.decisions.fleetview import Filters, Row
+from krypton.decisions.model import epoch_seconds
+from krypton.decisions.rollouts.rollout import RolloutState
+from krypton.runtime.changes import LOST, Changes
+
+_log = structlog.get_logger("krypton.web")
+
+HERE = Path(__file__).parent
+STREAMS = 50  # event streams open at once; one more is refused (503)
+HEARTBEAT = 15.0  # seconds between two comments on an idle stream
+QUERY_MAX = 2048  # bytes of a request's query
+HEAD_MAX = 8190  # bytes of a request line or header
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self'; connect-src 'self'; base-uri 'none'; "
+                               "form-action 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+CSV_FIELDS = [f.name for f in dataclasses.fields(Row)]
+
+
+class FleetSource(Protocol):
+    """What the page reads of the operator, all of it in the operator's memory."""
+
+    changes: Changes
+
+    def rows(self) -> list[Row]:
+        """Every Tenant x engaged cluster, as :func:`fleetview.tenant_rows` makes them."""
+
+    def clusters(self) -> dict[str, dict[str, str]]:
+        """Each discovered cluster: its state ("engaged" or its one reason) and what else is
+        known of it (its source, guard, budget, helm worker), as words."""
+
+    def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+        """The Tenant as each engaged cluster holds it (cluster -> object)."""
+
+    def rollout(self) -> RolloutState | None: ...
+
+    def scope(self) -> str:
+        """What part of the fleet this replica shows ("" for all of it)."""
+
+
+def ago(stamp: str, now: float) -> str:
+    """How long ago an RFC 3339 time was, in a person's words ("" when unknown)."""
+    then = epoch_seconds(stamp)
+    if not then:
+        return ""
+    seconds = max(0, int(now - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _csv_cell(value: object) -> str:
+    """A cell a spreadsheet shows as text, never runs as a formula."""
+    text = str(value)
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+async def _no_icon(request: web.Request) -> web.Response:
+    return web.Response(status=204)  # a browser asks; the page has no icon
+
+
+def row_json(row: Row, now: float) -> dict[str, Any]:
+    return {**dataclasses.asdict(row), "ago": ago(row.since, now)}
+
+
+class WebServer:
+    """The page on `address` ("0": none), reading `source`."""
+
+    def __init__(self, address: str, source: FleetSource, *, streams: int = STREAMS) -> None:
+        self.address, self.source, self.streams = address, source, streams
+        self.open_streams = 0
+        self._streaming: set[asyncio.Task[Any]] = set()  # ended first when the page stops
+        self._runner: web.AppRunner | None = None
+        self._env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+            undefined=jinja2.ChainableUndefined)  # a field a cluster left out is empty
+
+    async def start(self) -> None:
+        """Bind the listener; OSError if its port is taken."""
+        if self.address == "0":
+            return
+        app = web.Application(middlewares=[self._guarded])
+        app.add_routes([web.get("/", self._index), web.get("/rows.json", self._json),
+                        web.get("/rows.csv", self._csv), web.get("/events", self._events),
+                        web.get("/tenants/{namespace}/{name}", self._tenant),
+                        web.get("/clusters/{name}", self._cluster),
+                        web.get("/favicon.ico", _no_icon),
+                        web.static("/static", HERE / "static")])
+        runner = web.AppRunner(app, handle_signals=False, access_log=None,
+                               max_line_size=HEAD_MAX, max_field_size=HEAD_MAX)
+        await runner.setup()
+        self._runner = runner
+        host, _, port = self.address.rpartition(":")
+        try:
+            await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop serving: the open event streams end at once, then the listener."""
+        for task in list(self._streaming):
+            task.cancel()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @web.middleware
+    async def _guarded(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every answer with the page's headers; a query past its bound refused."""
+        if len(request.query_string) > QUERY_MAX:
+            response: web.StreamResponse = web.Response(status=414, text="query too long")
+        else:
+            response = await handler(request)
+        for name, value in HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    def _page(self, template: str, **values: Any) -> web.Response:
+        html = self._env.get_template(template).render(scope=self.source.scope(), **values)
+        return web.Response(text=html, content_type="text/html")
+
+    def _rows(self, query: Mapping[str, str]) -> tuple[Filters, list[Row]]:
+        filters = Filters.of(query)
+        return filters, [r for r in self.source.rows() if filters.keep(r)]
+
+    async def _index(self, request: web.Request) -> web.Response:
+        filters, rows = self._rows(request.query)
+        clusters, tenants, cells = fleetview.matrix(rows)
+        by_cluster = len(clusters) >= len(tenants)  # the longer axis down the page
+        now = time.time()
+        return self._page(
+            "index.html", filters=filters, summary=fleetview.summary(rows),
+            down=clusters if by_cluster else tenants, across=tenants if by_cluster else clusters,
+            by_cluster=by_cluster, cells=cells, now=now, ago=ago, states=fleetview.STATES,
+            query=request.query_string, clusters=self.source.clusters(),
+            rollout=self.source.rollout())
+
+    async def _json(self, request: web.Request) -> web.Response:
+        _, rows = self._rows(request.query)
+        now = time.time()
+        return web.json_response([row_json(r, now) for r in rows])
+
+    async def _csv(self, request: web.Request) -> web.Response:
+        _, rows = self._rows(request.query)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(CSV_FIELDS)
+        for r in rows:
+            writer.writerow([_csv_cell(getattr(r, f)) for f in CSV_FIELDS])
+        return web.Response(text=out.getvalue(), content_type="text/csv", headers={
+            "Content-Disposition": 'attachment; filename="krypton-fleet.csv"'})
+
+    async def _tenant(self, request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        held = self.source.tenant(namespace, name)
+        if not held:
+            raise web.HTTPNotFound(text="no such Tenant on an engaged cluster")
+        now = time.time()
+        per_cluster = []
+        for cluster, obj in sorted(held.items()):
+            status = obj.get("status") or {}
+            conditions = [c for c in status.get("conditions") or []
+                          if str(c.get("type", "")).endswith(f"/{cluster}")]
+            row = fleetview.tenant_rows(cluster, [obj])[0]
+            per_cluster.append((cluster, row, conditions,
+                                (status.get("clusters") or {}).get(cluster) or {}))
+        return self._page("tenant.html", namespace=namespace, name=name, now=now, ago=ago,
+                          per_cluster=per_cluster)
+
+    async def _cluster(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        known = self.source.clusters().get(name)
+        if known is None:
+            raise web.HTTPNotFound(text="no such cluster")
+        rows = [r for r in self.source.rows() if r.cluster == name]
+        return self._page("cluster.html", name=name, known=known, rows=rows, now=time.time(),
+                          ago=ago)
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: each write of a Tenant that the view's filters keep, as its
+        row; "reload" when this stream fell behind. Capped at `streams` open at once."""
+        if self.open_streams >= self.streams:
+            return web.Response(status=503, text=f"more than {self.streams} event streams are "
+                                                 "open; reload the page later")
+        filters = Filters.of(request.query)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               **HEADERS})
+        self.open_streams += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._streaming.add(task)
+        try:
+            await response.prepare(request)
+            with self.source.changes.listen() as queue:
+                while True:
+                    try:
+                        async with asyncio.timeout(HEARTBEAT):
+                            cluster, obj = await queue.get()
+                    except TimeoutError:
+                        await response.write(b": heartbeat\n\n")
+                        continue
+                    if (cluster, obj) == LOST:
+                        await response.write(b"event: reload\ndata: {}\n\n")
+                        continue
+                    for row in fleetview.tenant_rows(cluster, [obj]):
+                        if filters.keep(row):
+                            data = json.dumps(row_json(row, time.time()))
+                            await response.write(f"event: row\ndata: {data}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the page went
+        finally:
+            self.open_streams -= 1
+            self._streaming.discard(task)  # type: ignore[arg-type]
+        return response

@@ -1,0 +1,80 @@
+"""The fleet page (SPEC O16) of a running operator on the bed's real control planes: the
+matrix as the API servers hold the Tenants, a helm error carrying markup shown as text, the
+filters and downloads of a view, and a Tenant's change reaching an open event stream."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from typing import Any
+
+from krypton.testing.operator import OperatorProcess, wait_for
+
+from .conftest import Fleet, unique
+
+HOSTILE = "<img src=x onerror=alert(1)></script>"
+
+
+def get(op: OperatorProcess, path: str) -> tuple[int, dict[str, str], str]:
+    conn = http.client.HTTPConnection("127.0.0.1", op.web_port, timeout=10)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def rows(op: OperatorProcess, query: str = "") -> list[dict[str, Any]]:
+    status, _, body = get(op, f"/rows.json?{query}")
+    assert status == 200, body
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_changes(
+        fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    fleet.register("home", fleet.home, values=f"failRender: {json.dumps(HOSTILE)}\n")
+    op = fleet.start()
+    calm = fleet.tenant(fleet.remote, unique("calm"))
+    evil = fleet.tenant(fleet.home, unique("evil"))
+    fleet.remote.wait_phase(fleet.tenant_ns, calm, "Ready")
+    failed = fleet.home.wait_condition(fleet.tenant_ns, evil, "ClusterError/home", "True")
+    assert HOSTILE in failed["message"], failed  # the helm error carries the markup
+
+    cells = {(r["cluster"], r["tenant"]): r["state"] for r in rows(op)}
+    assert cells[("remote", calm)] == "Ready" and cells[("home", evil)] == "Failed", cells
+    status, headers, page = get(op, "/")
+    assert status == 200 and "script-src 'self'" in headers["Content-Security-Policy"]
+    assert f'data-cell="remote|{fleet.tenant_ns}/{calm}"' in page
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    _, _, tenant_page = get(op, f"/tenants/{fleet.tenant_ns}/{evil}")
+    assert "<img src=x" not in tenant_page and "&lt;/script&gt;" in tenant_page
+    assert [r["tenant"] for r in rows(op, f"tenant={calm}")] == [calm]
+    _, _, table = get(op, f"/rows.csv?cluster=remote&tenant={calm}")
+    assert table.splitlines()[1].startswith(f"remote,{fleet.tenant_ns},{calm},Ready,")
+
+    # a change reaches an open stream (of this view: the new Tenant only)
+    later = unique("later")
+    seen: list[dict[str, Any]] = []
+    conn = http.client.HTTPConnection("127.0.0.1", op.web_port, timeout=60)
+    conn.request("GET", f"/events?tenant={later}")
+    stream = conn.getresponse()
+
+    def listen() -> None:
+        for line in stream:
+            if line.startswith(b"data: "):
+                seen.append(json.loads(line[6:]))
+                if seen[-1]["state"] == "Ready":
+                    return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    try:
+        fleet.tenant(fleet.remote, later)
+        wait_for(lambda: seen and seen[-1]["state"] == "Ready", 60,
+                 what="the new Tenant's Ready row on the open stream")
+    finally:
+        conn.close()
+    assert {(r["cluster"], r["tenant"]) for r in seen} == {("remote", later)}
