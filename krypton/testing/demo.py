@@ -130,7 +130,8 @@ class Demo:
                                   log_path=work / "operator.log", pid_file=work / "operator.pid")
         self.op.start().wait_ready()
         print(f"operator PID {self.op.pid}, log {work / 'operator.log'}, "
-              f"metrics http://127.0.0.1:{self.op.metrics_port}/metrics")
+              f"metrics http://127.0.0.1:{self.op.metrics_port}/metrics, "
+              f"fleet page http://127.0.0.1:{self.op.web_port}/")
         return True
 
     @property
@@ -191,7 +192,8 @@ class Demo:
   {kubectl} annotate tenant acme mesh.openkcm.io/paused=true
   {shlex.join([sys.executable, '-m', 'krypton', 'status', '--watch', '--wide', *self.common,
                *self.chart])}
-  curl -s http://127.0.0.1:{self.op.metrics_port}/metrics | grep krypton_""")
+  curl -s http://127.0.0.1:{self.op.metrics_port}/metrics | grep krypton_
+  open http://127.0.0.1:{self.op.web_port}/ in a browser: the fleet page""")
         if os.environ.get("DEMO_HOLD", "1" if sys.stdin.isatty() else "0") == "1":
             try:
                 input("\nPress Enter (or Ctrl-C) to stop the demo and tear everything down. ")
