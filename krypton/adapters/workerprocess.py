@@ -78,20 +78,36 @@ class _Run:
 
     async def drain(self) -> None:
         """The worker's stderr: its last `STDERR_KEPT` bytes kept (a Go panic, a fatal error),
-        and the Go runtime's "fatal error:" line wherever it came."""
+        and the Go runtime's "fatal error:" line wherever it came (Go writes it in pieces, so
+        it is looked for across reads, and taken once its line ends)."""
         assert self.proc.stderr is not None
-        kept = 0
+        kept, scan = 0, b""
         while chunk := await self.proc.stderr.read(4096):
-            if not self.fatal and (at := chunk.find(b"fatal error:")) >= 0:
-                self.fatal = chunk[at:at + 200].split(b"\n", 1)[0].decode(errors="replace")
+            if not self.fatal:
+                scan, self.fatal = _fatal_line(scan + chunk)
             self.stderr.append(chunk)
             kept += len(chunk)
             while kept - len(self.stderr[0]) >= STDERR_KEPT:
                 kept -= len(self.stderr.popleft())
+        if not self.fatal and scan.startswith(b"fatal error:"):  # its line never ended
+            self.fatal = scan[:200].decode(errors="replace")
 
     def last_words(self) -> str:
         tail = b"".join(self.stderr).decode(errors="replace").strip().splitlines()[-3:]
         return " / ".join(tail)[:600]
+
+
+def _fatal_line(seen: bytes) -> tuple[bytes, str]:
+    """What to keep looking at of a worker's stderr, and the Go runtime's "fatal error:"
+    line in it once whole ("" until then)."""
+    at = seen.find(b"fatal error:")
+    if at < 0:
+        return seen[-16:], ""  # the words may be cut between two reads
+    line = seen[at:at + 512]
+    end = line.find(b"\n")
+    if end < 0 and len(line) < 200:
+        return line, ""
+    return line, line[:end if end >= 0 else 200].decode(errors="replace")
 
 
 class WorkerPool:

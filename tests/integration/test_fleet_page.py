@@ -32,8 +32,10 @@ def rows(op: OperatorProcess, query: str = "") -> list[dict[str, Any]]:
     return json.loads(body)  # type: ignore[no-any-return]
 
 
-def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_changes(
-        fleet: Fleet) -> None:
+def calm_and_evil(fleet: Fleet) -> tuple[OperatorProcess, str, str]:
+    """An operator on two clusters: a Tenant Ready on remote (calm), and one on home (evil)
+    whose install failed with a helm error carrying markup (home's values make the chart's
+    render fail with HOSTILE)."""
     fleet.register("remote", fleet.remote)
     fleet.register("home", fleet.home, values=f"failRender: {json.dumps(HOSTILE)}\n")
     op = fleet.start()
@@ -42,6 +44,12 @@ def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_change
     fleet.remote.wait_phase(fleet.tenant_ns, calm, "Ready")
     failed = fleet.home.wait_condition(fleet.tenant_ns, evil, "ClusterError/home", "True")
     assert HOSTILE in failed["message"], failed  # the helm error carries the markup
+    return op, calm, evil
+
+
+def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_changes(
+        fleet: Fleet) -> None:
+    op, calm, evil = calm_and_evil(fleet)
 
     cells = {(r["cluster"], r["tenant"]): r["state"] for r in rows(op)}
     assert cells[("remote", calm)] == "Ready" and cells[("home", evil)] == "Failed", cells

@@ -24,12 +24,12 @@ from krypton.web.server import WebServer
 from tests.unit.test_fleet_page import Source, tenant
 
 from .conftest import Fleet, unique
+from .test_fleet_page import HOSTILE, calm_and_evil
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # as this machine's closed network asks: nothing of Chromium's own reaches out
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-HOSTILE = "<img src=x onerror=alert(1)></script>"
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +59,7 @@ def shots() -> Path | None:
 
 def test_the_open_page_follows_the_fleet_and_runs_nothing_a_cluster_wrote(
         fleet: Fleet, browser: Browser) -> None:
-    fleet.register("remote", fleet.remote)
-    fleet.register("home", fleet.home, values=f"failRender: {json.dumps(HOSTILE)}\n")
-    op = fleet.start()
-    calm = fleet.tenant(fleet.remote, unique("calm"))
-    evil = fleet.tenant(fleet.home, unique("evil"))
-    fleet.remote.wait_phase(fleet.tenant_ns, calm, "Ready")
-    fleet.home.wait_condition(fleet.tenant_ns, evil, "ClusterError/home", "True")
+    op, calm, evil = calm_and_evil(fleet)
     url = f"http://127.0.0.1:{op.web_port}"
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     said = watched(page)

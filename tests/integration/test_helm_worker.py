@@ -349,6 +349,18 @@ class _Bomb(BaseHTTPRequestHandler):
         pass
 
 
+def _bomb(tmp_path: Path) -> tuple[ThreadingHTTPServer, Path]:
+    """A _Bomb server on loopback and a kubeconfig of it (shut the server down after)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: "
+        f"{{server: 'http://127.0.0.1:{server.server_port}'}}}}]\ncontexts: [{{name: c, "
+        "context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    return server, kubeconfig
+
+
 @pytest.mark.parametrize(("share_mib", "reason"), [(320, "AnswerTooLarge"),
                                                      (120, "HelmWorkerOutOfMemory")])
 def test_a_worker_reads_within_its_bound_and_is_held_to_its_share(
@@ -357,13 +369,7 @@ def test_a_worker_reads_within_its_bound_and_is_held_to_its_share(
     MiB, decompressed, within a share that holds one such read (the worker stays); a share
     too small for it is held by the kernel: the worker ends "out of memory", said as
     HelmWorkerOutOfMemory, and never grows past it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: "
-        f"{{server: 'http://127.0.0.1:{server.server_port}'}}}}]\ncontexts: [{{name: c, "
-        "context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    server, kubeconfig = _bomb(tmp_path)
     share = share_mib << 20
     memory = HelmMemory(pod=share + (256 << 20), source="test", concurrency=1, asked=1,
                         share=share)
@@ -404,13 +410,7 @@ def test_a_helm_process_is_held_to_its_share(helm_bin: str, tmp_path: Path) -> N
     """SPEC S7, --helm-engine=cli: the helm binary reads its cluster's answers unbounded (a
     2 GiB gzip bomb took it to 4.5 GiB); held to its share by the kernel, it ends there, and
     the run fails saying so, not with helm's goroutines."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: "
-        f"{{server: 'http://127.0.0.1:{server.server_port}'}}}}]\ncontexts: [{{name: c, "
-        "context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n")
+    server, kubeconfig = _bomb(tmp_path)
     memory = HelmMemory(pod=512 << 20, source="test", concurrency=1, asked=1, share=256 << 20)
     helm = Helm(helm_bin, kubeconfig=kubeconfig, timeout=60, wait=False,
                 cache_dir=tmp_path / "cache", memory=memory)

@@ -103,15 +103,25 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def _healthy_alone(fleet: Fleet) -> tuple[OperatorProcess, float, int]:
+def _healthy_alone(fleet: Fleet, *flags: str) -> tuple[OperatorProcess, float, int]:
     """The operator on the healthy cluster alone: it, the seconds its first Tenant took to
     be Ready, and its peak RSS then (the baseline of what a hostile cluster may add)."""
     fleet.register("remote", fleet.remote)
-    op = fleet.start()
+    op = fleet.start(*flags)
     started = time.monotonic()
     first = fleet.tenant(fleet.remote, unique("before"))
     fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
     return op, time.monotonic() - started, _peak_rss(op.pid)
+
+
+def _healthy_pace(fleet: Fleet, op: OperatorProcess) -> float:
+    """The seconds a new Tenant of the healthy cluster takes to be Ready, the operator alive
+    after it."""
+    started = time.monotonic()
+    after = fleet.tenant(fleet.remote, unique("during"))
+    fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
+    assert op.alive()
+    return time.monotonic() - started
 
 
 @pytest.fixture
@@ -142,12 +152,7 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(fleet: Fleet, elsewhere
         if reason:
             wait_for(lambda: "cluster hostile:" in op.readyz(), 60,
                      what="/readyz names the cluster")
-        # the healthy cluster keeps its pace meanwhile
-        started = time.monotonic()
-        after = fleet.tenant(fleet.remote, unique("during"))
-        fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
-        beside = time.monotonic() - started
-        assert op.alive()
+        beside = _healthy_pace(fleet, op)
         grown = _peak_rss(op.pid) - baseline
         print(f"{name}: peak RSS {baseline / MiB:.1f} MiB before, +{grown / MiB:.1f} MiB; "
               f"{hostile.answered} hostile answers; a healthy Tenant Ready in {alone:.2f} s "
@@ -518,13 +523,8 @@ def test_a_hostile_api_server_costs_a_helm_worker_no_more_than_its_share(
     or an endless discovery body, fails that cluster's helm run as AnswerTooLarge (a Warning
     Event on its Secret), the worker's peak stays within its share + 10 % (it was 2.6-3.2
     GiB), the operator's memory and the healthy cluster's pace are unchanged."""
-    fleet.register("remote", fleet.remote)
-    engine = ("--helm-engine=worker", "--memory-limit=1280Mi")  # 4 workers of 256 MiB each
-    op = fleet.start(*engine)
-    started = time.monotonic()
-    first = fleet.tenant(fleet.remote, unique("before"))
-    fleet.remote.wait_phase(fleet.tenant_ns, first, "Ready")
-    alone, baseline = time.monotonic() - started, _peak_rss(op.pid)
+    # 4 workers of 256 MiB each
+    op, alone, baseline = _healthy_alone(fleet, "--helm-engine=worker", "--memory-limit=1280Mi")
     share = (1280 - 256) // 4 * MiB
     assert "256 MiB each" in op.readyz()
     hits, send = HELM_CLASSES[name]
@@ -544,11 +544,7 @@ def test_a_hostile_api_server_costs_a_helm_worker_no_more_than_its_share(
         fleet.tenant(fleet.home, unique("behind"))  # served through the hostile front
         warned = wait_for(refused, 60, interval=0.1, what=f"{name}: AnswerTooLarge said")
         assert warned[0].type == "Warning" and "cluster hostile" in warned[0].message, warned
-        started = time.monotonic()
-        after = fleet.tenant(fleet.remote, unique("during"))
-        fleet.remote.wait_phase(fleet.tenant_ns, after, "Ready")
-        beside = time.monotonic() - started
-        assert op.alive()
+        beside = _healthy_pace(fleet, op)
         grown = _peak_rss(op.pid) - baseline
         worst = max(peaks.values(), default=0)
         print(f"{name}: the workers' peak RSS {worst / MiB:.0f} MiB (share {share / MiB:.0f} "

@@ -128,3 +128,18 @@ def test_a_worker_just_started_for_a_request_is_not_stopped_to_make_room(
     answer = asyncio.run(ask_while_room_is_made())
     assert answer.get("manifest") == "" and said == [], (answer, said)
 
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"fatal error: runtime: out of memory\n\ngoroutine 1"],
+    [b"E1206 a log line\nfatal error: ", b"runtime: out of memory", b"\n", b"goroutine 1 [running]:"],
+    [b"fatal er", b"ror: runtime: out of memory\n" + b"x" * 5000],
+])
+def test_the_go_runtimes_fatal_line_is_found_however_it_was_written(pieces: list[bytes]) -> None:
+    """Go's runtime writes "fatal error: " and its words in pieces: the line is taken once
+    whole, wherever the reads cut it."""
+    seen, line = b"", ""
+    for piece in pieces:
+        if not line:
+            seen, line = workerprocess._fatal_line(seen + piece)
+    assert line == "fatal error: runtime: out of memory"
