@@ -83,7 +83,10 @@ def test_health_and_metrics_during_a_run(fleet: Fleet) -> None:
     fleet.remote.wait_phase(fleet.tenant_ns, name, "Ready")
     base = f"http://127.0.0.1:{op.health_port}"
     assert urllib.request.urlopen(f"{base}/healthz").read() == b"ok"
-    assert urllib.request.urlopen(f"{base}/readyz").read() == b"ok"
+    # ready, and what each helm process may use of the pod's memory (SPEC S7; the bed's
+    # cgroup, where it sets a limit, wins over --memory-limit)
+    ready, helm = urllib.request.urlopen(f"{base}/readyz").read().decode().splitlines()
+    assert ready == "ok" and helm.startswith("helm: 4 at once, ") and " MiB each " in helm, helm
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"{base}/nope")
     fp = fleet.remote.tenant(fleet.tenant_ns, name)["status"]["clusters"]["remote"]["fingerprint"]

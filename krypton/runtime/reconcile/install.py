@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from krypton.adapters import metrics
@@ -121,6 +121,7 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
             fenced(rt)  # waiting for the slot may have outlasted the Lease
             seen: list[str] = []  # seals of records this run starts from
             judged: tuple[Record, ...] = ()  # the records helm may read (SPEC S7)
+            again = history.as_read  # for a second run: the records as the first left them
             await unlock(rt, p, namespace)
             if p.plan.action is Action.UNINSTALL_THEN_INSTALL and status is not ReleaseStatus.ABSENT:
                 verdict = await history.judge(rt, p, Use.UNINSTALL)
@@ -140,7 +141,8 @@ async def run_helm(rt: ClusterRuntime, p: Pass, verb: str
                 judged = verdict.history
                 if verdict.seal:  # adopted by its content
                     seen.append(verdict.seal)
-            result, taken = await apply(rt, p, verb, namespace, judged)
+                again = _judged_again  # a second run starts from a history judged anew
+            result, taken = await apply(rt, p, verb, namespace, judged, again)
             return result, taken, seen
     except ReleaseLocked as exc:
         # Another helm operation holds the release (it took the lock after this pass
@@ -218,20 +220,27 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
 
 
 
+async def _judged_again(rt: ClusterRuntime, p: Pass) -> tuple[Record, ...]:
+    return (await history.judge(rt, p, Use.UPGRADE)).history
+
+
 async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str,
-                judged: Sequence[Record]) -> tuple[dict[str, Any], str | None]:
-    """``helm upgrade --install`` of the pass's chart; with Helm 4, fields other field
-    managers own are taken over under --helm-force-conflicts (the default, as Flux and
-    Sveltos do on every upgrade) by a second run with --force-conflicts, and what was
-    taken over is returned for an Event; without it the run fails with FieldConflict,
-    naming them and the way out (SPEC H2)."""
+                judged: Sequence[Record],
+                again: Callable[[ClusterRuntime, Pass], Awaitable[tuple[Record, ...]]]
+                ) -> tuple[dict[str, Any], str | None]:
+    """``helm upgrade --install`` of the pass's chart, helm given the `judged` records; with
+    Helm 4, fields other field managers own are taken over under --helm-force-conflicts (the
+    default, as Flux and Sveltos do on every upgrade) by a second run with
+    --force-conflicts, from the records as `again` reads and judges them after the first
+    (which wrote one), and what was taken over is returned for an Event; without it the run
+    fails with FieldConflict, naming them and the way out (SPEC H2)."""
     chart = p.chart
     run = functools.partial(rt.helm.install_or_upgrade, p.release, chart.path,
                             namespace, chart.values, operation=verb.lower(), skip_crds=True,
                             labels=release_labels(rt.name, p, rt.writer),
-                            take_ownership=bool(p.obs.adopt), records=judged)
+                            take_ownership=bool(p.obs.adopt))
     try:
-        return await run(), None
+        return await run(records=judged), None
     except FieldConflict as exc:
         if not rt.settings.helm_force_conflicts:
             raise FieldConflict(
@@ -245,7 +254,7 @@ async def apply(rt: ClusterRuntime, p: Pass, verb: str, namespace: str,
                  f"{fields.describe(found)}")
         p.log.warning("taking over fields of other managers", detail=str(exc))
         fenced(rt)
-        return await run(force_conflicts=True), taken
+        return await run(force_conflicts=True, records=await again(rt, p)), taken
 
 
 
