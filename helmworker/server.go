@@ -20,7 +20,6 @@ import (
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Server runs one cluster's requests, each in a goroutine of its own.
@@ -31,10 +30,6 @@ type Server struct {
 	// configure makes helm's configuration for one request (the cluster's, but in tests):
 	// its namespace, its records read only through the ledger.
 	configure func(ctx context.Context, namespace string, records *ledger) (*action.Configuration, error)
-
-	clientOnce sync.Once
-	client     kubernetes.Interface // the records' client, one for the process
-	clientErr  error
 
 	mu      sync.Mutex
 	running map[int64]context.CancelFunc
@@ -206,24 +201,22 @@ func (s *Server) configuration(ctx context.Context, namespace string, records *l
 	if err := cfg.Init(s.getter, namespace, s.driver); err != nil {
 		return nil, err
 	}
-	if client, ok := cfg.KubeClient.(*kube.Client); ok {
-		client.Namespace = namespace
+	kc, ok := cfg.KubeClient.(*kube.Client)
+	if !ok {
+		return nil, fmt.Errorf("helm's kube client is a %T", cfg.KubeClient)
 	}
-	s.clientOnce.Do(func() {
-		config, err := s.getter.ToRESTConfig()
-		if err == nil {
-			s.client, err = kubernetes.NewForConfig(config)
-		}
-		s.clientErr = err
-	})
-	if s.clientErr != nil {
-		return nil, s.clientErr
+	kc.Namespace = namespace
+	// a client of its own, as helm's storage has for each action: client-go's rate limiter
+	// is per client, and one shared by every request would hold them all to its 5 a second
+	client, err := kc.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil, err
 	}
 	var d driver.Driver
 	if kind == "secrets" {
-		d = driver.NewSecrets(checkedSecrets{SecretInterface: s.client.CoreV1().Secrets(namespace), ledger: records, ctx: ctx})
+		d = driver.NewSecrets(checkedSecrets{SecretInterface: client.CoreV1().Secrets(namespace), ledger: records, ctx: ctx})
 	} else {
-		d = driver.NewConfigMaps(checkedConfigMaps{ConfigMapInterface: s.client.CoreV1().ConfigMaps(namespace), ledger: records, ctx: ctx})
+		d = driver.NewConfigMaps(checkedConfigMaps{ConfigMapInterface: client.CoreV1().ConfigMaps(namespace), ledger: records, ctx: ctx})
 	}
 	cfg.Releases = storage.Init(d)
 	return cfg, nil
