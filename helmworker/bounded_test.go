@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 )
 
@@ -159,5 +160,27 @@ func TestAProtobufWatchFrameAnnouncedPastTheBoundIsRefused(t *testing.T) {
 	var tooLarge *TooLarge
 	if !errors.As(err, &tooLarge) {
 		t.Fatalf("a frame of 1 MiB under a bound of 64 KiB: %v", err)
+	}
+}
+
+func TestRequestsTheRateLimiterHeldBackAreCounted(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"APIVersions","versions":["v1"]}`)
+	}))
+	defer server.Close()
+	countThrottling()
+	before := throttled.Load()
+	client, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: server.URL, QPS: 5, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // the second and third wait 200 ms each for the bucket
+		if _, err := client.RESTClient().Get().AbsPath("/api").DoRaw(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := throttled.Load() - before; got < 2 {
+		t.Fatalf("%d requests counted as held back, want 2", got)
 	}
 }

@@ -15,14 +15,19 @@ import (
 // request answers it.
 var throttled atomic.Int64
 
-type throttleCounter struct{}
+// throttleCounter counts, then tells the latency to the metric registered before it.
+type throttleCounter struct{ next metrics.LatencyMetric }
 
-func (throttleCounter) Observe(_ context.Context, _ string, _ url.URL, latency time.Duration) {
+func (t throttleCounter) Observe(ctx context.Context, verb string, u url.URL, latency time.Duration) {
 	if latency > 50*time.Millisecond {
 		throttled.Add(1)
 	}
+	t.next.Observe(ctx, verb, u, latency)
 }
 
+// countThrottling puts the counter in front of client-go's rate limiter metric. Not through
+// metrics.Register, which takes only its first caller's: a library linked in (Helm's
+// dependencies bring controller-runtime's metrics) may register at its init, before main.
 func countThrottling() {
-	metrics.Register(metrics.RegisterOpts{RateLimiterLatency: throttleCounter{}})
+	metrics.RateLimiterLatency = throttleCounter{next: metrics.RateLimiterLatency}
 }
