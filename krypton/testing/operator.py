@@ -190,7 +190,6 @@ class OperatorProcess:
         self.args = [
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
             "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
-            "--web-address", f"127.0.0.1:{self.web_port}",
             "--log-format", "json",
             *args,
         ]
@@ -198,6 +197,9 @@ class OperatorProcess:
         _WORKDIRS.append(tmp)
         # its work directory goes with its logs: one the suite kills is removed all the same
         self.env = {**os.environ, "TMPDIR": str(tmp)}
+        # the fleet page's own port, by its environment variable: an older krypton, which
+        # has no page, runs with it all the same (tests/integration/test_migration.py)
+        self.env["KRYPTON_WEB_ADDRESS"] = f"127.0.0.1:{self.web_port}"
         self.env["PATH"] = f"{helm_dir}{os.pathsep}{self.env.get('PATH', '')}"
         self.env.update(env or {})
         self.log_path = log_path or tmp / "operator.log"
