@@ -81,6 +81,8 @@ def choice(*options: str, aliases: dict[str, str] | None = None) -> Callable[[st
 
 
 def bind_address(text: str) -> str:
+    if text == "0":  # no listener
+        return text
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. :8080), or 0 to disable")

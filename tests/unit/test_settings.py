@@ -213,3 +213,13 @@ def test_the_binary_engine_keeps_its_old_name() -> None:
     assert (parse("binary"), parse("cli"), parse("worker")) == ("binary", "binary", "worker")
     with pytest.raises(ValueError, match="not one of worker, binary"):
         parse("library")
+
+
+@pytest.mark.parametrize("flag", ["web_address", "health_probe_bind_address",
+                                  "metrics_bind_address"])
+def test_a_listener_is_turned_off_by_0(flag: str) -> None:
+    """0 turns a listener off, as its help says (the chart's fleet page is off so)."""
+    parse = option(flag).parse
+    assert (parse("0"), parse(":8080"), parse("127.0.0.1:8082")) == ("0", ":8080", "127.0.0.1:8082")
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse("8080")
