@@ -8,7 +8,8 @@ import asyncio
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 from krypton.adapters.kubeapi import (
@@ -100,7 +101,55 @@ class Objects(Transport):
         return None if obj is None else dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
-class Kube(Objects):
+class Reviews(Objects):
+    """Whom a cluster says a client is, and what it says they may do."""
+
+    async def user(self) -> str:
+        """The user this client's credentials authenticate as, asked of the API server
+        (SelfSubjectReview): the identity krypton, and helm with the same kubeconfig, act as."""
+        answer = await self.request(
+            "create selfsubjectreview", "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
+        if not isinstance(user, str) or not user:
+            raise TemporaryError("the API server's SelfSubjectReview names no user",
+                                 reason="BadResponse")
+        return user
+
+    # -- who may see the fleet page (SPEC O16, --web-auth=kubernetes) -----------------------
+
+    async def review_token(self, token: str) -> Obj | None:
+        """Whom a bearer token authenticates as on this cluster (TokenReview): its userInfo,
+        None when it authenticates no one."""
+        answer = await self.request(
+            "create tokenreview", "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                  "spec": {"token": token}})
+        status = answer.get("status") or {}
+        user = status.get("user")
+        if status.get("authenticated") is not True or not isinstance(user, dict) \
+                or not isinstance(user.get("username"), str) or not user["username"]:
+            return None
+        return user
+
+    async def may(self, user: Mapping[str, Any], verb: str, group: str, resource: str,
+                  namespace: str) -> bool:
+        """Whether `user` (a TokenReview's userInfo) may `verb` `resource` in `namespace`
+        ("": in every namespace) on this cluster (SubjectAccessReview)."""
+        spec = {"user": user["username"], "groups": user.get("groups") or [],
+                "uid": user.get("uid") or "", "extra": user.get("extra") or {},
+                "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                       "namespace": namespace}}
+        answer = await self.request(
+            "create subjectaccessreview", "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                  "spec": spec})
+        return (answer.get("status") or {}).get("allowed") is True
+
+
+class Kube(Reviews):
     """Async façade over one cluster's API, with krypton's error types."""
 
     # -- cluster ---------------------------------------------------------------------------
@@ -309,20 +358,7 @@ class Kube(Objects):
                            f"{core_path('events', namespace)}/{quote(name, safe='')}",
                            body=patch, content_type=MERGE_PATCH)
 
-    # -- the release-record guard (SPEC S4) -------------------------------------------------
-
-    async def user(self) -> str:
-        """The user this client's credentials authenticate as, asked of the API server
-        (SelfSubjectReview): the identity krypton, and helm with the same kubeconfig, act as."""
-        answer = await self.request(
-            "create selfsubjectreview", "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-        user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
-        if not isinstance(user, str) or not user:
-            raise TemporaryError("the API server's SelfSubjectReview names no user",
-                                 reason="BadResponse")
-        return user
+    # -- the release-record guard's objects (SPEC S4) ------------------------------------
 
     async def cluster_object(self, what: str, collection: str, name: str) -> Obj | None:
         return await self.get(f"get {what} {name}", f"{collection}/{quote(name, safe='')}")

@@ -14,6 +14,7 @@ from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.decisions.settings import Settings
 from krypton.runtime.changes import Changes
 from krypton.runtime.fleet import Fleet
+from krypton.web.auth import Access, Reviewer
 from krypton.web.server import WebServer
 
 
@@ -71,8 +72,11 @@ class OperatorFleet:
 
 
 def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: Changes,
-               rollout: Callable[[], Any]) -> WebServer:
-    """The page of this operator, on --web-address ("0": none)."""
+               rollout: Callable[[], Any], home: Callable[[], Reviewer | None]) -> WebServer:
+    """The page of this operator, on --web-address ("0": none); with --web-auth=kubernetes,
+    who may see what is asked of the home cluster (`home`, None until it is reached)."""
     scope = ("this replica's clusters only (--sharding): krypton status --from-deployment "
              "shows the whole fleet") if settings.sharding else ""
-    return WebServer(settings.web_address, OperatorFleet(fleet, changes, rollout, scope))
+    access = Access(home) if settings.web_auth == "kubernetes" else None
+    return WebServer(settings.web_address, OperatorFleet(fleet, changes, rollout, scope),
+                     access=access)

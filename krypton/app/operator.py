@@ -89,7 +89,7 @@ class Operator:
                                    settings.metrics_bind_address, self.ready)
         self.changes = Changes()  # every write of a Tenant, for the fleet page (SPEC O16)
         self.web = fleet_page(settings, lambda: self.fleet, self.changes,
-                              lambda: self._rollout_view)
+                              lambda: self._rollout_view, lambda: self.home)
         self.elector: LeaderElector | None = None
         self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
@@ -255,7 +255,8 @@ class Operator:
         assert self.home is not None
         controller = RolloutController(self.home, self.settings.namespace, policy, chart,
                                        self.settings.chart_values, home_events, workers,
-                                       fence=fence, metric_gate=self._metric_gate)
+                                       fence=fence, metric_gate=self._metric_gate,
+                                       told=self.changes.rollout_changed)
         self._rollout_tasks.append(asyncio.create_task(controller.run(self.stopping)))
         self._rollout_view = controller
         return controller.gate
@@ -269,7 +270,7 @@ class Operator:
         s, shards, home = self.settings, self.shards, self.home
         assert shards is not None and home is not None
         follower = RolloutFollower(home, s.namespace, policy, chart, s.chart_values, workers,
-                                   shards.publish)
+                                   shards.publish, told=self.changes.rollout_changed)
         elector = self._rollout_elector = self._elector(identity=shards.identity)
 
         def everyone() -> dict[str, Published]:

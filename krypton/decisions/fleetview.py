@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from krypton.decisions.model import release_name
+from krypton.decisions.rollouts.rollout import COMPLETE, RolloutState
+from krypton.decisions.rollouts.rollout import PROGRESSING as ROLLING
 
 
 @dataclass
@@ -197,3 +199,41 @@ def matrix(rows: Iterable[Row]) -> tuple[list[str], list[str], dict[tuple[str, s
     (cluster, Tenant) that has one."""
     cells = {(r.cluster, f"{r.namespace}/{r.tenant}"): r for r in rows if r.tenant}
     return (sorted({c for c, _ in cells}), sorted({t for _, t in cells}), cells)
+
+
+@dataclass(frozen=True)
+class Wave:
+    """A wave of the rollout as the page shows it: its clusters, how many of their releases
+    are Ready at the rollout's version, and where it stands (done, current or to come)."""
+
+    number: int
+    clusters: tuple[str, ...]
+    at_version: int
+    releases: int
+    place: str
+
+
+def waves(rollout: RolloutState, rows: Iterable[Row]) -> list[Wave]:
+    """The rollout's waves in order, each with its releases' progress."""
+    targeted = [r for r in rows if r.state != NOT_TARGETED]
+    out = []
+    for i, clusters in enumerate(rollout.waves):
+        mine = [r for r in targeted if r.cluster in clusters]
+        place = "current" if i == rollout.wave and rollout.phase != COMPLETE else \
+            "done" if i < rollout.wave else "next"
+        out.append(Wave(i + 1, tuple(clusters),
+                        sum(r.state == READY and r.chart_version.split("@")[0] == rollout.version
+                            for r in mine), len(mine), place))
+    return out
+
+
+def actions(rollout: RolloutState) -> list[tuple[str, str]]:
+    """What a person may do about the rollout now, and the command that does it (F9)."""
+    if rollout.phase != ROLLING:
+        return []
+    wave = f"wave {rollout.wave + 1}"
+    said = [(f"approve {wave}", "krypton rollout approve --by <your name>")] \
+        if rollout.awaiting else []
+    said.append(("resume it", "krypton rollout resume --by <your name>") if rollout.paused
+                else ("pause it", "krypton rollout pause --by <your name>"))
+    return [*said, ("abort it", "krypton rollout abort --by <your name>")]

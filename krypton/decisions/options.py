@@ -289,6 +289,10 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("web_address", "Address of the fleet page, a read-only web page of the fleet (docs: "
         "The fleet page); loopback only by default, 0 turns it off", "127.0.0.1:8082",
         bind_address),
+    Opt("web_auth", "Who may see the fleet page: none (whoever reaches its port sees every "
+        "Tenant) or kubernetes (a bearer token the home cluster takes, TokenReview; each "
+        "Tenant shown where that identity may get Tenants in its namespace, "
+        "SubjectAccessReview)", "none", choice("none", "kubernetes")),
     Opt("leader_elect", "Use a coordination.k8s.io Lease so that only one replica works", False,
         boolean),
     Opt("leader_election_namespace", "Namespace of the Lease (WATCH_NAMESPACE wins when set)",

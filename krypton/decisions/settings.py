@@ -70,6 +70,7 @@ class Settings:
     max_concurrent_helm: int = _default("max_concurrent_helm")
     memory_limit: int = _default("memory_limit")
     web_address: str = _default("web_address")
+    web_auth: str = _default("web_auth")
     resync_period: float = _default("resync_period")
     max_retries: int = _default("max_retries")
     retry_backoff_max: float = _default("retry_backoff_max")

@@ -14,6 +14,8 @@ from typing import Any
 QUEUED = 256  # changes one listener may be behind before it is told to read the whole again
 # what a listener that fell behind is told instead of what it lost
 LOST: tuple[str, dict[str, Any]] = ("", {})
+# what a listener is told when the rollout's state changed (F1, F9)
+ROLLOUT: tuple[str, dict[str, Any]] = ("", {"rollout": True})
 
 
 class Changes:
@@ -29,6 +31,10 @@ class Changes:
             if queue.full():
                 continue  # said once: LOST stands at its end until it is read
             queue.put_nowait(LOST if queue.qsize() == self.queued - 1 else (cluster, tenant))
+
+    def rollout_changed(self) -> None:
+        """The rollout's state changed, as this replica follows it."""
+        self.tell(*ROLLOUT)
 
     @contextlib.contextmanager
     def listen(self) -> Iterator[asyncio.Queue[tuple[str, dict[str, Any]]]]:

@@ -69,9 +69,11 @@ class _Gated:
     """A rollout state as last read or written, and the gate it sets for each cluster."""
 
     def __init__(self, policy: Policy, chart: ChartSource, central_values: dict[str, Any],
-                 workers: Callable[[], dict[str, Any]], interval: float) -> None:
+                 workers: Callable[[], dict[str, Any]], interval: float,
+                 told: Callable[[], None]) -> None:
         self.policy, self.chart, self.central_values = policy, chart, central_values
         self.workers, self.interval = workers, interval
+        self.told = told  # the state changed: said to the fleet page (SPEC O16)
         self.state: RolloutState | None = None
         self.current_target: str | None = None
         self._loaded = False
@@ -98,6 +100,7 @@ class _Gated:
 
     def _wake(self, old: RolloutState | None, new: RolloutState) -> None:
         """Look at the Tenants again whose gate the new state opened or changed."""
+        self.told()
         workers = self.workers()
         newly, everyone = to_wake(old, new)
         for name in workers if everyone else newly:
@@ -133,8 +136,9 @@ class RolloutController(_Gated):
                  central_values: dict[str, Any], events: EventRecorder,
                  workers: Callable[[], dict[str, Any]], interval: float = 2.0,
                  fence: Callable[[], bool] = lambda: True,
-                 metric_gate: MetricGate | None = None) -> None:
-        super().__init__(policy, chart, central_values, workers, interval)
+                 metric_gate: MetricGate | None = None,
+                 told: Callable[[], None] = lambda: None) -> None:
+        super().__init__(policy, chart, central_values, workers, interval, told)
         self.home, self.namespace, self.events = home, namespace, events
         self.fence = fence
         self.metric_gate = metric_gate
@@ -342,8 +346,9 @@ class RolloutFollower(_Gated):
 
     def __init__(self, home: Kube, namespace: str, policy: Policy, chart: ChartSource,
                  central_values: dict[str, Any], workers: Callable[[], dict[str, Any]],
-                 publish: Callable[[str, str], Awaitable[None]], interval: float = 2.0) -> None:
-        super().__init__(policy, chart, central_values, workers, interval)
+                 publish: Callable[[str, str], Awaitable[None]], interval: float = 2.0,
+                 told: Callable[[], None] = lambda: None) -> None:
+        super().__init__(policy, chart, central_values, workers, interval, told)
         self.publish = publish
         self.informer = Informer(home, "rollout-state", core_path("configmaps", namespace),
                                  self._event, field_selector=f"metadata.name={CONFIGMAP}")

@@ -87,6 +87,7 @@ class PodOperator(OperatorProcess):
         values = deep_merge(values, {
             "metrics": {"host": "127.0.0.1", "port": self.metrics_port},
             "health": {"host": "127.0.0.1", "port": self.health_port},
+            "web": {"host": "127.0.0.1", "port": self.web_port},
             "log": {"format": "json"}})
         self.objects = render_chart(self.bin_dir / "helm", chart, release=release,
                                     namespace=namespace, values=values)

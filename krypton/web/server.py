@@ -14,7 +14,6 @@ import dataclasses
 import io
 import json
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,10 +22,13 @@ import structlog
 from aiohttp import web
 
 from krypton.decisions import fleetview
+from krypton.decisions.errors import KryptonError
 from krypton.decisions.fleetview import Filters, Row
 from krypton.decisions.model import epoch_seconds
 from krypton.decisions.rollouts.rollout import RolloutState
-from krypton.runtime.changes import LOST, Changes
+from krypton.decisions.rollouts.rolloutcontrol import history_lines
+from krypton.runtime.changes import LOST, ROLLOUT, Changes
+from krypton.web.auth import Access, Identity, Unanswered
 
 _log = structlog.get_logger("krypton.web")
 
@@ -45,6 +47,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 CSV_FIELDS = [f.name for f in dataclasses.fields(Row)]
+WHO = web.RequestKey("who", Identity)  # who asks, as the home cluster named them
 
 
 class FleetSource(Protocol):
@@ -90,15 +93,29 @@ async def _no_icon(request: web.Request) -> web.Response:
     return web.Response(status=204)  # a browser asks; the page has no icon
 
 
+def rollout_view(rollout: RolloutState | None, rows: list[Row]) -> dict[str, Any]:
+    """What the page says of the rollout (F1, F9): its waves with their progress, what a
+    person may do and the command, its history."""
+    if rollout is None:
+        return {"rollout": None}
+    return {"rollout": rollout, "waves": fleetview.waves(rollout, rows),
+            "actions": fleetview.actions(rollout),
+            "history": history_lines(rollout, lambda t: time.strftime(
+                "%Y-%m-%d %H:%M:%SZ", time.gmtime(t)))}
+
+
 def row_json(row: Row, now: float) -> dict[str, Any]:
     return {**dataclasses.asdict(row), "ago": ago(row.since, now)}
 
 
 class WebServer:
-    """The page on `address` ("0": none), reading `source`."""
+    """The page on `address` ("0": none), reading `source`; to whoever reaches it, or with
+    `access`, to whom the home cluster names, each Tenant where they may get it."""
 
-    def __init__(self, address: str, source: FleetSource, *, streams: int = STREAMS) -> None:
+    def __init__(self, address: str, source: FleetSource, *, access: Access | None = None,
+                 streams: int = STREAMS) -> None:
         self.address, self.source, self.streams = address, source, streams
+        self.access = access
         self.open_streams = 0
         self._streaming: set[asyncio.Task[Any]] = set()  # ended first when the page stops
         self._runner: web.AppRunner | None = None
@@ -138,42 +155,83 @@ class WebServer:
 
     @web.middleware
     async def _guarded(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """Every answer with the page's headers; a query past its bound refused."""
+        """Every answer with the page's headers; a query past its bound refused; with
+        `access`, a request the home cluster names no one for refused (401)."""
         if len(request.query_string) > QUERY_MAX:
             response: web.StreamResponse = web.Response(status=414, text="query too long")
+        elif (refused := await self._identify(request)) is not None:
+            response = refused
         else:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:  # a 404 or 503 gets the headers too
+                exc.headers.update({k: v for k, v in HEADERS.items() if k not in exc.headers})
+                raise
         for name, value in HEADERS.items():
             response.headers.setdefault(name, value)
         return response
 
-    def _page(self, template: str, **values: Any) -> web.Response:
-        html = self._env.get_template(template).render(scope=self.source.scope(), **values)
+    async def _identify(self, request: web.Request) -> web.Response | None:
+        """Who asks (kept on the request), or the answer refusing them."""
+        if self.access is None:
+            return None
+        try:
+            who = await self.access.identity(request.headers.get("Authorization", ""))
+        except (Unanswered, KryptonError) as exc:
+            _log.warning("fleet page cannot ask who a token is", error=str(exc))
+            return web.Response(status=503, text="the home cluster cannot be asked who you "
+                                                 "are; try again later")
+        if who is None:
+            return web.Response(status=401, text="a bearer token the home cluster takes is "
+                                                 "needed (--web-auth=kubernetes)",
+                                headers={"WWW-Authenticate": 'Bearer realm="krypton"'})
+        request[WHO] = who
+        return None
+
+    async def _visible(self, request: web.Request, rows: list[Row]) -> list[Row]:
+        """Those of `rows` whose Tenant the asker may see."""
+        who: Identity | None = request.get(WHO)
+        if self.access is None or who is None:
+            return rows
+        try:
+            seen = await self.access.namespaces(who, {r.namespace for r in rows})
+        except (Unanswered, KryptonError) as exc:
+            raise web.HTTPServiceUnavailable(
+                text="the home cluster cannot be asked what you may see; try again later"
+            ) from exc
+        return [r for r in rows if r.namespace in seen]
+
+    def _page(self, template: str, request: web.Request, **values: Any) -> web.Response:
+        who: Identity | None = request.get(WHO)
+        html = self._env.get_template(template).render(
+            scope=self.source.scope(), open=self.access is None,
+            viewer=who.name if who is not None else "", **values)
         return web.Response(text=html, content_type="text/html")
 
-    def _rows(self, query: Mapping[str, str]) -> tuple[Filters, list[Row]]:
-        filters = Filters.of(query)
-        return filters, [r for r in self.source.rows() if filters.keep(r)]
+    async def _rows(self, request: web.Request) -> tuple[Filters, list[Row]]:
+        filters = Filters.of(request.query)
+        return filters, await self._visible(
+            request, [r for r in self.source.rows() if filters.keep(r)])
 
     async def _index(self, request: web.Request) -> web.Response:
-        filters, rows = self._rows(request.query)
+        filters, rows = await self._rows(request)
         clusters, tenants, cells = fleetview.matrix(rows)
         by_cluster = len(clusters) >= len(tenants)  # the longer axis down the page
         now = time.time()
         return self._page(
-            "index.html", filters=filters, summary=fleetview.summary(rows),
+            "index.html", request, filters=filters, summary=fleetview.summary(rows),
             down=clusters if by_cluster else tenants, across=tenants if by_cluster else clusters,
             by_cluster=by_cluster, cells=cells, now=now, ago=ago, states=fleetview.STATES,
-            query=request.query_string, clusters=self.source.clusters(),
-            rollout=self.source.rollout())
+            query=request.query_string, clusters=self.source.clusters(), **rollout_view(
+                self.source.rollout(), rows))
 
     async def _json(self, request: web.Request) -> web.Response:
-        _, rows = self._rows(request.query)
+        _, rows = await self._rows(request)
         now = time.time()
         return web.json_response([row_json(r, now) for r in rows])
 
     async def _csv(self, request: web.Request) -> web.Response:
-        _, rows = self._rows(request.query)
+        _, rows = await self._rows(request)
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(CSV_FIELDS)
@@ -185,7 +243,7 @@ class WebServer:
     async def _tenant(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         held = self.source.tenant(namespace, name)
-        if not held:
+        if not held or not await self._visible(request, [Row("", namespace, name)]):
             raise web.HTTPNotFound(text="no such Tenant on an engaged cluster")
         now = time.time()
         per_cluster = []
@@ -196,7 +254,7 @@ class WebServer:
             row = fleetview.tenant_rows(cluster, [obj])[0]
             per_cluster.append((cluster, row, conditions,
                                 (status.get("clusters") or {}).get(cluster) or {}))
-        return self._page("tenant.html", namespace=namespace, name=name, now=now, ago=ago,
+        return self._page("tenant.html", request, namespace=namespace, name=name, now=now, ago=ago,
                           per_cluster=per_cluster)
 
     async def _cluster(self, request: web.Request) -> web.Response:
@@ -204,8 +262,8 @@ class WebServer:
         known = self.source.clusters().get(name)
         if known is None:
             raise web.HTTPNotFound(text="no such cluster")
-        rows = [r for r in self.source.rows() if r.cluster == name]
-        return self._page("cluster.html", name=name, known=known, rows=rows, now=time.time(),
+        rows = await self._visible(request, [r for r in self.source.rows() if r.cluster == name])
+        return self._page("cluster.html", request, name=name, known=known, rows=rows, now=time.time(),
                           ago=ago)
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -234,12 +292,17 @@ class WebServer:
                     if (cluster, obj) == LOST:
                         await response.write(b"event: reload\ndata: {}\n\n")
                         continue
-                    for row in fleetview.tenant_rows(cluster, [obj]):
-                        if filters.keep(row):
-                            data = json.dumps(row_json(row, time.time()))
-                            await response.write(f"event: row\ndata: {data}\n\n".encode())
+                    if (cluster, obj) == ROLLOUT:
+                        await response.write(b"event: rollout\ndata: {}\n\n")
+                        continue
+                    kept = [r for r in fleetview.tenant_rows(cluster, [obj]) if filters.keep(r)]
+                    for row in await self._visible(request, kept):
+                        data = json.dumps(row_json(row, time.time()))
+                        await response.write(f"event: row\ndata: {data}\n\n".encode())
         except ConnectionResetError:
             pass  # the page went
+        except web.HTTPServiceUnavailable:
+            pass  # who may see what cannot be asked: the page reconnects, and is told so
         finally:
             self.open_streams -= 1
             self._streaming.discard(task)  # type: ignore[arg-type]

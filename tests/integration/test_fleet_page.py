@@ -9,17 +9,20 @@ import json
 import threading
 from typing import Any
 
+from kubernetes import client
+
 from krypton.testing.operator import OperatorProcess, wait_for
 
-from .conftest import Fleet, unique
+from .conftest import Cluster, Fleet, unique
 
 HOSTILE = "<img src=x onerror=alert(1)></script>"
 
 
-def get(op: OperatorProcess, path: str) -> tuple[int, dict[str, str], str]:
+def get(op: OperatorProcess, path: str,
+        bearer: str | None = None) -> tuple[int, dict[str, str], str]:
     conn = http.client.HTTPConnection("127.0.0.1", op.web_port, timeout=10)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {bearer}"} if bearer else {})
         resp = conn.getresponse()
         return resp.status, dict(resp.getheaders()), resp.read().decode()
     finally:
@@ -86,3 +89,47 @@ def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_change
     finally:
         conn.close()
     assert {(r["cluster"], r["tenant"]) for r in seen} == {("remote", later)}
+
+
+def token(cluster: Cluster, namespace: str, name: str, may_read: str | None) -> str:
+    """A ServiceAccount's token on `cluster`, the account allowed to get Tenants in
+    `may_read` (None: nowhere)."""
+    cluster.ensure_namespace(namespace)
+    cluster.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    if may_read is not None:
+        rbac = client.RbacAuthorizationV1Api(cluster.api)
+        rbac.create_namespaced_role(may_read, {
+            "metadata": {"name": name}, "rules": [{
+                "apiGroups": ["mesh.openkcm.io"], "resources": ["tenants"], "verbs": ["get"]}]})
+        rbac.create_namespaced_role_binding(may_read, {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    answer = cluster.core.create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": 600}})
+    return str(answer.status.token)
+
+
+def test_with_kubernetes_auth_a_token_sees_the_tenants_its_identity_may_get(
+        fleet: Fleet) -> None:
+    fleet.register("remote", fleet.remote)
+    op = fleet.start("--web-auth", "kubernetes")
+    calm = fleet.tenant(fleet.remote, unique("calm"))
+    fleet.remote.wait_phase(fleet.tenant_ns, calm, "Ready")
+    reader = token(fleet.home, fleet.tenant_ns, unique("reader"), fleet.tenant_ns)
+    elsewhere = unique("elsewhere")
+    other = token(fleet.home, elsewhere, "reader", elsewhere)  # may read its own namespace
+    foreign = token(fleet.remote, fleet.tenant_ns, unique("reader"), fleet.tenant_ns)
+
+    def seen(bearer: str | None, path: str = "/rows.json") -> tuple[int, str]:
+        status, _, body = get(op, path, bearer)
+        return status, body
+
+    assert seen(None)[0] == 401
+    assert seen(foreign)[0] == 401  # the remote cluster's token means nothing on home
+    status, body = seen(reader)
+    assert status == 200 and [r["tenant"] for r in json.loads(body)] == [calm]
+    assert seen(other) == (200, "[]")
+    assert seen(other, f"/tenants/{fleet.tenant_ns}/{calm}")[0] == 404
+    status, page = seen(reader, f"/tenants/{fleet.tenant_ns}/{calm}")
+    assert status == 200 and f"system:serviceaccount:{fleet.tenant_ns}:" in page

@@ -24,7 +24,9 @@ from krypton.web.server import WebServer
 from tests.unit.test_fleet_page import Source, tenant
 
 from .conftest import Fleet, unique
+from .test_cli import krypton, run_flags
 from .test_fleet_page import HOSTILE, calm_and_evil
+from .test_progressive_rollout import APPROVAL, ROLLOUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # as this machine's closed network asks: nothing of Chromium's own reaches out
@@ -90,6 +92,38 @@ def test_the_open_page_follows_the_fleet_and_runs_nothing_a_cluster_wrote(
     assert len(table) == 2 and table[1].startswith(f"remote,{fleet.tenant_ns},{calm},")
     page.goto(f"{url}/tenants/{fleet.tenant_ns}/{evil}")
     assert HOSTILE in page.locator(".detail").first.inner_text()
+    assert said == [], said
+
+
+def test_a_wave_awaiting_approval_is_shown_with_its_command_and_moves_on_by_itself(
+        fleet: Fleet, browser: Browser) -> None:
+    fleet.register("home", fleet.home)
+    fleet.register("remote", fleet.remote)
+    first = fleet.start(*ROLLOUT)
+    h, r = fleet.tenant(fleet.home, unique("h")), fleet.tenant(fleet.remote, unique("r"))
+    fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
+    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
+    first.stop()
+    op = fleet.start(*ROLLOUT, *APPROVAL, version="0.3.0")  # the canary moves, then waits
+    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
+                                "RolloutAwaitingApproval")
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    said = watched(page)
+    page.goto(f"http://127.0.0.1:{op.web_port}/")
+    page.evaluate("window.notReloaded = true")
+    waiting = page.locator("#rollout li.current.awaiting")
+    assert "remote" in waiting.inner_text() and "waits for approval" in waiting.inner_text()
+    assert "krypton rollout approve --by <your name>" in page.locator(
+        "#rollout .actions").inner_text()
+
+    approved = krypton(fleet, "rollout", "approve", "--by", "alice",
+                       *run_flags(fleet, version="0.3.0"),
+                       "--from-deployment", "none")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    page.wait_for_selector("#rollout .phase:text-is('Complete')", timeout=60_000)
+    assert page.locator("#rollout li.awaiting").count() == 0
+    assert "approved wave 2 by alice" in (page.locator("#rollout .history").text_content() or "")
+    assert page.evaluate("window.notReloaded") is True
     assert said == [], said
 
 

@@ -10,6 +10,7 @@ helm it runs) made under its ServiceAccount is checked for 401 and 403 answers.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import subprocess
 import sys
@@ -66,6 +67,17 @@ def register(home: Cluster, name: str, remote: Cluster, namespace: str) -> None:
                     "--kubeconfig", str(remote.cp.kubeconfig), "--namespace", namespace,
                     "--watch-kubeconfig", str(home.cp.kubeconfig)], check=True,
                    capture_output=True, text=True)
+
+
+def page_status(op: PodOperator, token: str | None) -> int:
+    """The status of the fleet page (SPEC O16) for a request with `token`."""
+    conn = http.client.HTTPConnection("127.0.0.1", op.web_port, timeout=10)
+    try:
+        conn.request("GET", "/rows.json", headers={"Authorization": f"Bearer {token}"}
+                     if token else {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
 
 
 def jti(token: str) -> str:
@@ -169,12 +181,15 @@ def tenant_flow(op: PodOperator, values: dict[str, Any], home: Cluster, remote: 
 def test_cluster_wide_chart_install(clusters: tuple[Cluster, Cluster], chart_repo: Any,
                                     testbin: Path, image: Image) -> None:
     home, remote = clusters
-    values = chart_values(chart_repo.url, "0.2.0")
+    values = chart_values(chart_repo.url, "0.2.0", web={"enabled": True, "auth": "kubernetes"})
     op = PodOperator(home.cp, bin_dir=testbin, values=values, namespace="krypton-system",
                      image=image)
     try:
         op.start()
         op.wait_ready()
+        # the fleet page asks the home cluster who a token is, as the chart's RBAC allows
+        assert page_status(op, None) == 401
+        assert page_status(op, op.token) == 200
         home.ensure_namespace("team-a")
         remote.ensure_namespace("team-a")
         # releases go to a namespace named after each Tenant (R5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Awaitable, Callable
@@ -17,8 +18,10 @@ from aiohttp import ClientSession
 
 from krypton.decisions import fleetview
 from krypton.decisions.fleetview import Filters, Row
+from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.runtime.changes import Changes
 from krypton.testing import free_port
+from krypton.web.auth import Access
 from krypton.web.server import HEADERS, WebServer
 
 pytestmark = pytest.mark.unit
@@ -174,3 +177,134 @@ def test_a_listener_that_falls_behind_is_told_once_to_read_the_whole_again() -> 
                 changes.tell("c", {"n": i})
             return [c or "LOST" for c, _ in [queue.get_nowait() for _ in range(queue.qsize())]]
     assert asyncio.run(main()) == ["c", "c", "LOST"]
+
+
+class Home:
+    """A home cluster of the test's own: tokens and the namespaces each user may read."""
+
+    def __init__(self, tokens: dict[str, str], may: dict[str, set[str]]) -> None:
+        self.tokens, self.allowed, self.asked = tokens, may, 0
+
+    async def review_token(self, token: str) -> dict[str, Any] | None:
+        self.asked += 1
+        user = self.tokens.get(token)
+        return None if user is None else {"username": user, "groups": ["g"]}
+
+    async def may(self, user: Any, verb: str, group: str, resource: str,
+                  namespace: str) -> bool:
+        self.asked += 1
+        assert (verb, group, resource) == ("get", "mesh.openkcm.io", "tenants")
+        return namespace in self.allowed.get(user["username"], set())
+
+
+def two_teams() -> Source:
+    return Source({"c1": [tenant("a", "c1", namespace="red"), tenant("b", "c1", namespace="blue")],
+                   "c2": [tenant("a", "c2", namespace="red")]})
+
+
+def test_with_kubernetes_auth_each_identity_sees_only_the_namespaces_it_may_read() -> None:
+    home = Home({"t-red": "ann", "t-all": "root", "t-none": "eve"},
+                {"ann": {"red"}, "root": {""}, "eve": set()})
+    source = two_teams()
+
+    async def check(session: ClientSession, url: str) -> None:
+        async def seen(token: str | None, path: str = "/rows.json") -> tuple[int, Any]:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            async with session.get(url + path, headers=headers) as resp:
+                body = await resp.text()
+                return resp.status, json.loads(body) if path.endswith(".json") and \
+                    resp.status == 200 else body
+
+        assert (await seen(None))[0] == 401
+        assert (await seen("forged"))[0] == 401
+        status, rows = await seen("t-red")
+        assert status == 200 and {(r["cluster"], r["namespace"]) for r in rows} == {
+            ("c1", "red"), ("c2", "red")}
+        assert len((await seen("t-all"))[1]) == 3
+        assert (await seen("t-none"))[1] == []
+        status, page = await seen("t-red", "/")
+        assert status == 200 and "ann:" in page and 'data-cell="c1|red/a"' in page
+        assert "blue/b" not in page
+        assert (await seen("t-red", "/tenants/blue/b"))[0] == 404
+        assert (await seen("t-all", "/tenants/blue/b"))[0] == 200
+        assert "blue/b" not in (await seen("t-red", "/clusters/c1"))[1]
+        status, table = await seen("t-red", "/rows.csv")
+        assert status == 200 and ",blue," not in table and ",red," in table
+
+        # answers are kept: the same views again ask the home cluster nothing
+        asked = home.asked
+        await seen("t-red")
+        await seen("t-red", "/")
+        assert home.asked == asked
+
+        # a stream says only what its identity may see
+        headers = {"Authorization": "Bearer t-red"}
+        async with session.get(url + "/events", headers=headers) as stream:
+            while not source.changes.listeners:
+                await asyncio.sleep(0)
+            source.changes.tell("c1", tenant("b", "c1", namespace="blue", version="9.9.9"))
+            source.changes.tell("c1", tenant("a", "c1", namespace="red", version="0.5.0"))
+            line = b""
+            while not line.startswith(b"data: "):
+                line = await stream.content.readline()
+            assert json.loads(line[6:])["namespace"] == "red"
+    serving(source, check, access=Access(lambda: home))
+
+
+def test_without_a_home_cluster_to_ask_the_page_answers_503_and_keeps_nothing() -> None:
+    access = Access(lambda: None)
+
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.get(url + "/", headers={"Authorization": "Bearer x"}) as resp:
+            assert resp.status == 503
+            assert resp.headers["X-Frame-Options"] == "DENY"
+        assert access.kept() == 0
+    serving(fleet(), check, access=access)
+
+
+def test_kept_answers_are_bounded_and_expire() -> None:
+    now = [0.0]
+    home = Home({f"t{i}": f"u{i}" for i in range(10)}, {})
+    access = Access(lambda: home, size=4, ttl=30, clock=lambda: now[0])
+
+    async def main() -> None:
+        for i in range(10):
+            assert (await access.identity(f"Bearer t{i}")) is not None
+        assert access.kept() == 4
+        asked = home.asked
+        await access.identity("Bearer t9")
+        assert home.asked == asked  # kept
+        now[0] = 31.0
+        await access.identity("Bearer t9")
+        assert home.asked == asked + 1  # expired, asked again
+        assert await access.identity("Basic dTpw") is None and home.asked == asked + 1
+    asyncio.run(main())
+
+
+def test_the_rollout_shows_its_waves_progress_and_what_a_person_may_do() -> None:
+    rolling = RolloutState(target="f" * 64, version="0.3.0", waves=(("c2",), ("c1",)),
+                           wave=1, awaiting=True, message=f"waits for approval {HOSTILE}")
+    source = Source({"c1": [tenant("a", "c1")], "c2": [tenant("a", "c2", version="0.3.0"),
+                                                       tenant("b", "c2", ready=False)]})
+    waves = fleetview.waves(rolling, source.rows())
+    assert [(w.number, w.at_version, w.releases, w.place) for w in waves] == [
+        (1, 1, 2, "done"), (2, 0, 1, "current")]
+    assert fleetview.actions(rolling)[0] == (
+        "approve wave 2", "krypton rollout approve --by <your name>")
+    paused = dataclasses.replace(rolling, awaiting=False, paused_at=1.0)
+    assert [w for w, _ in fleetview.actions(paused)] == ["resume it", "abort it"]
+    assert fleetview.actions(dataclasses.replace(rolling, phase="Complete")) == []
+    source.rollout = lambda: rolling  # type: ignore[method-assign]
+
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.get(url + "/") as resp:
+            page = await resp.text()
+        assert 'class="current awaiting" data-wave="2"' in page
+        assert "<code>krypton rollout approve --by &lt;your name&gt;</code>" in page
+        assert "<img" not in page
+        async with session.get(url + "/events") as stream:
+            while not source.changes.listeners:
+                await asyncio.sleep(0)
+            source.changes.rollout_changed()
+            assert await stream.content.readline() == b"event: rollout\n"
+    serving(source, check)

@@ -383,7 +383,6 @@ def test_a_restarted_controller_wakes_the_tenants_it_held_before_it_knew_its_tar
 
 # -- rollout control (F9) ----------------------------------------------------------------------
 
-from krypton.cli import rollout as rollout_cli  # noqa: E402
 from krypton.decisions.rollouts import rollout as rollout_mod  # noqa: E402
 from krypton.decisions.rollouts import rolloutcontrol  # noqa: E402
 
@@ -478,23 +477,23 @@ def test_the_history_keeps_the_last_rollouts_with_their_approvals() -> None:
         s = start(f"t{i}", f"{i}.0.0", ["a", "c"], APPROVING, now=i, previous=s)
     assert [p["version"] for p in s.past] == ["3.0.0", "4.0.0", "5.0.0", "6.0.0", "7.0.0"]
     assert RolloutState.from_json(s.to_json()) == s
-    lines = rollout_cli.history_lines(s, str)
+    lines = rolloutcontrol.history_lines(s, str)
     assert lines[0].startswith("2.0.0 -> 3.0.0: Progressing, started 3")
     assert lines[-2] == "  wave 2: a" and "(current)" in lines[-4]
 
 
 def test_a_command_on_a_rollout_not_running_or_of_another_format_changes_nothing() -> None:
     s = start("t", "2.0.0", ["a", "c"], APPROVING, now=0)
-    assert rollout_cli.command(None, "pause", "me")[0] is None
-    assert rollout_cli.command(s, "approve", "me")[0] is None  # nothing waits
+    assert rolloutcontrol.command(None, "pause", "me")[0] is None
+    assert rolloutcontrol.command(s, "approve", "me")[0] is None  # nothing waits
     old = RolloutState.from_json(s.to_json().replace('"format": 2, ', ""))
     assert old.format == 1
-    annotations, said = rollout_cli.command(old, "pause", "me")
+    annotations, said = rolloutcontrol.command(old, "pause", "me")
     assert annotations is None and "format 1" in said
     done = dataclasses.replace(s, phase=COMPLETE)
-    assert rollout_cli.command(done, "abort", "me")[0] is None
-    assert rollout_cli.command(s, "pause", "me")[0] == {rolloutcontrol.PAUSE: "t",
+    assert rolloutcontrol.command(done, "abort", "me")[0] is None
+    assert rolloutcontrol.command(s, "pause", "me")[0] == {rolloutcontrol.PAUSE: "t",
                                                         rolloutcontrol.BY: "me"}
     waiting = evaluate(s, {"c": OK, "a": TODO}, APPROVING, now=1)
-    assert rollout_cli.command(waiting, "approve", "me")[0] == {
+    assert rolloutcontrol.command(waiting, "approve", "me")[0] == {
         rolloutcontrol.APPROVE: "2@t", rolloutcontrol.BY: "me"}

@@ -1,5 +1,6 @@
 // The fleet page's one script (SPEC O16): it follows the server's events and updates the
-// matrix in place; the page is whole without it. Every text goes in as text, never as HTML.
+// matrix and the rollout in place; the page is whole without it. Every text goes in as text,
+// never as HTML: a changed rollout is the server's own rendering of it, parsed inertly.
 "use strict";
 
 (function () {
@@ -75,7 +76,25 @@
     td.dataset.updated = String(Date.now());
   }
 
+  async function followRollout() {
+    const answer = await fetch(window.location.href, { credentials: "same-origin" });
+    if (!answer.ok) {
+      return;
+    }
+    const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+    const now = document.getElementById("rollout");
+    const then = page.getElementById("rollout");
+    if (now && then) {
+      now.replaceWith(document.importNode(then, true));
+    } else if (then) {
+      matrix.closest("main").prepend(document.importNode(then, true));
+    } else if (now) {
+      now.remove();
+    }
+  }
+
   const events = new EventSource(`/events${window.location.search}`);
   events.addEventListener("row", (e) => show(JSON.parse(e.data)));
+  events.addEventListener("rollout", () => followRollout());
   events.addEventListener("reload", () => window.location.reload());
 })();
