@@ -10,10 +10,12 @@ from typing import Any
 from krypton.adapters.helmworker import WorkerHelm
 from krypton.decisions import fleetview
 from krypton.decisions.fleetview import Row
+from krypton.decisions.model import TenantKey
 from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.decisions.settings import Settings
 from krypton.runtime.changes import Changes
 from krypton.runtime.fleet import Fleet
+from krypton.runtime.reconcile.memory import TenantMemory
 from krypton.web.auth import Access, Reviewer
 from krypton.web.server import WebServer
 
@@ -39,6 +41,10 @@ class OperatorFleet:
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         return {cluster: obj for cluster, rt in self._runtimes()
                 if (obj := rt.tenants.get((namespace, name))) is not None}
+
+    def journal(self, namespace: str, name: str) -> dict[str, TenantMemory]:
+        return {cluster: kept for cluster, rt in self._runtimes()
+                if (kept := rt.memory.peek(TenantKey(namespace, name))) is not None}
 
     def clusters(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

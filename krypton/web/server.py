@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +65,11 @@ class FleetSource(Protocol):
 
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """The Tenant as each engaged cluster holds it (cluster -> object)."""
+
+    def journal(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """What each engaged cluster remembers of the Tenant beyond its object: the Events
+        krypton last wrote of it (`said`) and its release's history as last judged
+        (`judged`), as :class:`krypton.runtime.reconcile.memory.TenantMemory` keeps them."""
 
     def rollout(self) -> RolloutState | None: ...
 
@@ -246,6 +252,7 @@ class WebServer:
         if not held or not await self._visible(request, [Row("", namespace, name)]):
             raise web.HTTPNotFound(text="no such Tenant on an engaged cluster")
         now = time.time()
+        journal = self.source.journal(namespace, name)
         per_cluster = []
         for cluster, obj in sorted(held.items()):
             status = obj.get("status") or {}
@@ -253,7 +260,8 @@ class WebServer:
                           if str(c.get("type", "")).endswith(f"/{cluster}")]
             row = fleetview.tenant_rows(cluster, [obj])[0]
             per_cluster.append((cluster, row, conditions,
-                                (status.get("clusters") or {}).get(cluster) or {}))
+                                (status.get("clusters") or {}).get(cluster) or {},
+                                journal.get(cluster)))
         return self._page("tenant.html", request, namespace=namespace, name=name, now=now, ago=ago,
                           per_cluster=per_cluster)
 

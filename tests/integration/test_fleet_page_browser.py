@@ -124,6 +124,10 @@ def test_a_wave_awaiting_approval_is_shown_with_its_command_and_moves_on_by_itse
     assert page.locator("#rollout li.awaiting").count() == 0
     assert "approved wave 2 by alice" in (page.locator("#rollout .history").text_content() or "")
     assert page.evaluate("window.notReloaded") is True
+    # the history krypton judged before the upgrade: the deployed record, sealed by it
+    page.goto(f"http://127.0.0.1:{op.web_port}/tenants/{fleet.tenant_ns}/{r}")
+    assert "1 deployed sealed by krypton" in page.locator("table.records").inner_text() \
+        .replace("\t", " ")
     assert said == [], said
 
 

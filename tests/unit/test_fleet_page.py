@@ -20,6 +20,7 @@ from krypton.decisions import fleetview
 from krypton.decisions.fleetview import Filters, Row
 from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.runtime.changes import Changes
+from krypton.runtime.reconcile.memory import Judged, TenantMemory
 from krypton.testing import free_port
 from krypton.web.auth import Access
 from krypton.web.server import HEADERS, WebServer
@@ -47,6 +48,7 @@ class Source:
 
     def __init__(self, held: dict[str, list[dict[str, Any]]]) -> None:
         self.held, self.changes = held, Changes()
+        self.kept: dict[tuple[str, str, str], TenantMemory] = {}
 
     def rows(self) -> list[Row]:
         return [r for c, ts in sorted(self.held.items()) for r in fleetview.tenant_rows(c, ts)]
@@ -58,6 +60,9 @@ class Source:
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         return {c: t for c, ts in self.held.items() for t in ts
                 if t["metadata"]["name"] == name and t["metadata"]["namespace"] == namespace}
+
+    def journal(self, namespace: str, name: str) -> dict[str, Any]:
+        return {c: kept for (c, ns, n), kept in self.kept.items() if (ns, n) == (namespace, name)}
 
     def rollout(self) -> None:
         return None
@@ -307,4 +312,22 @@ def test_the_rollout_shows_its_waves_progress_and_what_a_person_may_do() -> None
                 await asyncio.sleep(0)
             source.changes.rollout_changed()
             assert await stream.content.readline() == b"event: rollout\n"
+    serving(source, check)
+
+
+def test_a_tenants_page_shows_what_krypton_said_and_judged_of_it_as_text() -> None:
+    source = fleet()
+    source.kept[("c1", "team", "evil")] = TenantMemory(
+        said=(("2026-12-06T04:00:00Z", "Warning", "InstallFailed", HOSTILE),),
+        judged=Judged("2026-12-06T04:00:00Z", "untrusted", HOSTILE,
+                      ((1, "superseded", "sealed by krypton"), (2, "deployed", "no seal"))))
+
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.get(url + "/tenants/team/evil") as resp:
+            page = await resp.text()
+        assert "<img" not in page and "<script>alert" not in page
+        assert "<td>InstallFailed</td><td>&lt;img src=x" in page
+        assert page.index("<td>2</td><td>deployed</td>") < page.index("<td>1</td>")  # newest first
+        async with session.get(url + "/tenants/team/calm") as resp:
+            assert "What krypton said" not in await resp.text()  # nothing kept, nothing said
     serving(source, check)

@@ -10,13 +10,14 @@ import dataclasses
 from typing import Any
 
 from krypton.adapters import metrics
-from krypton.adapters.kube import Kube
+from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.decisions import crd
 from krypton.decisions.errors import KryptonError, ReleaseRecordUntrusted
 from krypton.decisions.model import ADOPTED_ANNOTATION, ReleaseStatus, epoch_seconds
 from krypton.decisions.trust import records
 from krypton.decisions.trust.records import Record, Trust, Use, Verdict
 from krypton.runtime.reconcile import look
+from krypton.runtime.reconcile.memory import KEPT, Judged
 from krypton.runtime.reconcile.model import Pass
 from krypton.runtime.reconcile.view import ClusterRuntime
 
@@ -56,8 +57,30 @@ async def judge(rt: ClusterRuntime, p: Pass, use: Use, *, rollback_to: int = 0) 
     (looked at now), by an administrator's adoption, or by its content, in that order."""
     found = await read(rt.kube, rt.settings.helm_driver, p.namespace, p.release,
                        rt.record_keys)
-    verdict = await _judged(rt, p, use, found, rollback_to)
+    try:
+        verdict = await _judged(rt, p, use, found, rollback_to)
+    except ReleaseRecordUntrusted as exc:
+        _remember(rt, p, found, Trust.UNTRUSTED.value, str(exc))
+        raise
+    _remember(rt, p, found, verdict.trust.value, verdict.message)
     return dataclasses.replace(verdict, history=tuple(found))
+
+
+def _remember(rt: ClusterRuntime, p: Pass, found: list[Record], trust: str,
+              message: str) -> None:
+    """The judged history, kept for the fleet page (SPEC O16): each record with whether the
+    Tenant's status keeps a seal of it (the guard's time or an adoption may vouch for one
+    without: the verdict says)."""
+    kept = set(p.obs.tenant.record_seals)
+
+    def whose(r: Record) -> str:
+        if r.problem:
+            return f"refused: {r.problem}"
+        return "sealed by krypton" if r.checks & kept or r.seal in kept else \
+            "no seal of krypton's"
+    newest = sorted(found, key=lambda r: r.revision)[-KEPT:]
+    rt.memory.of(p.key).judged = Judged(now_rfc3339(), trust, message[:1024], tuple(
+        (r.revision, r.status.value, whose(r)) for r in newest))
 
 
 async def _judged(rt: ClusterRuntime, p: Pass, use: Use, found: list[Record],

@@ -40,6 +40,24 @@ class TenantMemory:
     # the (seal, target fingerprint) of a record found not to be what krypton's chart
     # renders (SPEC S6), and how: not rendered again for the same pair
     not_adopted: tuple[tuple[str, str], str] | None = None
+    # for the fleet page (SPEC O16): the last Events krypton wrote of it here (time, type,
+    # reason, message) and its release's history as last judged (:class:`Judged`)
+    said: tuple[tuple[str, str, str, str], ...] = ()
+    judged: Judged | None = None
+
+
+KEPT = 10  # Events and release records a TenantMemory keeps for the fleet page
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A release's history as krypton last judged it before a helm run: when, the verdict
+    (trusted, untrusted, ...) and why, and its newest records as (revision, status, whose)."""
+
+    at: str
+    trust: str
+    message: str
+    records: tuple[tuple[int, str, str], ...]
 
 
 class Memory:

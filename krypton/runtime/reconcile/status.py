@@ -32,6 +32,7 @@ from krypton.decisions.model import (
 )
 from krypton.decisions.trust import redact
 from krypton.decisions.verdicts import Outcome, Verdict
+from krypton.runtime.reconcile.memory import KEPT
 from krypton.runtime.reconcile.model import Pass, Report
 from krypton.runtime.reconcile.view import ClusterRuntime
 
@@ -72,8 +73,19 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
                                       applied=report.applied, last_chart=report.last_chart,
                                       chart_version=report.chart_version)
     for event in events:
-        await rt.recorder.emit(involved_tenant(p.obj), *event)
+        await said(rt, p.obj, *event)
     return outcome
+
+
+async def said(rt: ClusterRuntime, obj: dict[str, Any], type_: str, reason: str,
+               message: str) -> None:
+    """The one way an Event of a Tenant leaves: written on its cluster, and the last few
+    kept in its memory for the fleet page (SPEC O16)."""
+    await rt.recorder.emit(involved_tenant(obj), type_, reason, message)
+    meta = obj["metadata"]
+    kept = rt.memory.peek(TenantKey(meta["namespace"], meta["name"]))
+    if kept is not None:
+        kept.said = (*kept.said, (now_rfc3339(), type_, reason, redact.scrub(message)[:1024]))[-KEPT:]
 
 
 async def interim(rt: ClusterRuntime, p: Pass, report: Report) -> None:
@@ -135,12 +147,12 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
             continue
         if status.get("phase") != phase:
             log.info("phase set", phase=phase)
-            await rt.recorder.emit(involved_tenant(updated), "Normal", "PhaseSet",
-                                   f"phase {status.get('phase') or 'None'} -> {phase}")
+            await said(rt, updated, "Normal", "PhaseSet",
+                       f"phase {status.get('phase') or 'None'} -> {phase}")
             if phase == "Ready":
                 log.info("tenant phase is Ready", cluster=rt.name)
         if event is not None:
-            await rt.recorder.emit(involved_tenant(updated), *event)
+            await said(rt, updated, *event)
         return updated, True
     raise Conflict(f"status of {key} kept conflicting")
 
