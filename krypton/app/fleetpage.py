@@ -25,8 +25,10 @@ class OperatorFleet:
     made yet when the page starts serving (`fleet` says None until then)."""
 
     def __init__(self, fleet: Callable[[], Fleet | None], changes: Changes,
-                 rollout: Callable[[], Any], scope: str = "") -> None:
+                 rollout: Callable[[], Any], scope: str = "",
+                 elsewhere: Callable[[], dict[str, str]] = dict) -> None:
         self._fleet, self.changes, self._rollout, self._scope = fleet, changes, rollout, scope
+        self._elsewhere = elsewhere  # under --sharding: clusters other replicas serve, and whom
 
     def _runtimes(self) -> list[Any]:
         fleet = self._fleet()
@@ -67,6 +69,8 @@ class OperatorFleet:
                     about["helm worker"] = f"running (pid {pid})" if pid else "not running"
                     about["helm worker starts"] = str(helm.process.starts)
             out[name] = about
+        for name, replica in self._elsewhere().items():
+            out.setdefault(name, {"state": f"served by another replica ({replica or 'none yet'})"})
         return out
 
     def rollout(self) -> RolloutState | None:
@@ -78,11 +82,13 @@ class OperatorFleet:
 
 
 def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: Changes,
-               rollout: Callable[[], Any], home: Callable[[], Reviewer | None]) -> WebServer:
+               rollout: Callable[[], Any], home: Callable[[], Reviewer | None],
+               elsewhere: Callable[[], dict[str, str]]) -> WebServer:
     """The page of this operator, on --web-address ("0": none); with --web-auth=kubernetes,
     who may see what is asked of the home cluster (`home`, None until it is reached)."""
-    scope = ("this replica's clusters only (--sharding): krypton status --from-deployment "
+    scope = ("the Tenants of this replica's clusters only (--sharding); the clusters the "
+             "other replicas serve are listed with theirs; krypton status --from-deployment "
              "shows the whole fleet") if settings.sharding else ""
     access = Access(home) if settings.web_auth == "kubernetes" else None
-    return WebServer(settings.web_address, OperatorFleet(fleet, changes, rollout, scope),
-                     access=access)
+    return WebServer(settings.web_address,
+                     OperatorFleet(fleet, changes, rollout, scope, elsewhere), access=access)

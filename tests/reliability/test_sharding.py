@@ -84,6 +84,14 @@ def test_replicas_split_the_fleet_and_take_over_without_two_owners(fleet: Fleet)
                     group)
     assert shown.returncode == 0, shown.stderr
     assert {row["cluster"]: row["replica"] for row in json.loads(shown.stdout)} == owners
+    # a replica's fleet page (O16): the Tenants of its own clusters, the others said
+    from tests.integration.test_fleet_page import get, rows
+    mine = {c for c, r in owners.items() if r == "r0"}
+    assert {row["cluster"] for row in rows(ops["r0"])} == mine
+    _, _, page = get(ops["r0"], "/")
+    other = next(c for c, r in owners.items() if r == "r1")
+    assert f'<a href="/clusters/{other}">{other}</a>: served by another replica (r1)' in page
+    assert "krypton status --from-deployment shows the whole fleet" in page
 
     victim = next(r for r in ("r0", "r1") if loads[r])
     lost = sorted(c for c, r in owners.items() if r == victim)
