@@ -29,6 +29,7 @@ from .costs import cluster_scale, latencies, starvation, unit_costs
 from .failures import failure_storm, real_waiting, sharding, sigterm_during_installs
 from .fleet import fleet_run, fleet_shape, proxied, release_index_bytes
 from .flux import Flux, flux_ratios, flux_run, flux_summary
+from .page import page_costs
 from .report import machine, table, versions
 
 
@@ -75,6 +76,7 @@ RUNS: list[tuple[str, Callable[[Bed], dict[str, Any]]]] = [
     ("i", lambda bed: {"waiting": real_waiting(bed, helm_wait=False)}),
     ("w", lambda bed: {"waiting_helm_wait": real_waiting(bed, helm_wait=True)}),
     ("j", lambda bed: {"failure_storm": failure_storm(bed)}),
+    ("v", lambda bed: {"fleet_page": page_costs(bed)}),
 ]
 
 

@@ -20,7 +20,8 @@ CLUSTER_COUNTS = [int(x) for x in os.environ.get("KRYPTON_BENCH_M", "10,100,1000
 # measures to run: a (with b and c), d, e, f, g, h, i, j; on request: w (i with helm's own
 # wait), D ((d) once (a) left release records), k (--max-concurrent-helm against throughput),
 # u (what one request, one helm process and the process's start cost on their own), p ((a)
-# and (c) with the clusters behind a proxy), s (the fleet's shape), x (Flux)
+# and (c) with the clusters behind a proxy), s (the fleet's shape), x (Flux), v (the fleet
+# page: its render, its event streams' cost, and an A/B of (a) and (c) with 50 streams open)
 PARTS = set(os.environ.get("KRYPTON_BENCH_PARTS", "adefghij").replace(",", ""))
 
 

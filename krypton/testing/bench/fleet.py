@@ -18,15 +18,17 @@ from ..operator import (
 )
 from .bed import Bed, PlaneLoad, per_release, ready, requests_by_kind
 from .config import FLEET_RESYNC, ROOT, SHAPE_TENANTS, SIZES
+from .page import Streams, commit_to_stream
 from .process import TreeMemory, cpu_per_release, cpu_seconds, log, peak_rss_mib, profiled, tree_cpu_seconds
 
 
 def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = False,
-              proxy: str = "") -> dict[str, Any]:
+              proxy: str = "", streams: int = 0) -> dict[str, Any]:
     """(a), and with the largest N (b) and (c); with `extra` operator flags, (a) alone; with
     `bump`, (a) and (c) (as (x) takes turns with Flux). With `proxy`, the clusters are
     reached through it (p): their kubeconfigs name them by a name only the proxy resolves,
-    and the operator's environment (its helm's too) names the proxy."""
+    and the operator's environment (its helm's too) names the proxy. With `streams`, that
+    many event streams are open on the fleet page meanwhile (v)."""
     discovery = bed.namespace("bench-disc", ("home",))
     ns = bed.namespace("bench")
     for c in bed.clusters:
@@ -44,7 +46,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
     op = bed.operator(discovery, ns, "0.2.0", *resync, *extra, env=env)
     memory = TreeMemory(op.pid)
     total = 2 * n
-    with profiled(op.pid, f"install-{n}"):
+    with profiled(op.pid, f"install-{n}"), Streams(op.web_port, streams) as watching:
         wait_for(lambda: bed.count(ns, ready("0.2.0")) == total, 1800, interval=0.5,
                  what=f"{total} Ready")
     seconds = time.monotonic() - start
@@ -58,6 +60,8 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
                               **cpu_per_release(own, helm, total),
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
                               **load.per_release(total), **memory.peak()}
+    if streams:
+        result["commit_to_stream"] = commit_to_stream(op, watching)
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
     if seconds >= FLEET_RESYNC and not bump:
         log(f"(a) took longer than --resync-period {FLEET_RESYNC:.0f}s: its figures include "
@@ -68,12 +72,12 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
         op.stop()
         if not bump:
             result["restart_settled"] = restart_settled(bed, discovery, ns, total)
-        op, result["version_bump"] = _bump(bed, discovery, ns, total, env)
+        op, result["version_bump"] = _bump(bed, discovery, ns, total, env, streams)
     op.stop()
     return result
 
 
-def _bump(bed: Bed, discovery: str, ns: str, total: int, env: dict[str, str]
+def _bump(bed: Bed, discovery: str, ns: str, total: int, env: dict[str, str], streams: int = 0
           ) -> tuple[OperatorProcess, dict[str, Any]]:
     """(c): an operator started with the next chart version, until every release is Ready
     at it; the operator (still running) and its figures."""
@@ -82,7 +86,7 @@ def _bump(bed: Bed, discovery: str, ns: str, total: int, env: dict[str, str]
     start = time.monotonic()
     op = bed.operator(discovery, ns, "0.3.0", env=env)
     memory = TreeMemory(op.pid)
-    with profiled(op.pid, f"bump-{total // 2}"):
+    with profiled(op.pid, f"bump-{total // 2}"), Streams(op.web_port, streams):
         wait_for(lambda: bed.count(ns, ready("0.3.0")) == total, 1800, interval=0.5,
                  what="bump rolled out")
     bumped = time.monotonic() - start
