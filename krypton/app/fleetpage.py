@@ -7,16 +7,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from krypton.adapters.events import EventRecorder
 from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.kube import Kube
 from krypton.decisions import fleetview
 from krypton.decisions.fleetview import Row
 from krypton.decisions.model import TenantKey
-from krypton.decisions.rollouts.rollout import RolloutState
+from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.runtime.changes import Changes
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.reconcile.memory import TenantMemory
-from krypton.web.auth import Access, Reviewer
+from krypton.runtime.rollout_controller import ask
+from krypton.web.auth import Access
 from krypton.web.server import WebServer
 
 
@@ -25,9 +28,10 @@ class OperatorFleet:
     made yet when the page starts serving (`fleet` says None until then)."""
 
     def __init__(self, fleet: Callable[[], Fleet | None], changes: Changes,
-                 rollout: Callable[[], Any], scope: str = "",
-                 elsewhere: Callable[[], dict[str, str]] = dict) -> None:
+                 rollout: Callable[[], Any], home: Callable[[], Kube | None], namespace: str,
+                 scope: str = "", elsewhere: Callable[[], dict[str, str]] = dict) -> None:
         self._fleet, self.changes, self._rollout, self._scope = fleet, changes, rollout, scope
+        self._home, self._namespace = home, namespace
         self._elsewhere = elsewhere  # under --sharding: clusters other replicas serve, and whom
 
     def _runtimes(self) -> list[Any]:
@@ -80,9 +84,26 @@ class OperatorFleet:
     def scope(self) -> str:
         return self._scope
 
+    def controlled_in(self) -> str:
+        return self._namespace
+
+    async def control(self, action: str, by: str, seen: str) -> tuple[bool, str]:
+        """Asked as ``krypton rollout`` asks, by someone the home cluster named; an Event on
+        the rollout's ConfigMap says who asked, through the page."""
+        home = self._home()
+        if home is None:
+            return False, "the operator has not reached its home cluster yet; nothing changed"
+        wrote, said = await ask(home, self._namespace, action, by, seen=seen)
+        if wrote:
+            await EventRecorder(home).emit(
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": CONFIGMAP,
+                 "namespace": self._namespace}, "Normal", "RolloutControlAsked",
+                f"{by} asked to {action} the rollout on the fleet page: {said}")
+        return wrote, said
+
 
 def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: Changes,
-               rollout: Callable[[], Any], home: Callable[[], Reviewer | None],
+               rollout: Callable[[], Any], home: Callable[[], Kube | None],
                elsewhere: Callable[[], dict[str, str]]) -> WebServer:
     """The page of this operator, on --web-address ("0": none); with --web-auth=kubernetes,
     who may see what is asked of the home cluster (`home`, None until it is reached)."""
@@ -90,5 +111,5 @@ def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: C
              "other replicas serve are listed with theirs; krypton status --from-deployment "
              "shows the whole fleet") if settings.sharding else ""
     access = Access(home) if settings.web_auth == "kubernetes" else None
-    return WebServer(settings.web_address,
-                     OperatorFleet(fleet, changes, rollout, scope, elsewhere), access=access)
+    source = OperatorFleet(fleet, changes, rollout, home, settings.namespace, scope, elsewhere)
+    return WebServer(settings.web_address, source, access=access)

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from krypton.app.home import watch_cluster
-from krypton.decisions.errors import Conflict
 from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
-from krypton.decisions.rollouts.rolloutcontrol import command, history_lines
+from krypton.decisions.rollouts.rolloutcontrol import history_lines
 from krypton.decisions.settings import Settings
+from krypton.runtime.rollout_controller import ask
 
 COMMANDS = ("approve", "pause", "resume", "abort", "history")
 
@@ -24,24 +24,11 @@ async def rollout_control(settings: Settings, action: str, by: str) -> tuple[boo
     with tempfile.TemporaryDirectory(prefix="krypton-rollout-") as tmp:
         home = await watch_cluster(settings, Path(tmp), trust_secret=False)
         try:
-            attempts = 3
-            while True:
+            if action == "history":
                 cm = await home.get_configmap(settings.namespace, CONFIGMAP)
-                state = RolloutState.from_configmap(cm)
-                if action == "history":
-                    return True, history_lines(state, _when)
-                annotations, said = command(state, action, by)
-                if annotations is None or cm is None:
-                    return False, [said]
-                try:
-                    await home.patch_configmap(settings.namespace, CONFIGMAP, {"metadata": {
-                        "resourceVersion": cm["metadata"]["resourceVersion"],
-                        "annotations": annotations}})
-                    return True, [said]
-                except Conflict:  # the operator wrote the state meanwhile: judge it again
-                    attempts -= 1
-                    if not attempts:
-                        raise
+                return True, history_lines(RolloutState.from_configmap(cm), _when)
+            wrote, said = await ask(home, settings.namespace, action, by)
+            return wrote, [said]
         finally:
             await home.close()
 

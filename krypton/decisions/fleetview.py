@@ -227,13 +227,13 @@ def waves(rollout: RolloutState, rows: Iterable[Row]) -> list[Wave]:
     return out
 
 
-def actions(rollout: RolloutState) -> list[tuple[str, str]]:
-    """What a person may do about the rollout now, and the command that does it (F9)."""
+def actions(rollout: RolloutState) -> list[tuple[str, str, str]]:
+    """What a person may do about the rollout now (F9): each action, in words, and the
+    command that does it."""
     if rollout.phase != ROLLING:
         return []
-    wave = f"wave {rollout.wave + 1}"
-    said = [(f"approve {wave}", "krypton rollout approve --by <your name>")] \
-        if rollout.awaiting else []
-    said.append(("resume it", "krypton rollout resume --by <your name>") if rollout.paused
-                else ("pause it", "krypton rollout pause --by <your name>"))
-    return [*said, ("abort it", "krypton rollout abort --by <your name>")]
+    possible = (["approve"] if rollout.awaiting else []) + \
+        ["resume" if rollout.paused else "pause", "abort"]
+    words = {"approve": f"approve wave {rollout.wave + 1}", "resume": "resume it",
+             "pause": "pause it", "abort": "abort it"}
+    return [(a, words[a], f"krypton rollout {a} --by <your name>") for a in possible]

@@ -48,7 +48,7 @@ from krypton.decisions.rollouts.rollout import (
     to_wake,
     with_readings,
 )
-from krypton.decisions.rollouts.rolloutcontrol import control
+from krypton.decisions.rollouts.rolloutcontrol import command, control
 from krypton.runtime.pause import pause
 
 log = structlog.get_logger("krypton.rollout")
@@ -384,3 +384,30 @@ class RolloutFollower(_Gated):
                 worker.requeue_all()
         for name, worker in list(self.workers().items()):
             await self.publish(name, publication(target, worker.rollout_observation()))
+
+
+async def ask(home: Kube, namespace: str, action: str, by: str, *,
+              seen: str | None = None) -> tuple[bool, str]:
+    """A person's rollout control (F9), as ``krypton rollout`` and the fleet page ask it:
+    the control annotation written on the rollout ConfigMap over the version read (a state
+    written meanwhile is judged again, three times at most). With `seen` (the target the
+    asker saw), nothing is written once the rollout moved on to another. Whether it wrote,
+    and what it says."""
+    attempts = 3
+    while True:
+        cm = await home.get_configmap(namespace, CONFIGMAP)
+        state = RolloutState.from_configmap(cm)
+        if seen is not None and state is not None and state.target != seen:
+            return False, f"the rollout moved on to {state.version} meanwhile; nothing changed"
+        annotations, said = command(state, action, by)
+        if annotations is None or cm is None:
+            return False, said
+        try:
+            await home.patch_configmap(namespace, CONFIGMAP, {"metadata": {
+                "resourceVersion": cm["metadata"]["resourceVersion"],
+                "annotations": annotations}})
+            return True, said
+        except Conflict:  # the operator wrote the state meanwhile: judge it again
+            attempts -= 1
+            if not attempts:
+                raise

@@ -22,6 +22,10 @@ TTL = 30.0  # seconds an answer of the home cluster is believed
 SIZE = 1024  # answers kept at most (tokens, and identity x namespace)
 AT_ONCE = 4  # questions asked of the home cluster at once
 EVERY_NAMESPACE = ""
+# the rollout's controls (F9) as verbs of krypton's own on a resource of its own, which RBAC
+# grants like any other: `apiGroups: [mesh.openkcm.io], resources: [rollouts], verbs: [...]`
+ROLLOUTS = "rollouts"
+CONTROLS = ("approve", "pause", "resume", "abort")
 
 V = TypeVar("V")
 
@@ -115,16 +119,20 @@ class Access:
         self._tokens.put(key, who)
         return who
 
-    async def _may_get(self, who: Identity, namespace: str) -> bool:
-        key = f"{who.key}/{namespace}"
+    async def may(self, who: Identity, verb: str, resource: str, namespace: str) -> bool:
+        """Whether `who` may `verb` krypton's `resource` in `namespace` on the home cluster."""
+        key = f"{who.key}/{verb}/{resource}/{namespace}"
         known, allowed = self._allowed.get(key)
         if known:
             return bool(allowed)
         async with self._asking:
             self.questions += 1
-            allowed = await self._home().may(who.user, "get", GROUP, PLURAL, namespace)
+            allowed = await self._home().may(who.user, verb, GROUP, resource, namespace)
         self._allowed.put(key, allowed)
         return allowed
+
+    async def _may_get(self, who: Identity, namespace: str) -> bool:
+        return await self.may(who, "get", PLURAL, namespace)
 
     async def namespaces(self, who: Identity, namespaces: Iterable[str]) -> set[str]:
         """Those of `namespaces` whose Tenants `who` may see: all of them when they may get

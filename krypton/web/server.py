@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import jinja2
 import structlog
@@ -25,11 +26,11 @@ from aiohttp import web
 from krypton.decisions import fleetview
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.fleetview import Filters, Row
-from krypton.decisions.model import epoch_seconds
+from krypton.decisions.model import GROUP, epoch_seconds
 from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.decisions.rollouts.rolloutcontrol import history_lines
 from krypton.runtime.changes import LOST, ROLLOUT, Changes
-from krypton.web.auth import Access, Identity, Unanswered
+from krypton.web.auth import CONTROLS, ROLLOUTS, Access, Identity, Unanswered
 
 _log = structlog.get_logger("krypton.web")
 
@@ -38,6 +39,7 @@ STREAMS = 50  # event streams open at once; one more is refused (503)
 HEARTBEAT = 15.0  # seconds between two comments on an idle stream
 QUERY_MAX = 2048  # bytes of a request's query
 HEAD_MAX = 8190  # bytes of a request line or header
+BODY_MAX = 4096  # bytes of a request's body (a rollout control's form)
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
                                "img-src 'self'; connect-src 'self'; base-uri 'none'; "
@@ -72,6 +74,14 @@ class FleetSource(Protocol):
         (`judged`), as :class:`krypton.runtime.reconcile.memory.TenantMemory` keeps them."""
 
     def rollout(self) -> RolloutState | None: ...
+
+    def controlled_in(self) -> str:
+        """The namespace of the rollout's state on the home cluster: where a person's right
+        to control it (F9) is asked."""
+
+    async def control(self, action: str, by: str, seen: str) -> tuple[bool, str]:
+        """A person's rollout control, asked as ``krypton rollout`` asks it, unless the
+        rollout moved on from the target `seen`; whether it wrote, and what it says."""
 
     def scope(self) -> str:
         """What part of the fleet this replica shows ("" for all of it)."""
@@ -133,10 +143,11 @@ class WebServer:
         """Bind the listener; OSError if its port is taken."""
         if self.address == "0":
             return
-        app = web.Application(middlewares=[self._guarded])
+        app = web.Application(middlewares=[self._guarded], client_max_size=BODY_MAX)
         app.add_routes([web.get("/", self._index), web.get("/rows.json", self._json),
                         web.get("/rows.csv", self._csv), web.get("/events", self._events),
                         web.get("/tenants/{namespace}/{name}", self._tenant),
+                        web.post("/rollout/{action}", self._control),
                         web.get("/clusters/{name}", self._cluster),
                         web.get("/favicon.ico", _no_icon),
                         web.static("/static", HERE / "static")])
@@ -228,8 +239,49 @@ class WebServer:
             "index.html", request, filters=filters, summary=fleetview.summary(rows),
             down=clusters if by_cluster else tenants, across=tenants if by_cluster else clusters,
             by_cluster=by_cluster, cells=cells, now=now, ago=ago, states=fleetview.STATES,
-            query=request.query_string, clusters=self.source.clusters(), **rollout_view(
-                self.source.rollout(), rows))
+            query=request.query_string, clusters=self.source.clusters(),
+            allowed=await self._controls(request), **rollout_view(self.source.rollout(), rows))
+
+    async def _controls(self, request: web.Request) -> set[str]:
+        """The rollout controls the asker may use (none without --web-auth=kubernetes: a page
+        that knows nobody acts for nobody)."""
+        who, rollout = request.get(WHO), self.source.rollout()
+        if self.access is None or who is None or rollout is None:
+            return set()
+        possible = [a for a, _, _ in fleetview.actions(rollout)]
+        try:
+            return {a for a in possible if await self.access.may(
+                who, a, ROLLOUTS, self.source.controlled_in())}
+        except (Unanswered, KryptonError):
+            return set()  # not asked now: the buttons wait for the next look
+
+    async def _control(self, request: web.Request) -> web.StreamResponse:
+        """A rollout control from the page's form (F9): only from the page itself, only for
+        someone the home cluster names and lets use the control, said in an Event."""
+        action, who = request.match_info["action"], request.get(WHO)
+        origin = request.headers.get("Origin", "")
+        if urlsplit(origin).netloc != request.host or \
+                request.headers.get("Sec-Fetch-Site", "same-origin") != "same-origin":
+            return web.Response(status=403, text="refused: a rollout control comes only from "
+                                                 "this page (its Origin)")
+        if self.access is None or who is None:
+            return web.Response(status=403, text="the page acts only for someone it knows "
+                                                 "(--web-auth=kubernetes)")
+        if action not in CONTROLS or not await self.access.may(
+                who, action, ROLLOUTS, self.source.controlled_in()):
+            return web.Response(status=403, text=f"{who.name} may not {action} the rollout "
+                                                 f"(RBAC: verb {action} on {ROLLOUTS}."
+                                                 f"{GROUP})")
+        form = await request.post()
+        try:
+            wrote, said = await self.source.control(action, who.name, str(form.get("target")))
+        except KryptonError as exc:
+            return web.Response(status=503, text=f"the rollout could not be asked: {exc}")
+        _log.info("rollout control from the fleet page", by=who.name, action=action,
+                  wrote=wrote, detail=said)
+        if not wrote:
+            return web.Response(status=409, text=said)
+        raise web.HTTPSeeOther("/")
 
     async def _json(self, request: web.Request) -> web.Response:
         _, rows = await self._rows(request)

@@ -92,19 +92,22 @@ def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_change
     assert {(r["cluster"], r["tenant"]) for r in seen} == {("remote", later)}
 
 
-def token(cluster: Cluster, namespace: str, name: str, may_read: str | None) -> str:
+def token(cluster: Cluster, namespace: str, name: str, may_read: str | None,
+          may: tuple[str, str, list[str]] | None = None) -> str:
     """A ServiceAccount's token on `cluster`, the account allowed to get Tenants in
-    `may_read` (None: nowhere)."""
+    `may_read` (None: nowhere), and with `may` (namespace, resource, verbs) more."""
     cluster.ensure_namespace(namespace)
     cluster.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
-    if may_read is not None:
-        rbac = client.RbacAuthorizationV1Api(cluster.api)
-        rbac.create_namespaced_role(may_read, {
-            "metadata": {"name": name}, "rules": [{
-                "apiGroups": ["mesh.openkcm.io"], "resources": ["tenants"], "verbs": ["get"]}]})
-        rbac.create_namespaced_role_binding(may_read, {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    grants = [(ns, resource, verbs) for ns, resource, verbs in (
+        (may_read, "tenants", ["get"]), may or (None, "", [])) if ns is not None]
+    for ns, resource, verbs in grants:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": f"{name}-{resource}"}, "rules": [
+            {"apiGroups": ["mesh.openkcm.io"], "resources": [resource], "verbs": verbs}]})
+        rbac.create_namespaced_role_binding(ns, {
+            "metadata": {"name": f"{name}-{resource}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": f"{name}-{resource}"},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
     answer = cluster.core.create_namespaced_service_account_token(
         name, namespace, {"spec": {"expirationSeconds": 600}})
@@ -134,3 +137,51 @@ def test_with_kubernetes_auth_a_token_sees_the_tenants_its_identity_may_get(
     assert seen(other, f"/tenants/{fleet.tenant_ns}/{calm}")[0] == 404
     status, page = seen(reader, f"/tenants/{fleet.tenant_ns}/{calm}")
     assert status == 200 and f"system:serviceaccount:{fleet.tenant_ns}:" in page
+
+
+def post(op: OperatorProcess, path: str, bearer: str, form: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", op.web_port, timeout=10)
+    try:
+        conn.request("POST", path, body=form, headers={
+            "Authorization": f"Bearer {bearer}", "Origin": f"http://127.0.0.1:{op.web_port}",
+            "Content-Type": "application/x-www-form-urlencoded"})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_a_person_allowed_to_approve_approves_on_the_page_and_is_named(fleet: Fleet) -> None:
+    from .test_progressive_rollout import APPROVAL, ROLLOUT, rollout_state
+    fleet.register("home", fleet.home)
+    fleet.register("remote", fleet.remote)
+    first = fleet.start(*ROLLOUT)
+    h, r = fleet.tenant(fleet.home, unique("h")), fleet.tenant(fleet.remote, unique("r"))
+    fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
+    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
+    first.stop()
+    op = fleet.start(*ROLLOUT, *APPROVAL, "--web-auth", "kubernetes", version="0.3.0")
+    waiting = wait_for(lambda: (s := rollout_state(fleet)) and s["awaiting"] and s, 90,
+                       what="wave 2 awaiting approval")
+    approver = unique("approver")
+    allowed = token(fleet.home, fleet.tenant_ns, approver, fleet.tenant_ns,
+                    (fleet.discovery_ns, "rollouts", ["approve"]))
+    reader = token(fleet.home, fleet.tenant_ns, unique("reader"), fleet.tenant_ns)
+    form = f"target={waiting['target']}"
+
+    status, body = post(op, "/rollout/approve", reader, form)
+    assert status == 403 and "may not approve" in body, body
+    _, _, page = get(op, "/", reader)
+    assert 'data-action="approve"' not in page
+    _, _, page = get(op, "/", allowed)
+    assert 'data-action="approve"' in page and 'data-action="pause"' not in page
+    assert (rollout_state(fleet) or {}).get("awaiting")  # nothing moved yet
+
+    status, body = post(op, "/rollout/approve", allowed, form)
+    assert status == 303, body
+    wait_for(lambda: (rollout_state(fleet) or {}).get("phase") == "Complete", 90,
+             what="rollout complete after the page's approval")
+    who = f"system:serviceaccount:{fleet.tenant_ns}:{approver}"
+    asked = fleet.home.wait_event(fleet.discovery_ns, "krypton-rollout", "RolloutControlAsked")
+    assert who in asked.message, asked.message
+    assert any(who in a.get("by", "") for a in (rollout_state(fleet) or {}).get("approvals", []))

@@ -49,6 +49,7 @@ class Source:
     def __init__(self, held: dict[str, list[dict[str, Any]]]) -> None:
         self.held, self.changes = held, Changes()
         self.kept: dict[tuple[str, str, str], TenantMemory] = {}
+        self.asked: list[tuple[str, str, str]] = []
 
     def rows(self) -> list[Row]:
         return [r for c, ts in sorted(self.held.items()) for r in fleetview.tenant_rows(c, ts)]
@@ -69,6 +70,13 @@ class Source:
 
     def scope(self) -> str:
         return ""
+
+    def controlled_in(self) -> str:
+        return "krypton"
+
+    async def control(self, action: str, by: str, seen: str) -> tuple[bool, str]:
+        self.asked.append((action, by, seen))
+        return True, f"{action} asked"
 
 
 def serving(source: Source, check: Callable[[ClientSession, str], Awaitable[None]],
@@ -295,9 +303,9 @@ def test_the_rollout_shows_its_waves_progress_and_what_a_person_may_do() -> None
     assert [(w.number, w.at_version, w.releases, w.place) for w in waves] == [
         (1, 1, 2, "done"), (2, 0, 1, "current")]
     assert fleetview.actions(rolling)[0] == (
-        "approve wave 2", "krypton rollout approve --by <your name>")
+        "approve", "approve wave 2", "krypton rollout approve --by <your name>")
     paused = dataclasses.replace(rolling, awaiting=False, paused_at=1.0)
-    assert [w for w, _ in fleetview.actions(paused)] == ["resume it", "abort it"]
+    assert [a for a, _, _ in fleetview.actions(paused)] == ["resume", "abort"]
     assert fleetview.actions(dataclasses.replace(rolling, phase="Complete")) == []
     source.rollout = lambda: rolling  # type: ignore[method-assign]
 
@@ -330,4 +338,61 @@ def test_a_tenants_page_shows_what_krypton_said_and_judged_of_it_as_text() -> No
         assert page.index("<td>2</td><td>deployed</td>") < page.index("<td>1</td>")  # newest first
         async with session.get(url + "/tenants/team/calm") as resp:
             assert "What krypton said" not in await resp.text()  # nothing kept, nothing said
+    serving(source, check)
+
+
+def test_a_rollout_control_comes_only_from_the_page_for_someone_allowed() -> None:
+    rolling = RolloutState(target="f" * 64, version="0.3.0", waves=(("c2",), ("c1",)),
+                           wave=1, awaiting=True)
+    home = Home({"t-ann": "ann", "t-bob": "bob"}, {"ann": {"", "krypton"}, "bob": {""}})
+    verbs: list[tuple[str, str, str, str]] = []
+    may = home.may
+
+    async def recorded(user: Any, verb: str, group: str, resource: str, ns: str) -> bool:
+        if verb == "get":
+            return await may(user, verb, group, resource, ns)
+        verbs.append((user["username"], verb, resource, ns))
+        return user["username"] == "ann" and verb == "approve" and ns == "krypton"
+    home.may = recorded  # type: ignore[method-assign]
+    source = fleet()
+    source.rollout = lambda: rolling  # type: ignore[method-assign]
+
+    async def check(session: ClientSession, url: str) -> None:
+        def as_(token: str, origin: str | None = url) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token}", **({"Origin": origin} if origin else {})}
+        form = {"target": rolling.target}
+        async with session.get(url + "/", headers=as_("t-ann")) as resp:
+            page = await resp.text()
+        assert '<button type="submit" data-action="approve">' in page
+        assert 'data-action="pause"' not in page  # not hers to use: no button, the command
+        async with session.get(url + "/", headers=as_("t-bob")) as resp:
+            assert "data-action" not in await resp.text()
+        for headers in (as_("t-ann", None), as_("t-ann", "http://evil.example")):
+            async with session.post(url + "/rollout/approve", data=form,
+                                    headers=headers) as resp:
+                assert resp.status == 403 and "Origin" in await resp.text()
+        async with session.post(url + "/rollout/approve", data=form,
+                                headers={**as_("t-ann"), "Sec-Fetch-Site": "cross-site"}) as resp:
+            assert resp.status == 403
+        async with session.post(url + "/rollout/approve", data=form, headers=as_("t-bob")) as resp:
+            assert resp.status == 403 and "bob may not approve" in await resp.text()
+        async with session.post(url + "/rollout/chmod", data=form, headers=as_("t-ann")) as resp:
+            assert resp.status == 403
+        assert source.asked == []
+        async with session.post(url + "/rollout/approve", data=form, headers=as_("t-ann"),
+                                allow_redirects=False) as resp:
+            assert resp.status == 303
+        assert source.asked == [("approve", "ann", rolling.target)]
+        assert ("ann", "approve", "rollouts", "krypton") in verbs
+    serving(source, check, access=Access(lambda: home))
+
+
+def test_without_kubernetes_auth_the_page_acts_for_nobody() -> None:
+    source = fleet()
+
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.post(url + "/rollout/approve", data={"target": "x"},
+                                headers={"Origin": url}) as resp:
+            assert resp.status == 403 and "--web-auth=kubernetes" in await resp.text()
+        assert source.asked == []
     serving(source, check)

@@ -76,6 +76,12 @@ class _Fleet:
     def scope(self) -> str:
         return ""
 
+    def controlled_in(self) -> str:
+        return ""
+
+    async def control(self, action: str, by: str, seen: str) -> tuple[bool, str]:
+        return False, "the bench's fleet has no rollout"
+
 
 @contextlib.contextmanager
 def _serving(server: WebServer) -> Iterator[asyncio.AbstractEventLoop]:
@@ -215,7 +221,7 @@ def streams_ab(bed: Bed) -> dict[str, Any]:
     for turn in range(TURNS):
         for side, count in (("without", 0), ("with", STREAMS)):
             log(f"(v) turn {turn + 1}/{TURNS}: {count} open streams")
-            runs[side].append(fleet_run(bed, AB_N, prefix=f"v{turn}{side[0]}-", bump=True,
+            runs[side].append(fleet_run(bed, AB_N, prefix=f"v{turn}{count}-", bump=True,
                                         streams=count))
 
     def spread(side: str, *path: str) -> dict[str, float]:
