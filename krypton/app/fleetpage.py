@@ -4,7 +4,7 @@ asked of a cluster. The page itself is :mod:`krypton.web`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from krypton.adapters.events import EventRecorder
@@ -19,6 +19,7 @@ from krypton.runtime.changes import Changes
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.reconcile.memory import TenantMemory
 from krypton.runtime.rollout_controller import ask
+from krypton.runtime.shards import Shards
 from krypton.web.auth import Access
 from krypton.web.server import WebServer
 
@@ -29,10 +30,12 @@ class OperatorFleet:
 
     def __init__(self, fleet: Callable[[], Fleet | None], changes: Changes,
                  rollout: Callable[[], Any], home: Callable[[], Kube | None], namespace: str,
-                 scope: str = "", elsewhere: Callable[[], dict[str, str]] = dict) -> None:
+                 scope: str = "",
+                 sharing: Callable[[], tuple[Shards | None, Iterable[str] | None]] = lambda: (
+                     None, None)) -> None:
         self._fleet, self.changes, self._rollout, self._scope = fleet, changes, rollout, scope
         self._home, self._namespace = home, namespace
-        self._elsewhere = elsewhere  # under --sharding: clusters other replicas serve, and whom
+        self._sharing = sharing  # under --sharding: the shards and every discovered cluster
 
     def _runtimes(self) -> list[Any]:
         fleet = self._fleet()
@@ -73,9 +76,19 @@ class OperatorFleet:
                     about["helm worker"] = f"running (pid {pid})" if pid else "not running"
                     about["helm worker starts"] = str(helm.process.starts)
             out[name] = about
-        for name, replica in self._elsewhere().items():
+        for name, replica in self._elsewhere().items():  # under --sharding
             out.setdefault(name, {"state": f"served by another replica ({replica or 'none yet'})"})
         return out
+
+    def _elsewhere(self) -> dict[str, str]:
+        """The discovered clusters another replica serves, each with the replica holding its
+        Lease ("" when none does)."""
+        shards, discovered = self._sharing()
+        if shards is None:
+            return {}
+        fleet = self._fleet()
+        here = set(fleet.workers) if fleet is not None else set()
+        return {c: shards.owner(c) for c in sorted(discovered or ()) if c not in here}
 
     def rollout(self) -> RolloutState | None:
         """The rollout as this replica follows it (its controller's or follower's state)."""
@@ -104,12 +117,12 @@ class OperatorFleet:
 
 def fleet_page(settings: Settings, fleet: Callable[[], Fleet | None], changes: Changes,
                rollout: Callable[[], Any], home: Callable[[], Kube | None],
-               elsewhere: Callable[[], dict[str, str]]) -> WebServer:
+               sharing: Callable[[], tuple[Shards | None, Iterable[str] | None]]) -> WebServer:
     """The page of this operator, on --web-address ("0": none); with --web-auth=kubernetes,
     who may see what is asked of the home cluster (`home`, None until it is reached)."""
     scope = ("the Tenants of this replica's clusters only (--sharding); the clusters the "
              "other replicas serve are listed with theirs; krypton status --from-deployment "
              "shows the whole fleet") if settings.sharding else ""
     access = Access(home) if settings.web_auth == "kubernetes" else None
-    source = OperatorFleet(fleet, changes, rollout, home, settings.namespace, scope, elsewhere)
+    source = OperatorFleet(fleet, changes, rollout, home, settings.namespace, scope, sharing)
     return WebServer(settings.web_address, source, access=access)

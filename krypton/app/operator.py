@@ -90,7 +90,7 @@ class Operator:
         self.changes = Changes()  # every write of a Tenant, for the fleet page (SPEC O16)
         self.web = fleet_page(settings, lambda: self.fleet, self.changes,
                               lambda: self._rollout_view, lambda: self.home,
-                              self._served_elsewhere)
+                              lambda: (self.shards, self._discovered()))
         self.elector: LeaderElector | None = None
         self.shards: Shards | None = None
         self._lease_task: asyncio.Task[None] | None = None
@@ -293,15 +293,6 @@ class Operator:
         return LeaderElector(self.home, s.lease_namespace, s.leader_election_id,
                              lease_duration=s.lease_duration, renew_deadline=s.renew_deadline,
                              retry_period=s.retry_period, identity=identity)
-
-    def _served_elsewhere(self) -> dict[str, str]:
-        """Under --sharding, the discovered clusters this replica does not serve, each with
-        the replica holding its Lease ("" when none does)."""
-        shards, fleet = self.shards, self.fleet
-        if shards is None:
-            return {}
-        here = set(fleet.workers) if fleet is not None else set()
-        return {c: shards.owner(c) for c in sorted(self._discovered() or ()) if c not in here}
 
     def _discovered(self) -> frozenset[str] | None:
         """Every discovered cluster's name; None until discovery listed them."""

@@ -212,6 +212,8 @@ REASONS: dict[str, Reason] = {
     "RolloutAwaitingApproval": _r(CEP, "the cluster's wave waits for a person's approval "
                                   "(--rollout-approval)", "krypton rollout approve"),
     "RolloutApproved": _r(E, "a wave was approved, by whom as given"),
+    "RolloutControlAsked": _r(E, "someone the home cluster named asked on the fleet page to "
+                              "approve, pause, resume or abort the rollout (O16)"),
     "RolloutApprovalIgnored": _r(E, "an approval names another target (an earlier "
                                  "rollout's) or another wave: it lets nothing through",
                                  "krypton rollout approve"),
