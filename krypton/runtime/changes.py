@@ -8,14 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 QUEUED = 256  # changes one listener may be behind before it is told to read the whole again
-# what a listener that fell behind is told instead of what it lost
-LOST: tuple[str, dict[str, Any]] = ("", {})
-# what a listener is told when the rollout's state changed (F1, F9)
-ROLLOUT: tuple[str, dict[str, Any]] = ("", {"rollout": True})
+ROW, LOST, ROLLOUT = "row", "lost", "rollout"
+
+
+@dataclass(frozen=True, eq=False)
+class Change:
+    """One change, the same value to every listener: a Tenant as `cluster`'s write left it
+    (ROW), the rollout's state changed (ROLLOUT), or what a listener that fell behind is told
+    instead of what it lost (LOST). `at` is when it was told (epoch seconds); `memo` keeps
+    what the first listener made of it, for the others."""
+
+    kind: str
+    cluster: str = ""
+    tenant: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+    memo: dict[str, Any] = field(default_factory=dict)
 
 
 class Changes:
@@ -23,23 +36,26 @@ class Changes:
 
     def __init__(self, queued: int = QUEUED) -> None:
         self.queued = queued
-        self._listeners: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
+        self._listeners: set[asyncio.Queue[Change]] = set()
 
     def tell(self, cluster: str, tenant: dict[str, Any]) -> None:
         """`tenant` as `cluster`'s write left it (its object as the server answered)."""
-        for queue in self._listeners:
-            if queue.full():
-                continue  # said once: LOST stands at its end until it is read
-            queue.put_nowait(LOST if queue.qsize() == self.queued - 1 else (cluster, tenant))
+        self._tell(Change(ROW, cluster, tenant, time.time()))
 
     def rollout_changed(self) -> None:
         """The rollout's state changed, as this replica follows it."""
-        self.tell(*ROLLOUT)
+        self._tell(Change(ROLLOUT, at=time.time()))
+
+    def _tell(self, change: Change) -> None:
+        for queue in self._listeners:
+            if queue.full():
+                continue  # said once: LOST stands at its end until it is read
+            queue.put_nowait(Change(LOST) if queue.qsize() == self.queued - 1 else change)
 
     @contextlib.contextmanager
-    def listen(self) -> Iterator[asyncio.Queue[tuple[str, dict[str, Any]]]]:
-        """A queue of (cluster, Tenant) for as long as the block runs."""
-        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(self.queued)
+    def listen(self) -> Iterator[asyncio.Queue[Change]]:
+        """A queue of changes for as long as the block runs."""
+        queue: asyncio.Queue[Change] = asyncio.Queue(self.queued)
         self._listeners.add(queue)
         try:
             yield queue

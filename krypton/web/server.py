@@ -29,7 +29,7 @@ from krypton.decisions.fleetview import Filters, Row
 from krypton.decisions.model import GROUP, epoch_seconds
 from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.decisions.rollouts.rolloutcontrol import history_lines
-from krypton.runtime.changes import LOST, ROLLOUT, Changes
+from krypton.runtime.changes import LOST, ROW, Change, Changes
 from krypton.web.auth import CONTROLS, ROLLOUTS, Access, Identity, Unanswered
 
 _log = structlog.get_logger("krypton.web")
@@ -37,6 +37,7 @@ _log = structlog.get_logger("krypton.web")
 HERE = Path(__file__).parent
 STREAMS = 50  # event streams open at once; one more is refused (503)
 HEARTBEAT = 15.0  # seconds between two comments on an idle stream
+GATHER = 0.05  # seconds a stream gathers changes after one came, to say them in one write
 QUERY_MAX = 2048  # bytes of a request's query
 HEAD_MAX = 8190  # bytes of a request line or header
 BODY_MAX = 4096  # bytes of a request's body (a rollout control's form)
@@ -283,6 +284,27 @@ class WebServer:
             return web.Response(status=409, text=said)
         raise web.HTTPSeeOther("/")
 
+    async def _said(self, request: web.Request, filters: Filters, change: Change) -> bytes:
+        """What a stream of `filters` says of `change`: its rows as events (made once for
+        every stream, kept on the change), the asker's to see only."""
+        if change.kind != ROW:
+            return b"event: reload\ndata: {}\n\n" if change.kind == LOST else \
+                b"event: rollout\ndata: {}\n\n"
+        encoded = change.memo.get("rows")
+        if encoded is None:
+            now = time.time()
+            encoded = change.memo["rows"] = [
+                (row, f"event: row\ndata: {json.dumps({**row_json(row, now), 'at': change.at})}"
+                      "\n\n".encode())
+                for row in fleetview.tenant_rows(change.cluster, [change.tenant])]
+        if not filters.given() and self.access is None:  # the page as everyone sees it
+            if "all" not in change.memo:
+                change.memo["all"] = b"".join(text for _, text in encoded)
+            return change.memo["all"]  # type: ignore[no-any-return]
+        kept = [(row, text) for row, text in encoded if filters.keep(row)]
+        shown = {id(row) for row in await self._visible(request, [row for row, _ in kept])}
+        return b"".join(text for row, text in kept if id(row) in shown)
+
     async def _json(self, request: web.Request) -> web.Response:
         _, rows = await self._rows(request)
         now = time.time()
@@ -345,20 +367,16 @@ class WebServer:
                 while True:
                     try:
                         async with asyncio.timeout(HEARTBEAT):
-                            cluster, obj = await queue.get()
+                            batch = [await queue.get()]
                     except TimeoutError:
                         await response.write(b": heartbeat\n\n")
                         continue
-                    if (cluster, obj) == LOST:
-                        await response.write(b"event: reload\ndata: {}\n\n")
-                        continue
-                    if (cluster, obj) == ROLLOUT:
-                        await response.write(b"event: rollout\ndata: {}\n\n")
-                        continue
-                    kept = [r for r in fleetview.tenant_rows(cluster, [obj]) if filters.keep(r)]
-                    for row in await self._visible(request, kept):
-                        data = json.dumps(row_json(row, time.time()))
-                        await response.write(f"event: row\ndata: {data}\n\n".encode())
+                    await asyncio.sleep(GATHER)  # what comes meanwhile goes in the same write
+                    while not queue.empty():
+                        batch.append(queue.get_nowait())
+                    said = [await self._said(request, filters, change) for change in batch]
+                    if payload := b"".join(said):
+                        await response.write(payload)
         except ConnectionResetError:
             pass  # the page went
         except web.HTTPServiceUnavailable:

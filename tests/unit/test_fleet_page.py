@@ -181,6 +181,33 @@ def test_changes_stream_to_open_pages_and_streams_are_capped() -> None:
     serving(source, check, streams=1)
 
 
+def test_a_change_is_made_into_events_once_for_every_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    source = fleet()
+    made = 0
+    rows = fleetview.tenant_rows
+
+    def counted(cluster: str, tenants: Any) -> list[Row]:
+        nonlocal made
+        made += 1
+        return rows(cluster, tenants)
+
+    async def check(session: ClientSession, url: str) -> None:
+        streams = [await session.get(url + "/events") for _ in range(3)]
+        while source.changes.listeners < 3:
+            await asyncio.sleep(0)
+        source.changes.tell("c2", tenant("calm", "c2", version="0.4.0"))
+        for stream in streams:
+            line = b""
+            while not line.startswith(b"data: "):
+                line = await stream.content.readline()
+            assert json.loads(line[6:])["at"] > 0  # when the commit was told
+            stream.close()
+    monkeypatch.setattr(fleetview, "tenant_rows", counted)
+    serving(source, check)
+    assert made == 1
+
+
 def test_a_listener_that_falls_behind_is_told_once_to_read_the_whole_again() -> None:
     changes = Changes(queued=3)
 
@@ -188,8 +215,8 @@ def test_a_listener_that_falls_behind_is_told_once_to_read_the_whole_again() -> 
         with changes.listen() as queue:
             for i in range(10):
                 changes.tell("c", {"n": i})
-            return [c or "LOST" for c, _ in [queue.get_nowait() for _ in range(queue.qsize())]]
-    assert asyncio.run(main()) == ["c", "c", "LOST"]
+            return [c.kind for c in [queue.get_nowait() for _ in range(queue.qsize())]]
+    assert asyncio.run(main()) == ["row", "row", "lost"]
 
 
 class Home:

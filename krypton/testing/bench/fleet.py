@@ -61,7 +61,7 @@ def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = Fal
                               "peak_rss_mib": round(peak_rss_mib(op.pid), 1),
                               **load.per_release(total), **memory.peak()}
     if streams:
-        result["commit_to_stream"] = commit_to_stream(op, watching)
+        result["commit_to_stream"] = commit_to_stream(watching)
     log(f"(a) {total} releases Ready in {seconds:.1f}s")
     if seconds >= FLEET_RESYNC and not bump:
         log(f"(a) took longer than --resync-period {FLEET_RESYNC:.0f}s: its figures include "

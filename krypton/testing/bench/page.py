@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import selectors
 import socket
@@ -24,7 +23,6 @@ from krypton.runtime.changes import Changes
 from krypton.web.server import WebServer
 
 from ..host import free_port
-from ..operator import OperatorProcess
 from .bed import Bed
 from .process import log
 
@@ -113,7 +111,8 @@ class Streams:
 
     def __init__(self, port: int, count: int) -> None:
         self.port, self.count = port, count
-        self.arrived: dict[tuple[str, str, str], float] = {}
+        # (cluster, namespace/name, state) -> (when told by the operator, when it arrived)
+        self.arrived: dict[tuple[str, str, str], tuple[float, float]] = {}
         self._socks: list[socket.socket] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -161,7 +160,8 @@ class Streams:
                     if line.startswith(b"data: {\"cluster\""):
                         row = json.loads(line[6:])
                         self.arrived.setdefault((row["cluster"], f"{row['namespace']}/"
-                                                 f"{row['tenant']}", row["state"]), now)
+                                                 f"{row['tenant']}", row["state"]),
+                                                (row["at"], now))
 
 
 def render_and_streams() -> dict[str, Any]:
@@ -196,15 +196,11 @@ def render_and_streams() -> dict[str, Any]:
             "idle_seconds": IDLE, "idle_cpu_seconds_all_streams": round(idle_cpu, 3)}
 
 
-def commit_to_stream(op: OperatorProcess, streams: Streams) -> dict[str, Any]:
-    """Seconds from each Tenant's Ready commit (the operator's log line right after the
-    status patch returned) to its row's arrival on an open stream."""
-    delays = []
-    for e in op.log_events("tenant phase is Ready"):
-        arrived = streams.arrived.get((str(e.get("cluster")), str(e.get("tenant")), "Ready"))
-        if arrived is not None:
-            committed = dt.datetime.fromisoformat(e["timestamp"]).timestamp()
-            delays.append(arrived - committed)
+def commit_to_stream(streams: Streams) -> dict[str, Any]:
+    """Seconds from each Tenant's Ready commit (when the status patch was answered and the
+    change told, the row's `at`) to the row's arrival on an open stream (one of them)."""
+    delays = [arrived - told for (_c, _t, state), (told, arrived) in streams.arrived.items()
+              if state == "Ready"]
     if not delays:
         return {"releases": 0}
     delays.sort()
