@@ -115,6 +115,9 @@ def test_a_wave_awaiting_approval_is_shown_with_its_command_and_moves_on_by_itse
     assert "remote" in waiting.inner_text() and "waits for approval" in waiting.inner_text()
     assert "krypton rollout approve --by <your name>" in page.locator(
         "#rollout .actions").inner_text()
+    if (where := shots()) is not None:
+        where.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(where / "fleet-page-rollout.png"))
 
     approved = krypton(fleet, "rollout", "approve", "--by", "alice",
                        *run_flags(fleet, version="0.3.0"),
