@@ -34,6 +34,7 @@ class Row:
     source: str = ""  # what the cluster was found as: Secret or ClusterProfile (D10)
     state: str = ""  # the release's state on the cluster in one word (:func:`state`)
     since: str = ""  # when ClusterReady/<cluster> last changed (RFC 3339)
+    held: str = ""  # what holds its next change back (a window, the rollout): "reason: message"
 
 
 
@@ -59,9 +60,23 @@ def tenant_rows(cluster: str, tenants: Iterable[Mapping[str, Any]]) -> list[Row]
                         message=(by_type.get("Ready") or {}).get("message", ""),
                         ready=ready_cond.get("status") == "True",
                         state=state(by_type, cluster),
-                        since=str(ready_cond.get("lastTransitionTime") or "")))
+                        since=str(ready_cond.get("lastTransitionTime") or ""),
+                        held=held(by_type, cluster)))
     return rows
 
+
+
+HELD = ("OutsideMaintenanceWindow", "RolloutAwaitingApproval", "RolloutPaused",
+        "RolloutPending", "RolloutHalted")  # a ClusterProgress reason that holds a change back
+
+
+def held(by_type: Mapping[str, Mapping[str, Any]], cluster: str) -> str:
+    """What holds the release's next change back on `cluster`, as its ClusterProgress says
+    it (not progressing, with one of the HELD reasons); "" when nothing does."""
+    progress = by_type.get(f"ClusterProgress/{cluster}") or {}
+    if progress.get("status") == "False" and progress.get("reason") in HELD:
+        return f"{progress.get('reason')}: {progress.get('message')}"
+    return ""
 
 
 def attempts(mine: Mapping[str, Any], by_type: Mapping[str, Mapping[str, Any]],
@@ -211,6 +226,7 @@ class Wave:
     at_version: int
     releases: int
     place: str
+    windows: tuple[str, ...] = ()  # its clusters' closed maintenance windows, as they say them
 
 
 def waves(rollout: RolloutState, rows: Iterable[Row]) -> list[Wave]:
@@ -221,9 +237,11 @@ def waves(rollout: RolloutState, rows: Iterable[Row]) -> list[Wave]:
         mine = [r for r in targeted if r.cluster in clusters]
         place = "current" if i == rollout.wave and rollout.phase != COMPLETE else \
             "done" if i < rollout.wave else "next"
+        windows = sorted({f"{r.cluster}: {r.held.partition(': ')[2]}" for r in mine
+                          if r.held.startswith("OutsideMaintenanceWindow")})
         out.append(Wave(i + 1, tuple(clusters),
                         sum(r.state == READY and r.chart_version.split("@")[0] == rollout.version
-                            for r in mine), len(mine), place))
+                            for r in mine), len(mine), place, tuple(windows)))
     return out
 
 

@@ -326,9 +326,14 @@ def test_the_rollout_shows_its_waves_progress_and_what_a_person_may_do() -> None
                            wave=1, awaiting=True, message=f"waits for approval {HOSTILE}")
     source = Source({"c1": [tenant("a", "c1")], "c2": [tenant("a", "c2", version="0.3.0"),
                                                        tenant("b", "c2", ready=False)]})
+    source.held["c1"][0]["status"]["conditions"].append({
+        "type": "ClusterProgress/c1", "status": "False", "reason": "OutsideMaintenanceWindow",
+        "message": "the change waits ...; the next one opens at 2026-12-07T22:00:00Z"})
     waves = fleetview.waves(rolling, source.rows())
     assert [(w.number, w.at_version, w.releases, w.place) for w in waves] == [
         (1, 1, 2, "done"), (2, 0, 1, "current")]
+    assert waves[1].windows == ("c1: the change waits ...; the next one opens at "
+                                "2026-12-07T22:00:00Z",)
     assert fleetview.actions(rolling)[0] == (
         "approve", "approve wave 2", "krypton rollout approve --by <your name>")
     paused = dataclasses.replace(rolling, awaiting=False, paused_at=1.0)
@@ -340,6 +345,7 @@ def test_the_rollout_shows_its_waves_progress_and_what_a_person_may_do() -> None
         async with session.get(url + "/") as resp:
             page = await resp.text()
         assert 'class="current awaiting" data-wave="2"' in page
+        assert '<span class="window">c1: the change waits ...; the next one opens' in page
         assert "<code>krypton rollout approve --by &lt;your name&gt;</code>" in page
         assert "<img" not in page
         async with session.get(url + "/events") as stream:

@@ -65,7 +65,7 @@
       return;
     }
     td.className = `cell s-${row.state}`;
-    td.title = row.detail;
+    td.title = row.detail || row.held;
     td.replaceChildren();
     for (const [name, text] of [["state", row.state], ["version", row.chart_version], ["ago", row.ago]]) {
       const span = document.createElement("span");
