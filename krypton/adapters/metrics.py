@@ -127,7 +127,7 @@ _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CL
                 PASSES_HELD, HELM_WORKER_EXITS, RECORDS_ADOPTED, RELEASES_YIELDED)
 
 
-def forget_cluster(cluster: str) -> None:
+def drop_cluster(cluster: str) -> None:
     """Drop every series of a cluster that is no longer discovered (its Secret is gone)."""
     for metric in _PER_CLUSTER:
         for sample_labels in _label_sets(metric):

@@ -373,7 +373,7 @@ async def _lead_rollout(elector: LeaderElector, controller: RolloutController,
             await elector.hold(stopping)
         finally:
             leading.cancel()
-        controller.forget()
+        controller.unload()
         if not stopping.is_set():
             log.warning("rollout leadership lost; standing by for the leader Lease")
 

@@ -163,7 +163,7 @@ class ReleaseIndex:
         """Every release's cluster label: (namespace, release) -> name (None: unlabelled)."""
         return {key: entry.cluster for key, entry in self._entries.items()}
 
-    def forget(self, namespace: str, release: str) -> None:
+    def drop(self, namespace: str, release: str) -> None:
         self._noted.pop((namespace, release), None)
         self._ours.pop((namespace, release), None)
 

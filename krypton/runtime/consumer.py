@@ -32,10 +32,10 @@ class Consumer:
     """The queue of one cluster's Tenant keys and the passes it hands them to."""
 
     def __init__(self, name: str, max_concurrent: int, *,
-                 forget: Callable[[TenantKey], None] = lambda _key: None) -> None:
+                 on_gone: Callable[[TenantKey], None] = lambda _key: None) -> None:
         self.name, self.max_concurrent = name, max_concurrent
         # what else keeps state per Tenant, told when one goes (the workloads followed for it)
-        self._forget = forget
+        self._on_gone = on_gone
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.queue: WorkQueue[TenantKey] = WorkQueue()
         self.memory = Memory(name)  # what is remembered of each Tenant of the cache
@@ -82,7 +82,7 @@ class Consumer:
             return  # this cluster's own write: the pass that made it knew the result
         self.queue.add(key, urgent=urgent)
 
-    def forget_unlisted(self, store: Mapping[tuple[str, str], Any]) -> None:
+    def drop_unlisted(self, store: Mapping[tuple[str, str], Any]) -> None:
         """After an engagement's first list of the Tenants: the records of those not in it
         are of Tenants that went while no watch saw them go (the cluster was away)."""
         for key in self.memory:
@@ -168,7 +168,7 @@ class Consumer:
             return
         self._gone.discard(key)
         self.memory.drop(key)
-        self._forget(key)
+        self._on_gone(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))

@@ -148,7 +148,7 @@ class Fleet:
             try:
                 await self._disengage(name, grace, removed=removed)
                 if handover:
-                    metrics.forget_cluster(name)
+                    metrics.drop_cluster(name)
                     if self.handed_over is not None:
                         await self.handed_over(name)
             finally:
@@ -232,13 +232,13 @@ class Fleet:
         if grace > 0:
             log.info("cluster draining", cluster=name, grace=grace)
         if engaged.worker is not None and removed:
-            await engaged.worker.forget_cluster()
+            await engaged.worker.withdraw()
         if engaged.worker is not None:
             await engaged.worker.stop(grace)
         if engaged.task is not None:
             await end_task(engaged.task, cluster=name)
         if removed:
-            metrics.forget_cluster(name)
+            metrics.drop_cluster(name)
         log.info("cluster removed from the fleet" if removed else "cluster stopped", cluster=name)
 
     async def shutdown(self, grace: float) -> None:

@@ -174,7 +174,7 @@ class Readiness:
         """Follow the workload objects of `key`'s release from now on, each with the copy just
         read (None: not found); replaces what was followed for `key` before. Every ref names
         its namespace."""
-        self.forget(key)
+        self.unfollow(key)
         looked = list(looked)
         if not looked:
             return
@@ -197,7 +197,7 @@ class Readiness:
             return None
         return self._judge(key)
 
-    def forget(self, key: TenantKey) -> None:
+    def unfollow(self, key: TenantKey) -> None:
         self._ready.pop(key, None)
         for ref in self._refs.pop(key, ()):
             k = _key(ref)

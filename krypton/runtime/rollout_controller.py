@@ -158,7 +158,7 @@ class RolloutController(_Gated):
         if (obj.get("metadata") or {}).get("resourceVersion") != self._version:
             self._reread = True
 
-    def forget(self) -> None:
+    def unload(self) -> None:
         """Leadership lost: read the state again when leading next (another leader wrote)."""
         self._loaded = False
         self._waiting_since = None

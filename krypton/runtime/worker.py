@@ -119,15 +119,15 @@ def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
                       on_exit=ended, on_refused=refused, pool=shared.helm_workers, **common)
 
 
-async def forget_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
+async def withdraw_from_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
     """Remove a cluster that left the fleet from each of its Tenants (best effort, within
     `timeout` seconds)."""
     reconciler = Reconciler(rt)
 
-    async def forget_all() -> None:
+    async def withdraw_all() -> None:
         for obj in list(rt.tenants.values()):
             try:
-                await reconciler.forget(obj)
+                await reconciler.withdraw(obj)
             except KryptonError as exc:
                 log.warning("could not clear the cluster from a Tenant",
                             tenant=f"{obj['metadata'].get('namespace')}/"
@@ -135,7 +135,7 @@ async def forget_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
 
     try:
         async with asyncio.timeout(timeout):
-            await forget_all()
+            await withdraw_all()
     except TimeoutError:
         log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
     log.info("cluster cleared from its Tenants")
@@ -194,7 +194,7 @@ class Worker:
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.engaged = False
         self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles,
-                                 forget=self._tenant_gone)
+                                 on_gone=self._tenant_gone)
         self.queue = self.consumer.queue
         self.health = ClusterHealth(name, shared.report, shared.settings.api_timeout)
         self.kube: Kube | None = None
@@ -299,7 +299,7 @@ class Worker:
     def _tenant_gone(self, key: TenantKey) -> None:
         """A Tenant went: the workloads followed for it are no longer followed."""
         if self.runtime is not None and self.runtime.readiness is not None:
-            self.runtime.readiness.forget(key)
+            self.runtime.readiness.unfollow(key)
 
     def _informers(self, kube: Kube) -> tuple[Informer, Informer]:
         """The engagement's two watches: its Tenants and its release records."""
@@ -342,7 +342,7 @@ class Worker:
             # Engaged means its Tenants are known: before their first list a cluster looks
             # empty, and an empty cluster would count as a finished rollout wave (F1).
             await self._first_list(group, tenants, "Tenants")
-            self.consumer.forget_unlisted(tenants.store)  # gone while it was not engaged
+            self.consumer.drop_unlisted(tenants.store)  # gone while it was not engaged
             self.engaged = True
             metrics.CLUSTER_ENGAGED.labels(self.name).set(1)
             metrics.ENGAGED.inc()
@@ -422,13 +422,13 @@ class Worker:
             self.last_error = f"CacheNotSynced: {what} not listed after {waited:.0f}s"
             self.log.warning("cache not synced yet; not reconciling", cache=what, waited=waited)
 
-    async def forget_cluster(self, timeout: float = 30.0) -> None:
+    async def withdraw(self, timeout: float = 30.0) -> None:
         """The cluster left the fleet (its Secret is gone): stop taking work, let short passes
         end, then remove this cluster's traces from its Tenants (best effort, bounded)."""
         await self.stop(grace=min(timeout, 10.0))
         if not self.engaged or self.runtime is None:
             return
-        await forget_tenants(self.runtime, self.log, timeout)
+        await withdraw_from_tenants(self.runtime, self.log, timeout)
 
     # -- rollout (F1) -------------------------------------------------------------------
 

@@ -231,7 +231,7 @@ def test_helm_errors_are_bounded() -> None:
     assert text.startswith("resource ConfigMap/ns/c0 not ready; resource ConfigMap/ns/c1")
 
 
-def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
+def test_drop_cluster_drops_every_series_of_that_cluster_only() -> None:
     from prometheus_client import generate_latest
 
     from krypton.adapters import metrics
@@ -241,14 +241,14 @@ def test_forget_cluster_drops_every_series_of_that_cluster_only() -> None:
         metrics.RECONCILE_SECONDS.labels(cluster).observe(0.3)
         metrics.TENANT_RELEASE.labels(cluster, "ns", "t", "r", "1.0.0", "f" * 8, "").set(1)
         metrics.WINDOW_OPEN.labels(cluster).set(1)
-    metrics.forget_cluster("gone-x")
+    metrics.drop_cluster("gone-x")
     text = generate_latest().decode()
     assert 'cluster="gone-x"' not in text
     assert text.count('cluster="kept-x"') >= 4
 
 
 def test_every_series_labelled_by_cluster_goes_with_its_cluster() -> None:
-    """A metric whose first label is the cluster is one forget_cluster drops: what the
+    """A metric whose first label is the cluster is one drop_cluster drops: what the
     operator keeps per cluster returns to baseline when the cluster goes. Read from the
     source: each metric made with a label list that starts with "cluster"."""
     import ast

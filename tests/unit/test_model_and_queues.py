@@ -277,7 +277,7 @@ def test_release_index_remembers_our_own_revisions() -> None:
     idx.on_event("ADDED", record("ns", "r", 3, "deployed"))
     idx.observe("ns", "r")  # the watch caught up: the note is dropped, ours is kept
     assert idx.ours("ns", "r") == (3, "fp3")
-    idx.forget("ns", "r")
+    idx.drop("ns", "r")
     assert idx.ours("ns", "r") is None
 
 
@@ -592,7 +592,7 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
     from krypton.decisions.model import TenantKey
 
     forgotten: list[TenantKey] = []
-    consumer = Consumer("churn", 1, forget=forgotten.append)
+    consumer = Consumer("churn", 1, on_gone=forgotten.append)
     memory = consumer.memory
 
     def tenant(name: str, rv: str) -> dict[str, Any]:
@@ -624,7 +624,7 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
         # engaged again: the first list has c but not d, deleted while no watch was there
         consumer.tenant_changed("ADDED", tenant("c", "6"))
         consumer.tenant_changed("ADDED", tenant("d", "7"))
-        consumer.forget_unlisted({("ns", "c"): {}})
+        consumer.drop_unlisted({("ns", "c"): {}})
         assert list(memory) == [TenantKey("ns", "c")] and records() == 1
 
     asyncio.run(scenario())

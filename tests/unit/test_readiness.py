@@ -73,7 +73,7 @@ def test_every_release_following_an_object_is_woken_and_forgotten_ones_are_not()
         r.follow(KEY, [(REF, deployment(0, 10))])
         r.follow(SECOND, [(REF, deployment(0, 10)), (OTHER, None)])
         r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(2, 11))
-        r.forget(KEY)
+        r.unfollow(KEY)
         r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(0, 12))
         assert r.followed() == 1
     # SECOND's Job is missing: its release stays not ready, so only KEY turns, once

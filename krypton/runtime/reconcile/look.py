@@ -143,7 +143,7 @@ def follow(rt: ClusterRuntime, key: TenantKey, workload: Workload | None, found:
     if rt.readiness is None or found is None:
         return
     if found.ready:
-        rt.readiness.forget(key)
+        rt.readiness.unfollow(key)
     elif workload is not None:
         rt.readiness.follow(key, workload)
 

@@ -100,9 +100,9 @@ class Reconciler:
         return Pass(obj, obs, decided, release, rt.settings.release_namespace_for(key.name),
                     rt.log.bind(tenant=str(key), release=release))
 
-    async def forget(self, obj: dict[str, Any]) -> None:
+    async def withdraw(self, obj: dict[str, Any]) -> None:
         """Remove this cluster's traces from a Tenant when the cluster leaves the fleet."""
-        await status.forget(self.rt, obj)
+        await status.withdraw(self.rt, obj)
 
     def unpublish(self, key: TenantKey) -> None:
         self.rt.unpublish(key)

@@ -210,7 +210,7 @@ async def _write_fingerprint(rt: ClusterRuntime, key: TenantKey, patch: dict[str
     raise AssertionError("unreachable: the last attempt's error is raised")
 
 
-async def forget(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
+async def withdraw(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
     """Remove this cluster's traces from a Tenant when the cluster leaves the fleet.
 
     Its conditions, its ``status.clusters`` record, its fingerprint annotation and the

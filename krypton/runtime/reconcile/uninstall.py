@@ -40,7 +40,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
                     await rt.helm.uninstall(release, namespace, records=verdict.history,
                                             hooks=verdict.trust is Trust.TRUSTED)
         if rt.readiness is not None:
-            rt.readiness.forget(key)
+            rt.readiness.unfollow(key)
         if rt.settings.delete_namespace_on_uninstall and \
                 rt.settings.shared_release_namespace is None:
             ns = await rt.kube.get_namespace(key.name)
@@ -60,7 +60,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
         # its Event on every attempt, changed status or not: the deletion is waiting on it
         return Report(told.changes, events=[told.event] if told.event else [],
                       outcome=told.outcome)
-    rt.releases.forget(namespace, release)
+    rt.releases.drop(namespace, release)
     rt.manifest_objects.pop((namespace, release), None)
     rt.unpublish(key)
     log.info("helm uninstall success")
