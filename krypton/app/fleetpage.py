@@ -4,6 +4,7 @@ asked of a cluster. The page itself is :mod:`krypton.web`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -11,6 +12,7 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.helmworker import WorkerHelm
 from krypton.adapters.kube import Kube
 from krypton.decisions import fleetview
+from krypton.decisions.errors import KryptonError
 from krypton.decisions.fleetview import Row
 from krypton.decisions.model import TenantKey
 from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
@@ -22,6 +24,8 @@ from krypton.runtime.rollout_controller import ask
 from krypton.runtime.shards import Shards
 from krypton.web.auth import Access
 from krypton.web.server import WebServer
+
+PLAN_TIMEOUT = 10.0  # seconds a cluster's plan of one Tenant may take on the page
 
 
 class OperatorFleet:
@@ -54,6 +58,23 @@ class OperatorFleet:
     def journal(self, namespace: str, name: str) -> dict[str, TenantMemory]:
         return {cluster: kept for cluster, rt in self._runtimes()
                 if (kept := rt.memory.peek(TenantKey(namespace, name))) is not None}
+
+    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
+        """What each engaged cluster's next pass would do with the Tenant, decided as the
+        operator and ``krypton plan`` decide (:meth:`ClusterView.decide`, which may look the
+        cluster up: the Tenant's namespace, its shared objects): (action, reason, message)."""
+        out = {}
+        for cluster, rt in self._runtimes():
+            obj = rt.tenants.get((namespace, name))
+            if obj is None:
+                continue
+            try:
+                async with asyncio.timeout(PLAN_TIMEOUT):
+                    _, decided = await rt.decide(obj, rt.gate(cluster))
+                out[cluster] = (decided.action.value, decided.reason, decided.message)
+            except (KryptonError, TimeoutError) as exc:
+                out[cluster] = ("unknown", "PlanFailed", str(exc) or "timed out")
+        return out
 
     def clusters(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

@@ -69,6 +69,11 @@ class FleetSource(Protocol):
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """The Tenant as each engaged cluster holds it (cluster -> object)."""
 
+    async def plan(self, namespace: str, name: str) -> Mapping[str, tuple[str, str, str]]:
+        """What each engaged cluster's next pass would do with the Tenant, as ``krypton
+        plan`` says it: (action, reason, message) per cluster. It may look the clusters up,
+        so the page asks for it only when a person does."""
+
     def journal(self, namespace: str, name: str) -> Mapping[str, Any]:
         """What each engaged cluster remembers of the Tenant beyond its object: the Events
         krypton last wrote of it (`said`) and its release's history as last judged
@@ -133,6 +138,7 @@ class WebServer:
                  streams: int = STREAMS) -> None:
         self.address, self.source, self.streams = address, source, streams
         self.access = access
+        self._planning = asyncio.Lock()  # one plan at a time: it may ask the clusters
         self.open_streams = 0
         self._streaming: set[asyncio.Task[Any]] = set()  # ended first when the page stops
         self._runner: web.AppRunner | None = None
@@ -148,6 +154,7 @@ class WebServer:
         app.add_routes([web.get("/", self._index), web.get("/rows.json", self._json),
                         web.get("/rows.csv", self._csv), web.get("/events", self._events),
                         web.get("/tenants/{namespace}/{name}", self._tenant),
+                        web.get("/tenants/{namespace}/{name}/plan", self._tenant),
                         web.post("/rollout/{action}", self._control),
                         web.get("/clusters/{name}", self._cluster),
                         web.get("/favicon.ico", _no_icon),
@@ -327,6 +334,12 @@ class WebServer:
             raise web.HTTPNotFound(text="no such Tenant on an engaged cluster")
         now = time.time()
         journal = self.source.journal(namespace, name)
+        plans: Mapping[str, tuple[str, str, str]] | None = None
+        if request.path.endswith("/plan"):
+            if self._planning.locked():
+                raise web.HTTPServiceUnavailable(text="another plan is being made; try again")
+            async with self._planning:
+                plans = await self.source.plan(namespace, name)
         per_cluster = []
         for cluster, obj in sorted(held.items()):
             status = obj.get("status") or {}
@@ -335,7 +348,8 @@ class WebServer:
             row = fleetview.tenant_rows(cluster, [obj])[0]
             per_cluster.append((cluster, row, conditions,
                                 (status.get("clusters") or {}).get(cluster) or {},
-                                journal.get(cluster)))
+                                journal.get(cluster),
+                                None if plans is None else plans.get(cluster)))
         return self._page("tenant.html", request, namespace=namespace, name=name, now=now, ago=ago,
                           per_cluster=per_cluster)
 

@@ -63,6 +63,8 @@ def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_change
     _, _, tenant_page = get(op, f"/tenants/{fleet.tenant_ns}/{evil}")
     assert "<img src=x" not in tenant_page and "&lt;/script&gt;" in tenant_page
     assert "<td>Warning</td><td>HelmInstallFailed</td><td>" in tenant_page  # Events kept
+    _, _, planned = get(op, f"/tenants/{fleet.tenant_ns}/{calm}/plan")
+    assert "The next pass would: <strong>skip</strong> (NoChange)" in planned  # as plan says
     assert [r["tenant"] for r in rows(op, f"tenant={calm}")] == [calm]
     _, _, table = get(op, f"/rows.csv?cluster=remote&tenant={calm}")
     assert table.splitlines()[1].startswith(f"remote,{fleet.tenant_ns},{calm},Ready,")

@@ -62,6 +62,10 @@ class Source:
         return {c: t for c, ts in self.held.items() for t in ts
                 if t["metadata"]["name"] == name and t["metadata"]["namespace"] == namespace}
 
+    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
+        return {c: ("skip", "UpToDate", f"{HOSTILE} is as planned") for c, ts in self.held.items()
+                if any(t["metadata"]["name"] == name for t in ts)}
+
     def journal(self, namespace: str, name: str) -> dict[str, Any]:
         return {c: kept for (c, ns, n), kept in self.kept.items() if (ns, n) == (namespace, name)}
 
@@ -429,3 +433,15 @@ def test_without_kubernetes_auth_the_page_acts_for_nobody() -> None:
             assert resp.status == 403 and "--web-auth=kubernetes" in await resp.text()
         assert source.asked == []
     serving(source, check)
+
+
+def test_a_tenants_plan_is_made_only_when_asked_for_and_shown_as_text() -> None:
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.get(url + "/tenants/team/calm") as resp:
+            page = await resp.text()
+        assert "The next pass would" not in page and 'href="/tenants/team/calm/plan"' in page
+        async with session.get(url + "/tenants/team/calm/plan") as resp:
+            page = await resp.text()
+        assert page.count("The next pass would: <strong>skip</strong> (UpToDate)") == 2
+        assert "<img" not in page
+    serving(fleet(), check)

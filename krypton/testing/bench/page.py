@@ -65,6 +65,9 @@ class _Fleet:
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         return {}
 
+    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
+        return {}
+
     def journal(self, namespace: str, name: str) -> dict[str, Any]:
         return {}
 
