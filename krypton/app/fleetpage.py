@@ -14,10 +14,11 @@ from krypton.adapters.kube import Kube
 from krypton.decisions import fleetview
 from krypton.decisions.errors import KryptonError
 from krypton.decisions.fleetview import Row
-from krypton.decisions.model import TenantKey
+from krypton.decisions.model import TenantKey, release_name
 from krypton.decisions.rollouts.rollout import CONFIGMAP, RolloutState
 from krypton.decisions.settings import Settings
 from krypton.runtime.changes import Changes
+from krypton.runtime.diffs import Decided, release_records, tenant_diff
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.reconcile.memory import TenantMemory
 from krypton.runtime.rollout_controller import ask
@@ -25,7 +26,7 @@ from krypton.runtime.shards import Shards
 from krypton.web.auth import Access
 from krypton.web.server import WebServer
 
-PLAN_TIMEOUT = 10.0  # seconds a cluster's plan of one Tenant may take on the page
+PLAN_TIMEOUT = 10.0  # seconds a cluster's plan (or diff) of one Tenant may take on the page
 
 
 class OperatorFleet:
@@ -59,10 +60,13 @@ class OperatorFleet:
         return {cluster: kept for cluster, rt in self._runtimes()
                 if (kept := rt.memory.peek(TenantKey(namespace, name))) is not None}
 
-    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
+    async def plan(self, namespace: str, name: str, *, diff: bool = False
+                   ) -> dict[str, tuple[str, str, str]]:
         """What each engaged cluster's next pass would do with the Tenant, decided as the
         operator and ``krypton plan`` decide (:meth:`ClusterView.decide`, which may look the
-        cluster up: the Tenant's namespace, its shared objects): (action, reason, message)."""
+        cluster up: the Tenant's namespace, its shared objects): (action, reason, message);
+        with `diff`, the message is ``krypton diff``'s for it (the release's records read,
+        the chart rendered by the cluster's helm engine)."""
         out = {}
         for cluster, rt in self._runtimes():
             obj = rt.tenants.get((namespace, name))
@@ -70,11 +74,26 @@ class OperatorFleet:
                 continue
             try:
                 async with asyncio.timeout(PLAN_TIMEOUT):
-                    _, decided = await rt.decide(obj, rt.gate(cluster))
-                out[cluster] = (decided.action.value, decided.reason, decided.message)
+                    obs, decided = await rt.decide(obj, rt.gate(cluster))
+                    said = decided.message
+                    if diff:
+                        said = await self._diff(cluster, rt, obj, obs, decided)
+                out[cluster] = (decided.action.value, decided.reason, said)
             except (KryptonError, TimeoutError) as exc:
                 out[cluster] = ("unknown", "PlanFailed", str(exc) or "timed out")
         return out
+
+    @staticmethod
+    async def _diff(cluster: str, rt: Any, obj: dict[str, Any], obs: Any, decided: Any) -> str:
+        release = release_name(obj["metadata"]["name"], cluster)
+        namespace = rt.settings.release_namespace_for(obj["metadata"]["name"])
+        records = await release_records(rt.kube, rt.settings, release, namespace)
+        said = await tenant_diff(cluster, rt.kube, rt.settings, rt.helm,
+                                 Decided(obj, release, records, obs, decided))
+        if said is None:
+            return "not this cluster's"
+        heading, text = said
+        return text or f"{heading}: no change in the manifest"
 
     def clusters(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm, HelmEngine
@@ -19,10 +17,8 @@ from krypton.adapters.kube import Kube
 from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.status import rollout_state
 from krypton.cli.view import Row, assign_sources
-from krypton.decisions.charts import conflicts as fields
-from krypton.decisions.charts import manifests, ownership
+from krypton.decisions.charts import manifests
 from krypton.decisions.charts.fingerprint import fingerprint
-from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.errors import KryptonError, TemporaryError
 from krypton.decisions.fleetview import joined, update_notice, with_digest
 from krypton.decisions.model import (
@@ -36,8 +32,13 @@ from krypton.decisions.planner import HELM_ACTIONS, Action, Need, Plan, attempt_
 from krypton.decisions.releases import ReleaseIndex
 from krypton.decisions.rollouts.rollout import Policy, gate_for
 from krypton.decisions.settings import Settings
-from krypton.decisions.trust import safeyaml
-from krypton.decisions.trust.records import decode
+from krypton.runtime.diffs import (
+    Decided,
+    deployed_release,
+    fixed_objects_dropped,
+    release_records,
+    tenant_diff,
+)
 from krypton.runtime.reconcile import ClusterView
 
 
@@ -66,14 +67,6 @@ async def _rendering(settings: Settings, chart: ChartSource) -> AsyncIterator[He
         await worker.close()
 
 
-async def _release_records(kube: Kube, settings: Settings, release: str,
-                           namespace: str) -> list[dict[str, Any]]:
-    """The Helm release records of `release` in `namespace` (whole, data included)."""
-    records = await kube.list_release_records(settings.helm_driver, namespace,
-                                              f"owner=helm,name={release}")
-    return [r for r in records if r["metadata"].get("namespace") == namespace]
-
-
 async def collect_plan(settings: Settings) -> list[Row]:
     async with fleet_view(settings, "krypton-plan-") as (tmp, home, clusters):
         chart = _chart_source(settings, tmp, home)
@@ -99,19 +92,6 @@ async def _plan_fleet(settings: Settings, chart: ChartSource, render: HelmEngine
     return assign_sources(rows, {c.name: c.source for c in clusters})
 
 
-@dataclass(frozen=True)
-class Decided:
-    """One Tenant of a cluster as the operator would decide about it now: the Tenant, the
-    records of its release there, the observation and the plan (``ClusterView.decide``,
-    the operator's own)."""
-
-    tenant: dict[str, Any]
-    release: str
-    records: list[dict[str, Any]]
-    obs: Observation
-    plan: Plan
-
-
 async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                           chart: ChartSource, render: HelmEngine, known: frozenset[str],
                           gate: Callable[[str], RolloutGate]
@@ -129,7 +109,7 @@ async def _decide_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
         meta = t["metadata"]
         release = release_name(meta["name"], c.name)
         namespace = settings.release_namespace_for(meta["name"])
-        records = await _release_records(kube, settings, release, namespace)
+        records = await release_records(kube, settings, release, namespace)
         for record in records:
             view.releases.on_event("ADDED", record)
         obs, decided = await view.decide(t, gate(c.name))
@@ -158,7 +138,7 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                 obs.chart.version, None if deployed is None else deployed.get("config") or {},
                 obs.chart.values)
             if deployed is not None and decided.action in HELM_ACTIONS:
-                gone = await _fixed_objects_dropped(view, kube, obs.chart, deployed, release)
+                gone = await fixed_objects_dropped(view, kube, obs.chart, deployed, release)
                 if gone:
                     change = "; ".join(filter(None, (change, f"deletes {', '.join(gone)}")))
         rows.append(Row(
@@ -170,21 +150,6 @@ async def _plan_cluster(c: ClusterHandle, kube: Kube, settings: Settings,
                           update_notice(getattr(obs.chart, "version", ""),
                                         getattr(obs.chart, "newer", "")))))
     return rows
-
-
-def deployed_release(records: list[dict[str, Any]], driver: str) -> dict[str, Any] | None:
-    """The release (decoded) of the newest record labelled deployed; None if there is none or
-    it cannot be read."""
-    deployed = [r for r in records
-                if (r["metadata"].get("labels") or {}).get("status") == "deployed"]
-    if not deployed:
-        return None
-    newest = max(deployed, key=lambda r: int((r["metadata"].get("labels") or {})
-                                             .get("version") or 0))
-    try:
-        return decode(newest, driver)
-    except ValueError:
-        return None
 
 
 async def collect_diff(settings: Settings) -> list[tuple[str, str]]:
@@ -210,114 +175,10 @@ async def _diff_fleet(settings: Settings, chart: ChartSource, render: HelmEngine
         _, decisions = await _decide_cluster(c, c.kube, settings, chart, render, known,
                                              gate)
         for d in decisions:
-            name, target = d.tenant["metadata"]["name"], d.obs.chart
-            release, namespace = d.release, settings.release_namespace_for(name)
-            heading = f"{c.name}/{d.tenant['metadata']['namespace']}/{name} ({release})"
-            if d.plan.action is Action.NOT_TARGETED:
-                continue  # the Tenant is not this cluster's
-            if d.plan.action is Action.PAUSE:
-                out.append((f"{heading} paused by annotation", ""))
-                continue
-            if d.plan.action not in HELM_ACTIONS:
-                # nothing would run: the manifest stays as deployed, and why is said
-                why = "" if d.plan.action in IN_SYNC else \
-                    f" not changed: {d.plan.reason} ({d.plan.message})"
-                out.append((heading + why, ""))
-                continue
-            assert isinstance(target, ChartTarget)
-            deployed = deployed_release(d.records, settings.helm_driver)
-            before = f"{c.name}/{name} deployed"
-            old_docs: list[Any] = []
-            if deployed is not None:
-                before += f" (revision {deployed.get('version')})"
-                try:
-                    old_docs = safeyaml.load_all(str(deployed.get("manifest") or ""),
-                                                 safeyaml.CHART_CRDS,
-                                                 what=f"manifest of {release}")
-                except safeyaml.YamlRejected as exc:
-                    out.append((f"{c.name}/{name}: not looked at", f"{exc}\n"))
-                    continue
-            new_docs = await render.template(target.path, release, namespace,
-                                             target.values)
-            text = manifests.manifest_diff(old_docs, new_docs, before=before,
-                                           after=f"{c.name}/{name} next (chart "
-                                                 f"{target.version})")
-            text += await _owned_elsewhere(c.kube, new_docs, namespace)
-            text += await _deleted_cluster_objects(c.kube, old_docs, new_docs)
-            out.append((heading, text))
+            said = await tenant_diff(c.name, c.kube, settings, render, d)
+            if said is not None:
+                out.append(said)
     return out
-
-
-# plans that run nothing because the release is as the target wants it (or only its
-# annotation or its workload's health is looked after): `diff` shows "no change"
-IN_SYNC = {Action.SKIP, Action.NOTHING, Action.ANNOTATE, Action.AWAIT_READY, Action.UNHEALTHY}
-
-
-async def _cluster_objects_dropped(kube: Kube, deployed: list[Any],
-                                   still: Callable[[ObjectRef], bool]) -> list[str]:
-    """The cluster-scoped objects of the deployed manifest that the next one no longer has
-    (`still` says which it has): an upgrade deletes them for every release on the cluster
-    that uses them (an IngressClass, a CRD and its objects; SPEC F5b). Objects marked
-    ``helm.sh/resource-policy: keep`` stay."""
-    gone = []
-    for ref in ownership.manifest_objects(d for d in deployed if not ownership.kept(d)):
-        if ref.namespace or still(ref):
-            continue
-        try:
-            if await kube.cluster_scoped(ref.api_version, ref.kind):
-                gone.append(f"{ref.kind} {ref.name}")
-        except TemporaryError:
-            continue
-    return gone
-
-
-async def _fixed_objects_dropped(view: ClusterView, kube: Kube, chart: ChartTarget,
-                                 deployed: dict[str, Any], release: str) -> list[str]:
-    """For `plan`: the fixed-name (not named after the release) cluster-scoped objects the
-    next chart version and values no longer render, read from the chart's shared objects,
-    rendered once per fingerprint: a plan starts no helm per Tenant."""
-    try:
-        docs = safeyaml.load_all(str(deployed.get("manifest") or ""), safeyaml.CHART_CRDS,
-                                 what=f"manifest of {release}")
-    except safeyaml.YamlRejected:
-        return []
-    rendered = set(await view.chart.shared_objects(chart.fingerprint,
-                                                   lambda: view.candidates(chart)))
-    return await _cluster_objects_dropped(kube, docs,
-                                          lambda ref: release in ref.name or ref in rendered)
-
-
-async def _deleted_cluster_objects(kube: Kube, old_docs: list[Any], new_docs: list[Any]) -> str:
-    """For `diff`: the same, against the manifest it rendered, as comment lines."""
-    kept = {(ref.kind, ref.name) for ref in ownership.manifest_objects(new_docs)}
-    gone = await _cluster_objects_dropped(kube, old_docs,
-                                          lambda ref: (ref.kind, ref.name) in kept)
-    if not gone:
-        return ""
-    lines = "".join(f"#   {g}\n" for g in gone)
-    return ("# cluster-scoped objects this upgrade deletes (whoever else uses them loses them "
-            f"too):\n{lines}")
-
-
-async def _owned_elsewhere(kube: Kube, docs: list[Any], namespace: str) -> str:
-    """The fields of the next apply that other field managers own on the live objects (H2):
-    what Helm 4 meets as conflicts (taken over under --helm-force-conflicts)."""
-    found: list[fields.Conflict] = []
-    for doc in docs:
-        if not isinstance(doc, dict) or not doc.get("kind") or not doc.get("apiVersion"):
-            continue
-        meta = doc.get("metadata") or {}
-        try:
-            live = await kube.get_object(str(doc["apiVersion"]), str(doc["kind"]),
-                                         str(meta.get("name")), meta.get("namespace") or namespace)
-        except TemporaryError:
-            continue
-        found += fields.owned_elsewhere(doc, live)
-    if not found:
-        return ""
-    lines = "".join(f"#   {c.object} {c.field} ({c.manager})\n" for c in found)
-    return ("# fields of the next apply that other field managers own (Helm 4 takes them over "
-            f"with --helm-force-conflicts, else FieldConflict):\n{lines}")
 
 
 async def _rollout_gate(home: Kube, settings: Settings, chart: ChartSource

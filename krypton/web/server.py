@@ -69,10 +69,12 @@ class FleetSource(Protocol):
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """The Tenant as each engaged cluster holds it (cluster -> object)."""
 
-    async def plan(self, namespace: str, name: str) -> Mapping[str, tuple[str, str, str]]:
+    async def plan(self, namespace: str, name: str, *, diff: bool = False
+                   ) -> Mapping[str, tuple[str, str, str]]:
         """What each engaged cluster's next pass would do with the Tenant, as ``krypton
-        plan`` says it: (action, reason, message) per cluster. It may look the clusters up,
-        so the page asks for it only when a person does."""
+        plan`` says it: (action, reason, message) per cluster; with `diff`, the message is
+        ``krypton diff``'s. It may look the clusters up, so the page asks for it only when a
+        person does."""
 
     def journal(self, namespace: str, name: str) -> Mapping[str, Any]:
         """What each engaged cluster remembers of the Tenant beyond its object: the Events
@@ -155,6 +157,7 @@ class WebServer:
                         web.get("/rows.csv", self._csv), web.get("/events", self._events),
                         web.get("/tenants/{namespace}/{name}", self._tenant),
                         web.get("/tenants/{namespace}/{name}/plan", self._tenant),
+                        web.get("/tenants/{namespace}/{name}/diff", self._tenant),
                         web.post("/rollout/{action}", self._control),
                         web.get("/clusters/{name}", self._cluster),
                         web.get("/favicon.ico", _no_icon),
@@ -335,11 +338,12 @@ class WebServer:
         now = time.time()
         journal = self.source.journal(namespace, name)
         plans: Mapping[str, tuple[str, str, str]] | None = None
-        if request.path.endswith("/plan"):
+        if request.path.endswith(("/plan", "/diff")):
             if self._planning.locked():
                 raise web.HTTPServiceUnavailable(text="another plan is being made; try again")
             async with self._planning:
-                plans = await self.source.plan(namespace, name)
+                plans = await self.source.plan(namespace, name,
+                                               diff=request.path.endswith("/diff"))
         per_cluster = []
         for cluster, obj in sorted(held.items()):
             status = obj.get("status") or {}

@@ -11,6 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
+from krypton.decisions.model import release_name
 from krypton.testing.operator import OperatorProcess, wait_for
 
 from .conftest import Cluster, Fleet, unique
@@ -65,6 +66,8 @@ def test_the_page_shows_the_fleet_as_the_clusters_hold_it_and_follows_its_change
     assert "<td>Warning</td><td>HelmInstallFailed</td><td>" in tenant_page  # Events kept
     _, _, planned = get(op, f"/tenants/{fleet.tenant_ns}/{calm}/plan")
     assert "The next pass would: <strong>skip</strong> (NoChange)" in planned  # as plan says
+    _, _, diffed = get(op, f"/tenants/{fleet.tenant_ns}/{calm}/diff")
+    assert f"({release_name(calm, 'remote')}): no change in the manifest" in diffed
     assert [r["tenant"] for r in rows(op, f"tenant={calm}")] == [calm]
     _, _, table = get(op, f"/rows.csv?cluster=remote&tenant={calm}")
     assert table.splitlines()[1].startswith(f"remote,{fleet.tenant_ns},{calm},Ready,")

@@ -62,9 +62,11 @@ class Source:
         return {c: t for c, ts in self.held.items() for t in ts
                 if t["metadata"]["name"] == name and t["metadata"]["namespace"] == namespace}
 
-    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
-        return {c: ("skip", "UpToDate", f"{HOSTILE} is as planned") for c, ts in self.held.items()
-                if any(t["metadata"]["name"] == name for t in ts)}
+    async def plan(self, namespace: str, name: str, *, diff: bool = False
+                   ) -> dict[str, tuple[str, str, str]]:
+        said = f"--- deployed\n+++ next\n+  {HOSTILE}\n" if diff else f"{HOSTILE} is as planned"
+        return {c: ("upgrade" if diff else "skip", "UpToDate", said)
+                for c, ts in self.held.items() if any(t["metadata"]["name"] == name for t in ts)}
 
     def journal(self, namespace: str, name: str) -> dict[str, Any]:
         return {c: kept for (c, ns, n), kept in self.kept.items() if (ns, n) == (namespace, name)}
@@ -443,5 +445,9 @@ def test_a_tenants_plan_is_made_only_when_asked_for_and_shown_as_text() -> None:
         async with session.get(url + "/tenants/team/calm/plan") as resp:
             page = await resp.text()
         assert page.count("The next pass would: <strong>skip</strong> (UpToDate)") == 2
+        assert "<img" not in page
+        async with session.get(url + "/tenants/team/calm/diff") as resp:
+            page = await resp.text()
+        assert '<pre class="diff">--- deployed\n+++ next\n+  &lt;img src=x' in page
         assert "<img" not in page
     serving(fleet(), check)

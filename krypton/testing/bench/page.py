@@ -65,7 +65,8 @@ class _Fleet:
     def tenant(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         return {}
 
-    async def plan(self, namespace: str, name: str) -> dict[str, tuple[str, str, str]]:
+    async def plan(self, namespace: str, name: str, *, diff: bool = False
+                   ) -> dict[str, tuple[str, str, str]]:
         return {}
 
     def journal(self, namespace: str, name: str) -> dict[str, Any]:
