@@ -1,7 +1,8 @@
 """The Tenants as krypton's own writes left them, told to whoever listens (the fleet page,
 SPEC O16): one notification per write, from the one place every write of a Tenant passes
-(:meth:`ClusterRuntime.wrote`), never from a second watch. A listener's queue is bounded: one
-that falls behind loses what it did not take and is told so once, to read the whole again.
+(:meth:`ClusterRuntime.wrote`), never from a second watch. The changes are kept once, in one
+bounded log that every listener reads from its own place: a listener that falls more than
+the log behind loses what it did not take and is told so once, to read the whole again.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-QUEUED = 256  # changes one listener may be behind before it is told to read the whole again
+KEPT = 256  # changes kept: a listener further behind is told to read the whole again
 ROW, LOST, ROLLOUT = "row", "lost", "rollout"
 
 
@@ -31,12 +33,39 @@ class Change:
     memo: dict[str, Any] = field(default_factory=dict)
 
 
+class Feed:
+    """One listener's place in the log."""
+
+    def __init__(self, changes: Changes) -> None:
+        self._changes = changes
+        self._next = changes.told  # the number of the first change not taken yet
+
+    async def wait(self, timeout: float) -> None:
+        """Until a change not taken yet is there; TimeoutError after `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            while self._next >= self._changes.told:
+                await self._changes.newer()
+
+    def take(self) -> list[Change]:
+        """The changes not taken yet, or LOST once when some of them are no longer kept."""
+        changes = self._changes
+        first = changes.told - len(changes.log)
+        if self._next < first:
+            self._next = changes.told
+            return [Change(LOST)]
+        taken = list(changes.log)[self._next - first:]
+        self._next = changes.told
+        return taken
+
+
 class Changes:
     """The fleet's writes of Tenants, to its listeners."""
 
-    def __init__(self, queued: int = QUEUED) -> None:
-        self.queued = queued
-        self._listeners: set[asyncio.Queue[Change]] = set()
+    def __init__(self, kept: int = KEPT) -> None:
+        self.log: deque[Change] = deque(maxlen=kept)
+        self.told = 0  # changes told so far
+        self.listeners = 0
+        self._newer: asyncio.Event | None = None  # set when a change comes
 
     def tell(self, cluster: str, tenant: dict[str, Any]) -> None:
         """`tenant` as `cluster`'s write left it (its object as the server answered)."""
@@ -47,21 +76,27 @@ class Changes:
         self._tell(Change(ROLLOUT, at=time.time()))
 
     def _tell(self, change: Change) -> None:
-        for queue in self._listeners:
-            if queue.full():
-                continue  # said once: LOST stands at its end until it is read
-            queue.put_nowait(Change(LOST) if queue.qsize() == self.queued - 1 else change)
+        if not self.listeners:
+            return  # nobody looks: nothing is kept
+        self.log.append(change)
+        self.told += 1
+        if self._newer is not None:
+            self._newer.set()
+            self._newer = None
+
+    async def newer(self) -> None:
+        """Until the next change is told."""
+        if self._newer is None:
+            self._newer = asyncio.Event()
+        await self._newer.wait()
 
     @contextlib.contextmanager
-    def listen(self) -> Iterator[asyncio.Queue[Change]]:
-        """A queue of changes for as long as the block runs."""
-        queue: asyncio.Queue[Change] = asyncio.Queue(self.queued)
-        self._listeners.add(queue)
+    def listen(self) -> Iterator[Feed]:
+        """A place in the log, from now on, for as long as the block runs."""
+        self.listeners += 1
         try:
-            yield queue
+            yield Feed(self)
         finally:
-            self._listeners.discard(queue)
-
-    @property
-    def listeners(self) -> int:
-        return len(self._listeners)
+            self.listeners -= 1
+            if not self.listeners:
+                self.log.clear()  # what nobody will read goes

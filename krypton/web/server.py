@@ -29,7 +29,7 @@ from krypton.decisions.fleetview import Filters, Row
 from krypton.decisions.model import GROUP, epoch_seconds
 from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.decisions.rollouts.rolloutcontrol import history_lines
-from krypton.runtime.changes import LOST, ROW, Change, Changes
+from krypton.runtime.changes import LOST, ROLLOUT, ROW, Change, Changes
 from krypton.web.auth import CONTROLS, ROLLOUTS, Access, Identity, Unanswered
 
 _log = structlog.get_logger("krypton.web")
@@ -37,7 +37,7 @@ _log = structlog.get_logger("krypton.web")
 HERE = Path(__file__).parent
 STREAMS = 50  # event streams open at once; one more is refused (503)
 HEARTBEAT = 15.0  # seconds between two comments on an idle stream
-GATHER = 0.05  # seconds a stream gathers changes after one came, to say them in one write
+GATHER = 0.25  # seconds a stream gathers changes after one came, to say them in one write
 QUERY_MAX = 2048  # bytes of a request's query
 HEAD_MAX = 8190  # bytes of a request line or header
 BODY_MAX = 4096  # bytes of a request's body (a rollout control's form)
@@ -51,6 +51,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 CSV_FIELDS = [f.name for f in dataclasses.fields(Row)]
+SAID = {LOST: b"event: reload\ndata: {}\n\n", ROLLOUT: b"event: rollout\ndata: {}\n\n"}
 WHO = web.RequestKey("who", Identity)  # who asks, as the home cluster named them
 
 
@@ -294,24 +295,33 @@ class WebServer:
             return web.Response(status=409, text=said)
         raise web.HTTPSeeOther("/")
 
-    async def _said(self, request: web.Request, filters: Filters, change: Change) -> bytes:
-        """What a stream of `filters` says of `change`: its rows as events (made once for
-        every stream, kept on the change), the asker's to see only."""
-        if change.kind != ROW:
-            return b"event: reload\ndata: {}\n\n" if change.kind == LOST else \
-                b"event: rollout\ndata: {}\n\n"
-        encoded = change.memo.get("rows")
+    @staticmethod
+    def _encoded(change: Change) -> list[tuple[Row, bytes]]:
+        """`change` as events: its rows, each with its text (made once for every stream,
+        kept on the change)."""
+        encoded: list[tuple[Row, bytes]] | None = change.memo.get("rows")
         if encoded is None:
             now = time.time()
             encoded = change.memo["rows"] = [
                 (row, f"event: row\ndata: {json.dumps({**row_json(row, now), 'at': change.at})}"
                       "\n\n".encode())
                 for row in fleetview.tenant_rows(change.cluster, [change.tenant])]
-        if not filters.given() and self.access is None:  # the page as everyone sees it
-            if "all" not in change.memo:
-                change.memo["all"] = b"".join(text for _, text in encoded)
-            return change.memo["all"]  # type: ignore[no-any-return]
-        kept = [(row, text) for row, text in encoded if filters.keep(row)]
+        return encoded
+
+    def _plain(self, change: Change) -> bytes:
+        """What an unfiltered stream of an open page says of `change` (the same bytes for
+        every such stream)."""
+        said: bytes | None = change.memo.get("plain")
+        if said is None:
+            said = change.memo["plain"] = SAID.get(change.kind) or b"".join(
+                text for _, text in self._encoded(change))
+        return said
+
+    async def _said(self, request: web.Request, filters: Filters, change: Change) -> bytes:
+        """What a stream of `filters` says of `change`, the asker's to see only."""
+        if change.kind != ROW:
+            return SAID[change.kind]
+        kept = [(row, text) for row, text in self._encoded(change) if filters.keep(row)]
         shown = {id(row) for row in await self._visible(request, [row for row, _ in kept])}
         return b"".join(text for row, text in kept if id(row) in shown)
 
@@ -381,18 +391,17 @@ class WebServer:
             self._streaming.add(task)
         try:
             await response.prepare(request)
-            with self.source.changes.listen() as queue:
+            plain = not filters.given() and self.access is None  # the page everyone sees
+            with self.source.changes.listen() as feed:
                 while True:
                     try:
-                        async with asyncio.timeout(HEARTBEAT):
-                            batch = [await queue.get()]
+                        await feed.wait(HEARTBEAT)
                     except TimeoutError:
                         await response.write(b": heartbeat\n\n")
                         continue
                     await asyncio.sleep(GATHER)  # what comes meanwhile goes in the same write
-                    while not queue.empty():
-                        batch.append(queue.get_nowait())
-                    said = [await self._said(request, filters, change) for change in batch]
+                    said = [self._plain(change) if plain else
+                            await self._said(request, filters, change) for change in feed.take()]
                     if payload := b"".join(said):
                         await response.write(payload)
         except ConnectionResetError:

@@ -215,14 +215,25 @@ def test_a_change_is_made_into_events_once_for_every_stream(
 
 
 def test_a_listener_that_falls_behind_is_told_once_to_read_the_whole_again() -> None:
-    changes = Changes(queued=3)
+    changes = Changes(kept=3)
 
-    async def main() -> list[str]:
-        with changes.listen() as queue:
+    async def main() -> list[list[str]]:
+        changes.tell("c", {"n": -1})  # nobody listens: nothing is kept
+        assert not changes.log
+        with changes.listen() as behind, changes.listen() as keeping:
+            said = []
             for i in range(10):
                 changes.tell("c", {"n": i})
-            return [c.kind for c in [queue.get_nowait() for _ in range(queue.qsize())]]
-    assert asyncio.run(main()) == ["row", "row", "lost"]
+                taken = [str(c.tenant["n"]) for c in keeping.take()]
+                if i >= 8:
+                    said.append(taken)
+            said.append([c.kind for c in behind.take()])
+            changes.tell("c", {"n": 10})
+            await behind.wait(1)  # a change it has not taken: no wait
+            said.append([c.kind for c in behind.take()])
+        assert not changes.log  # nobody listens any more: what was kept goes
+        return said
+    assert asyncio.run(main()) == [["8"], ["9"], ["lost"], ["row"]]
 
 
 class Home:
