@@ -215,11 +215,13 @@ def commit_to_stream(streams: Streams) -> dict[str, Any]:
 
 def streams_ab(bed: Bed) -> dict[str, Any]:
     """(v) with the operator: install and bump of AB_N x 2 releases, TURNS times with
-    STREAMS open event streams and TURNS times without, taking turns."""
+    STREAMS open event streams and TURNS times without, taking turns (each side going first
+    in every other turn, as every run leaves the control planes fuller)."""
     from .fleet import fleet_run  # (a)'s run, which opens the streams (fleet imports this)
     runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
-    for turn in range(TURNS):
-        for side, count in (("without", 0), ("with", STREAMS)):
+    sides = (("without", 0), ("with", STREAMS))
+    for turn in range(TURNS):  # each side first in turn: the bed fills as the runs go
+        for side, count in sides if turn % 2 == 0 else sides[::-1]:
             log(f"(v) turn {turn + 1}/{TURNS}: {count} open streams")
             runs[side].append(fleet_run(bed, AB_N, prefix=f"v{turn}{count}-", bump=True,
                                         streams=count))
