@@ -1,6 +1,7 @@
 """The fleet page's view of this operator (SPEC O16): what the page shows, read from what the
-operator holds in memory (its clusters' Tenant caches, their health, the rollout), never
-asked of a cluster. The page itself is :mod:`krypton.web`."""
+operator holds in memory (its clusters' Tenant caches, their health, the rollout); a cluster
+is asked only for a Tenant's plan or diff, when a person asks, and the home cluster takes a
+person's rollout control. The page itself is :mod:`krypton.web`."""
 
 from __future__ import annotations
 
