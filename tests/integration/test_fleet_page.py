@@ -156,8 +156,10 @@ def post(op: OperatorProcess, path: str, bearer: str, form: str) -> tuple[int, s
         conn.close()
 
 
-def test_a_person_allowed_to_approve_approves_on_the_page_and_is_named(fleet: Fleet) -> None:
-    from .test_progressive_rollout import APPROVAL, ROLLOUT, rollout_state
+def awaiting_approval(fleet: Fleet, *extra: str) -> tuple[OperatorProcess, str]:
+    """A rollout from 0.2.0 to 0.3.0 over home (the canary) and remote, whose second wave
+    waits for a person's approval: the operator (with `extra` flags) and remote's Tenant."""
+    from .test_progressive_rollout import APPROVAL, ROLLOUT
     fleet.register("home", fleet.home)
     fleet.register("remote", fleet.remote)
     first = fleet.start(*ROLLOUT)
@@ -165,7 +167,15 @@ def test_a_person_allowed_to_approve_approves_on_the_page_and_is_named(fleet: Fl
     fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
     fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
     first.stop()
-    op = fleet.start(*ROLLOUT, *APPROVAL, "--web-auth", "kubernetes", version="0.3.0")
+    op = fleet.start(*ROLLOUT, *APPROVAL, *extra, version="0.3.0")  # the canary moves
+    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
+                                "RolloutAwaitingApproval")
+    return op, r
+
+
+def test_a_person_allowed_to_approve_approves_on_the_page_and_is_named(fleet: Fleet) -> None:
+    from .test_progressive_rollout import rollout_state
+    op, _ = awaiting_approval(fleet, "--web-auth", "kubernetes")
     waiting = wait_for(lambda: (s := rollout_state(fleet)) and s["awaiting"] and s, 90,
                        what="wave 2 awaiting approval")
     approver = unique("approver")

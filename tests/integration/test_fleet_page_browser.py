@@ -25,8 +25,7 @@ from tests.unit.test_fleet_page import Source, tenant
 
 from .conftest import Fleet, unique
 from .test_cli import krypton, run_flags
-from .test_fleet_page import HOSTILE, calm_and_evil
-from .test_progressive_rollout import APPROVAL, ROLLOUT
+from .test_fleet_page import HOSTILE, awaiting_approval, calm_and_evil
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # as this machine's closed network asks: nothing of Chromium's own reaches out
@@ -97,16 +96,7 @@ def test_the_open_page_follows_the_fleet_and_runs_nothing_a_cluster_wrote(
 
 def test_a_wave_awaiting_approval_is_shown_with_its_command_and_moves_on_by_itself(
         fleet: Fleet, browser: Browser) -> None:
-    fleet.register("home", fleet.home)
-    fleet.register("remote", fleet.remote)
-    first = fleet.start(*ROLLOUT)
-    h, r = fleet.tenant(fleet.home, unique("h")), fleet.tenant(fleet.remote, unique("r"))
-    fleet.home.wait_phase(fleet.tenant_ns, h, "Ready")
-    fleet.remote.wait_phase(fleet.tenant_ns, r, "Ready")
-    first.stop()
-    op = fleet.start(*ROLLOUT, *APPROVAL, version="0.3.0")  # the canary moves, then waits
-    fleet.remote.wait_condition(fleet.tenant_ns, r, "ClusterProgress/remote", "False",
-                                "RolloutAwaitingApproval")
+    op, r = awaiting_approval(fleet)
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     said = watched(page)
     page.goto(f"http://127.0.0.1:{op.web_port}/")

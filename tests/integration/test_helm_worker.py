@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_fixed
 
 from krypton.adapters import workerprocess
 from krypton.adapters.helm import Helm
@@ -49,16 +49,17 @@ def reporter() -> tuple[list[tuple[str, str]], Callable[[str, str], Awaitable[No
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """`predicate`'s first truthy answer (awaited when it is a coroutine), asked every 0.1 s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """`predicate`'s first truthy answer (awaited when it is a coroutine), asked every 0.1 s
+    until `timeout`: an observable condition, polled."""
+    async def asked() -> Any:
         value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"no {what} in {timeout}s")
+        return await value if asyncio.iscoroutine(value) else value
+    polled = AsyncRetrying(retry=retry_if_result(lambda value: not value),
+                           stop=stop_after_delay(timeout), wait=wait_fixed(0.1))
+    try:
+        return await polled(asked)
+    except RetryError:
+        raise TimeoutError(f"no {what} in {timeout}s") from None
 
 
 def alive(pid: int) -> bool:
