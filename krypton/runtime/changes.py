@@ -69,15 +69,15 @@ class Changes:
 
     def tell(self, cluster: str, tenant: dict[str, Any]) -> None:
         """`tenant` as `cluster`'s write left it (its object as the server answered)."""
-        self._tell(Change(ROW, cluster, tenant, time.time()))
+        if self.listeners:  # nobody looks: nothing is made, nothing kept
+            self._tell(Change(ROW, cluster, tenant, time.time()))
 
     def rollout_changed(self) -> None:
         """The rollout's state changed, as this replica follows it."""
-        self._tell(Change(ROLLOUT, at=time.time()))
+        if self.listeners:
+            self._tell(Change(ROLLOUT, at=time.time()))
 
     def _tell(self, change: Change) -> None:
-        if not self.listeners:
-            return  # nobody looks: nothing is kept
         self.log.append(change)
         self.told += 1
         if self._newer is not None:

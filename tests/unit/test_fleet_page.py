@@ -22,6 +22,7 @@ from krypton.decisions.rollouts.rollout import RolloutState
 from krypton.runtime.changes import Changes
 from krypton.runtime.reconcile.memory import Judged, TenantMemory
 from krypton.testing import free_port
+from krypton.web import server
 from krypton.web.auth import Access
 from krypton.web.server import HEADERS, WebServer
 
@@ -462,3 +463,15 @@ def test_a_tenants_plan_is_made_only_when_asked_for_and_shown_as_text() -> None:
         assert '<pre class="diff">--- deployed\n+++ next\n+  &lt;img src=x' in page
         assert "<img" not in page
     serving(fleet(), check)
+
+
+def test_an_idle_stream_gets_a_heartbeat_past_its_period_and_nothing_else(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "HEARTBEAT", 0.2)
+    source = fleet()
+
+    async def check(session: ClientSession, url: str) -> None:
+        async with session.get(url + "/events") as stream, asyncio.timeout(5):
+            lines = [await stream.content.readline() for _ in range(4)]
+        assert lines == [b": heartbeat\n", b"\n", b": heartbeat\n", b"\n"]
+    serving(source, check)
