@@ -39,9 +39,12 @@ API_REQUESTS = Counter("krypton_api_requests_total",
                        ["cluster", "verb"])
 API_WRITES = Counter("krypton_api_writes_total", "API writes (status, tenant, namespace, event)",
                      ["cluster", "kind"])
+TENANTS_REMEMBERED = Gauge("krypton_tenants_remembered",
+                           "Tenants the cluster's runtime keeps a memory of (those in its "
+                           "Tenant cache; it returns there when Tenants go)", ["cluster"])
 TENANT_RECORDS = Gauge("krypton_tenant_records",
-                       "Tenants whose record the cluster's runtime keeps (those in its Tenant "
-                       "cache; it returns there when Tenants go)", ["cluster"])
+                       "Deprecated: the same as krypton_tenants_remembered, under the name it "
+                       "had before (a release record is helm's)", ["cluster"])
 TENANT_RELEASE = Gauge(
     "krypton_tenant_release_info",
     "1 per Tenant \u00d7 cluster; newer_version: a newer chart in the repository, which the "
@@ -123,7 +126,7 @@ _PER_CLUSTER = (RECONCILES, RECONCILE_ERRORS, RECONCILE_SECONDS, QUEUE_DEPTH, CL
                 TENANTS_READY, TENANTS_ERROR, API_REQUESTS, API_WRITES, TENANT_RELEASE,
                 WORKER_FAILURES, CLUSTER_HEALTHY, WATCH_RELISTS, CRD_OUTDATED, WORKLOADS_FOLLOWED,
                 ORPHANED_RELEASES, RELEASES_STALLED, ROLLOUT_GATE, ROLLOUT_GATE_EVALUATIONS,
-                TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS, RECORDS_GUARDED,
+                TENANTS_REMEMBERED, TENANT_RECORDS, WINDOW_OPEN, CREDENTIAL_PLUGIN_RUNS, RECORDS_GUARDED,
                 PASSES_HELD, HELM_WORKER_EXITS, RECORDS_ADOPTED, RELEASES_YIELDED)
 
 

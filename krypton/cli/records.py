@@ -11,7 +11,7 @@ from typing import Any
 from krypton.adapters.kube import Kube, now_rfc3339
 from krypton.app.home import RECORD_KEY_SECRET, record_keys
 from krypton.cli.fleet import fleet_view, tenants_of
-from krypton.decisions import conditions
+from krypton.decisions import conditions, crd
 from krypton.decisions.errors import NotFound, SettingsError, TemporaryError
 from krypton.decisions.model import ADOPT_ANNOTATION, RETRY_ANNOTATION, TenantKey, release_name
 from krypton.decisions.settings import Settings
@@ -124,7 +124,7 @@ async def rotate_record_key(settings: Settings, *, prune: bool) -> list[str]:
                                          "key removed, a seal there may still need one")
                 for t in await tenants_of(c.kube, settings):
                     for entry in ((t.get("status") or {}).get("clusters") or {}).values():
-                        found_seals = entry.get("records") if isinstance(entry, dict) else None
+                        found_seals = crd.seals_of(entry) if isinstance(entry, dict) else None
                         kept += [x for x in found_seals or [] if isinstance(x, str)]
             data, removed = records.pruned(data, kept)
             if not removed:

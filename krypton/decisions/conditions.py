@@ -34,10 +34,11 @@ CHART_REASONS = reasons.CHART
 
 @dataclass(frozen=True)
 class Change:
-    """A condition to set: type, "True"/"False", reason, message."""
+    """A condition to set: type, "True"/"False", reason, message; or, with status None, a
+    condition to remove."""
 
     type: str
-    status: bool
+    status: bool | None
     reason: str
     message: str
 
@@ -56,6 +57,9 @@ def apply(
     """A new condition list with `changes` applied; untouched conditions are kept as they are."""
     by_type: dict[str, Condition] = {c["type"]: dict(c) for c in conditions}
     for ch in changes:
+        if ch.status is None:
+            by_type.pop(ch.type, None)
+            continue
         status = "True" if ch.status else "False"
         old = by_type.get(ch.type)
         transition = old["lastTransitionTime"] if old and old.get("status") == status else now

@@ -30,6 +30,38 @@ REQUIRED_FIELDS = (
 )
 
 
+# status.clusters.<c>: the field of the seals since revision 9, and its name before (read
+# while a Tenant has it, removed by the next write of the seals)
+SEALS, SEALS_BEFORE = "seals", "records"
+
+
+def seals_field(live: dict[str, Any] | None) -> str:
+    """The field krypton writes the seals to on a cluster serving Tenant CRD `live`: the
+    one before revision 9 where the served schema has only that one (a field it lacks
+    would be pruned, and the seals lost), else ``seals``; "" (both) while the served CRD
+    is not known (--crd-policy=skip). Pure."""
+    if live is None:
+        return ""
+    node = _schema(live)
+    for part in ("status", "clusters"):
+        node = (node.get("properties") or {}).get(part) or {}
+    fields = (node.get("additionalProperties") or {}).get("properties") or {}
+    return SEALS_BEFORE if SEALS_BEFORE in fields and SEALS not in fields else SEALS
+
+
+def seals_of(entry: dict[str, Any]) -> Any:
+    """The seals a ``status.clusters.<c>`` entry holds, under either name."""
+    return entry[SEALS] if SEALS in entry else entry.get(SEALS_BEFORE)
+
+
+def sealed(field: str, seals: list[str]) -> dict[str, Any]:
+    """A ``status.clusters.<c>`` update that writes `seals` to `field` (:func:`seals_field`;
+    "": to both), the field's old name removed where the new one is written."""
+    if not field:
+        return {SEALS: seals, SEALS_BEFORE: seals}
+    return {field: seals, **({SEALS_BEFORE: None} if field == SEALS else {})}
+
+
 def revision(crd: dict[str, Any]) -> int | None:
     value = ((crd.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
     try:

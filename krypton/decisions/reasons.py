@@ -98,6 +98,10 @@ REASONS: dict[str, Reason] = {
     "FingerprintUpdateFailed": _r(CE, "the fingerprint annotation PATCH failed (RBAC, an "
                                   "admission policy); retried, never by running helm again",
                                   "give the operator `patch` on tenants"),
+    "Internal": _r(CE, "a pass failed on a defect of krypton's own (an exception no action "
+                   "reports): said in its commit, logged with the trace as \"reconcile "
+                   "crashed\", retried on the queue's growing schedule",
+                   "report it, with the log line"),
     # --- the chart (R6, R6b)
     "ResolveChart": _r(PLAN, "the pass resolves the chart before deciding (internal step)"),
     "ChartNotLoaded": _r(CEP, "chart repository or registry unreachable, credentials "

@@ -119,6 +119,13 @@ def guarded(cluster: str, guard: tuple[bool, str]) -> Change:
                   "RecordsGuarded" if on else "RecordsUnguarded", how)
 
 
+def withdrawn(cluster: str) -> list[Change]:
+    """The changes that take a cluster that left the fleet off a Tenant: its conditions
+    removed (its record in ``status.clusters`` goes in the same write)."""
+    return [Change(cond.cluster_type(kind, cluster), None, "", "")
+            for kind in (cond.READY, cond.ERROR, cond.PROGRESS, cond.GUARD)]
+
+
 def in_sync(cluster: str, conditions: Iterable[Mapping[str, Any]], reason: str,
             message: str) -> list[Change]:
     """The changes that make a release found in sync say so, given the conditions it has:

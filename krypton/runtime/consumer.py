@@ -23,26 +23,21 @@ from krypton.decisions import conditions as cond
 from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError
 from krypton.decisions.model import TenantKey
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
-from krypton.runtime.reconcile.memory import Memory
-from krypton.runtime.reconcile.view import OwnWrites
+from krypton.runtime.reconcile.memory import Memory, OwnWrites
 from krypton.runtime.workqueue import QueueClosed, WorkQueue
 
 
 class Consumer:
     """The queue of one cluster's Tenant keys and the passes it hands them to."""
 
-    def __init__(self, name: str, max_concurrent: int, *,
-                 on_gone: Callable[[TenantKey], None] = lambda _key: None) -> None:
+    def __init__(self, name: str, max_concurrent: int) -> None:
         self.name, self.max_concurrent = name, max_concurrent
-        # what else keeps state per Tenant, told when one goes (the workloads followed for it)
-        self._on_gone = on_gone
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.queue: WorkQueue[TenantKey] = WorkQueue()
         self.memory = Memory(name)  # what is remembered of each Tenant of the cache
         self.own_writes = OwnWrites(self.memory)  # its Tenant writes, whose echoes start no pass
         self.reconciles = 0
         self.release_changes = 0  # release record changes seen (the orphan look's clock)
-        self._gone: set[TenantKey] = set()  # Tenants deleted while a pass of theirs ran
         self._busy = 0
         self._idle = asyncio.Event()  # set while no reconcile is running
         self._idle.set()
@@ -71,8 +66,8 @@ class Consumer:
             self._went(key)
             self.queue.add(key, urgent=True)
             return
-        self._gone.discard(key)
         kept = self.memory.of(key)  # made on first sight
+        kept.went = False
         urgent, kept.signature = kept.signature != signature, signature
         version = str(meta.get("resourceVersion"))
         if self.queue.processing(key):
@@ -83,7 +78,7 @@ class Consumer:
         self.queue.add(key, urgent=urgent)
 
     def drop_unlisted(self, store: Mapping[tuple[str, str], Any]) -> None:
-        """After an engagement's first list of the Tenants: the records of those not in it
+        """After an engagement's first list of the Tenants: the memories of those not in it
         are of Tenants that went while no watch saw them go (the cluster was away)."""
         for key in self.memory:
             if (key.namespace, key.name) not in store:
@@ -157,18 +152,19 @@ class Consumer:
         if urgent is not None:
             self.queue.add(key, urgent=urgent)  # someone else's change came while it ran
         self.queue.done(key)
-        if key in self._gone:
+        kept = self.memory.peek(key)
+        if kept is not None and kept.went:
             self._went(key)
 
     def _went(self, key: TenantKey) -> None:
         """The Tenant went from the cluster's cache: what is remembered of it is dropped, at
         once or, while a pass of it runs, when that pass ends (the pass may still write it)."""
         if self.queue.processing(key):
-            self._gone.add(key)
+            kept = self.memory.peek(key)
+            if kept is not None:
+                kept.went = True
             return
-        self._gone.discard(key)
         self.memory.drop(key)
-        self._on_gone(key)
 
     async def _reconcile(self, reconciler: Reconciler, key: TenantKey) -> None:
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self.queue))

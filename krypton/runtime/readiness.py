@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -59,7 +59,7 @@ def slim(obj: Obj) -> Obj:
             "status": obj.get("status") or {}}
 
 
-def _key(ref: ObjectRef) -> ObjKey:
+def object_key(ref: ObjectRef) -> ObjKey:
     return ref.api_version, ref.kind, ref.namespace or "", ref.name
 
 
@@ -150,69 +150,84 @@ class _KindWatch:
         self.task.cancel()
 
 
-class Readiness:
-    """The followed workloads of one cluster's releases (see the module's description)."""
+class Followed(Protocol):
+    """Who follows what: each Tenant's followed objects and their last readiness are kept
+    in its own memory (:class:`~krypton.runtime.reconcile.memory.Memory`), with an index of
+    the followers of each object derived from those memories."""
 
-    def __init__(self, kube: Kube, wake: Callable[[TenantKey], None],
+    def peek(self, key: TenantKey) -> Any: ...  # its memory: .followed, .ready
+
+    def follow(self, key: TenantKey, refs: tuple[ObjectRef, ...]) -> None: ...
+
+    def followers(self, k: ObjKey) -> tuple[TenantKey, ...]: ...
+
+    def followed_objects(self) -> frozenset[ObjKey]: ...
+
+    def following(self) -> int: ...
+
+
+class Readiness:
+    """The watches and copies that follow one cluster's workloads (see the module's
+    description); who follows what is kept in the Tenants' memories (`memory`)."""
+
+    def __init__(self, kube: Kube, wake: Callable[[TenantKey], None], memory: Followed,
                  rules: HealthRules = NO_RULES, budget: Budget | None = None,
                  refused: Callable[[KryptonError], None] = lambda _exc: None) -> None:
-        self.kube, self.wake, self.rules = kube, wake, rules
+        self.kube, self.wake, self.memory, self.rules = kube, wake, memory, rules
         # the cluster's budget (SPEC S5): its watches wait for its turn, and an answer past a
         # bound they meet is a strike (`refused`)
         self.budget, self.refused = budget or Budget(), refused
-        self._refs: dict[TenantKey, tuple[ObjectRef, ...]] = {}
-        self._followers: dict[ObjKey, set[TenantKey]] = {}
         self._objects: dict[ObjKey, Obj | None] = {}  # None: looked for and not found
-        self._ready: dict[TenantKey, bool] = {}
         self._watches: dict[Kind, _KindWatch] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __contains__(self, key: TenantKey) -> bool:
-        return key in self._refs
+        return bool(self._refs(key))
 
     def follow(self, key: TenantKey, looked: Iterable[tuple[ObjectRef, Obj | None]]) -> None:
         """Follow the workload objects of `key`'s release from now on, each with the copy just
         read (None: not found); replaces what was followed for `key` before. Every ref names
         its namespace."""
-        self.unfollow(key)
         looked = list(looked)
-        if not looked:
-            return
-        self._refs[key] = tuple(ref for ref, _ in looked)
+        before = self._refs(key)
+        self.memory.follow(key, tuple(ref for ref, _ in looked))
         for ref, obj in looked:
-            k = _key(ref)
-            self._followers.setdefault(k, set()).add(key)
+            k = object_key(ref)
             self._store(k, None if obj is None else slim(obj))
             watch = self._watches.get(k[:2])
             if watch is None:
                 watch = self._watches[k[:2]] = _KindWatch(self, k[:2])
             watch.keep()
-        self._ready[key] = self._judge(key).ready
+        self._let_go(before)
+        if looked:
+            self.memory.peek(key).ready = self._judge(key).ready
 
     def health(self, key: TenantKey) -> Health | None:
         """The health of `key`'s followed workload from the watched copies; None when it is
         not followed or a kind of it is not watched right now (then read the objects)."""
-        refs = self._refs.get(key)
-        if refs is None or not all(self._watches[_key(r)[:2]].live for r in refs):
+        refs = self._refs(key)
+        if not refs or not all(self._watches[object_key(r)[:2]].live for r in refs):
             return None
         return self._judge(key)
 
     def unfollow(self, key: TenantKey) -> None:
-        self._ready.pop(key, None)
-        for ref in self._refs.pop(key, ()):
-            k = _key(ref)
-            followers = self._followers.get(k)
-            if followers is None:
-                continue
-            followers.discard(key)
-            if not followers:
-                del self._followers[k]
-                self._objects.pop(k, None)
-                if not any(other[:2] == k[:2] for other in self._followers):
-                    self._watches[k[:2]].linger()
+        before = self._refs(key)
+        self.memory.follow(key, ())
+        self._let_go(before)
+
+    def sweep(self) -> None:
+        """What no Tenant's memory follows any more (its Tenant went, and its memory with
+        what it followed) is let go: the copies, and the watches of kinds nothing is followed of."""
+        followed = self.memory.followed_objects()
+        for k in [k for k in self._objects if k not in followed]:
+            del self._objects[k]
+        kinds = {k[:2] for k in followed}
+        for kind, watch in self._watches.items():
+            if kind not in kinds:
+                watch.linger()
 
     def followed(self) -> int:
-        return len(self._refs)
+        return self.memory.following()
 
     async def close(self) -> None:
         for watch in self._watches.values():
@@ -227,18 +242,19 @@ class Readiness:
 
     def changed(self, k: ObjKey, obj: Obj | None) -> None:
         """A watch saw `obj` (None: deleted); wake the releases whose readiness it turns."""
-        if k not in self._followers or not self._store(k, obj):
+        followers = self.memory.followers(k)
+        if not followers or not self._store(k, obj):
             return
-        for key in list(self._followers[k]):
-            ready = self._judge(key).ready
-            if ready != self._ready.get(key):
-                self._ready[key] = ready
+        for key in followers:
+            ready, kept = self._judge(key).ready, self.memory.peek(key)
+            if ready != kept.ready:
+                kept.ready = ready
                 self.wake(key)
 
     async def reread(self, kind: Kind) -> None:
-        for k in [k for k in self._followers if k[:2] == kind]:
+        for k in [k for k in self.memory.followed_objects() if k[:2] == kind]:
             obj = await self.kube.get_object(*k[:2], k[3], k[2])
-            if k in self._followers:
+            if self.memory.followers(k):
                 self.changed(k, None if obj is None else slim(obj))
 
     def unused(self, kind: Kind) -> None:
@@ -248,7 +264,7 @@ class Readiness:
         if watch is None:
             return
         watch.stop_at = None
-        if not any(k[:2] == kind for k in self._followers):
+        if not any(k[:2] == kind for k in self.memory.followed_objects()):
             watch.stop()
             del self._watches[kind]
 
@@ -265,6 +281,22 @@ class Readiness:
         self._objects[k] = obj
         return True
 
+    def _refs(self, key: TenantKey) -> tuple[ObjectRef, ...]:
+        kept = self.memory.peek(key)
+        return () if kept is None else kept.followed
+
     def _judge(self, key: TenantKey) -> Health:
-        return release_health(((ref, self._objects.get(_key(ref)))
-                               for ref in self._refs.get(key, ())), self.rules)
+        return release_health(((ref, self._objects.get(object_key(ref)))
+                               for ref in self._refs(key)), self.rules)
+
+    def _let_go(self, refs: Iterable[ObjectRef]) -> None:
+        """Of `refs`, what nothing follows now: its copy goes, and the watch of its kind
+        lingers when nothing of that kind is followed."""
+        gone = [k for k in map(object_key, refs) if not self.memory.followers(k)]
+        if not gone:
+            return
+        kinds = {k[:2] for k in self.memory.followed_objects()}
+        for k in gone:
+            self._objects.pop(k, None)
+            if k[:2] not in kinds and k[:2] in self._watches:
+                self._watches[k[:2]].linger()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -34,17 +33,12 @@ from krypton.adapters.informer import Informer, release_record_metadata, shared_
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
 from krypton.adapters.workerprocess import WorkerPool
-from krypton.decisions import crd, retry
-from krypton.decisions.charts.fingerprint import fingerprint
-from krypton.decisions.clusters.execplugins import CredentialPluginFailed
+from krypton.decisions import retry
 from krypton.decisions.clusters.kubeconfig import Kubeconfig
-from krypton.decisions.crd import crd_manifest
-from krypton.decisions.errors import HOSTILE_ANSWERS, KryptonError, TemporaryError
+from krypton.decisions.errors import KryptonError
 from krypton.decisions.memory import HelmMemory, divide
-from krypton.decisions.model import RolloutGate, TenantKey
-from krypton.decisions.planner import admission
+from krypton.decisions.model import RolloutGate
 from krypton.decisions.releases import ReleaseIndex
-from krypton.decisions.rollouts import rollout
 from krypton.decisions.rollouts.rollout import ClusterObservation
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust.records import Keys
@@ -53,8 +47,16 @@ from krypton.runtime import recordguard
 from krypton.runtime.changes import Changes
 from krypton.runtime.clusterhealth import REPEAT_WARNING, ClusterHealth, Reporter
 from krypton.runtime.consumer import Consumer
+from krypton.runtime.engagement import (
+    Engagement,
+    checked,
+    crd_applied,
+    observe_for_rollout,
+    withdraw_from_tenants,
+)
 from krypton.runtime.readiness import Readiness
 from krypton.runtime.reconcile import ClusterRuntime, Reconciler
+from krypton.runtime.reconcile.view import ClusterState
 from krypton.runtime.slots import FairSlots
 
 ORPHAN_CHECK = 30.0  # seconds between looks for releases of undiscovered cluster names
@@ -119,70 +121,6 @@ def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
                       on_exit=ended, on_refused=refused, pool=shared.helm_workers, **common)
 
 
-async def withdraw_from_tenants(rt: ClusterRuntime, log: Any, timeout: float) -> None:
-    """Remove a cluster that left the fleet from each of its Tenants (best effort, within
-    `timeout` seconds)."""
-    reconciler = Reconciler(rt)
-
-    async def withdraw_all() -> None:
-        for obj in list(rt.tenants.values()):
-            try:
-                await reconciler.withdraw(obj)
-            except KryptonError as exc:
-                log.warning("could not clear the cluster from a Tenant",
-                            tenant=f"{obj['metadata'].get('namespace')}/"
-                                   f"{obj['metadata'].get('name')}", error=str(exc))
-
-    try:
-        async with asyncio.timeout(timeout):
-            await withdraw_all()
-    except TimeoutError:
-        log.warning("clearing the cluster from its Tenants timed out", timeout=timeout)
-    log.info("cluster cleared from its Tenants")
-
-
-def observe_for_rollout(rt: ClusterRuntime, chart: ChartSource, values: dict[str, Any],
-                        window: Window | None) -> ClusterObservation:
-    """What a cluster's Tenants say of the rollout's target (F1): only those it serves, by
-    the planner's own admission rules (a paused, deleted, elsewhere-targeted or permanently
-    refused Tenant is not waited for by a rollout wave)."""
-    resolved = chart.cached
-    desired = None if resolved is None else \
-        fingerprint(resolved.repo, resolved.name, resolved.fingerprinted, values)
-    served = [t for t in list(rt.tenants.values()) if admission(rt.observe(t)) is None]
-    seen = rollout.observe_cluster(rt.name, served, desired)
-    return dataclasses.replace(seen, window=window.text if window else "")
-
-
-async def crd_applied(kube: Kube, health: ClusterHealth, rt: ClusterRuntime) -> bool:
-    """Whether the outdated Tenant CRD was replaced by a current one (an administrator
-    applied krypton's): said, and the phases it accepts taken."""
-    try:
-        served = await kube.get_crd()
-    except KryptonError as exc:
-        if exc.reason in HOSTILE_ANSWERS:
-            health.answer_refused(exc)  # a strike, as for any request (SPEC S5)
-        return False  # looked at again in CRD_CHECK seconds
-    if served is None:
-        return False
-    await health.judge_crd(served)
-    if health.crd_outdated:
-        return False
-    rt.phases = crd.served_phases(served)
-    return True
-
-
-def claim(claims: dict[str, str], identity: str, name: str) -> None:
-    """One worker per API server: cluster `name` may not engage while another engaged
-    cluster reaches the same API server (`identity`), or every Tenant there would be
-    installed twice (SPEC D9)."""
-    owner = claims.setdefault(identity, name)
-    if owner != name:
-        raise TemporaryError(
-            f"cluster {name} reaches the same API server as engaged cluster {owner} "
-            f"({identity.split('|')[0]}); not engaged while {owner} is", reason="DuplicateCluster")
-
-
 class Worker:
     """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
     Tenant keys, its periodic work and its :class:`ClusterHealth`."""
@@ -193,19 +131,19 @@ class Worker:
         self.window = window  # its maintenance window (None: always open)
         self.log = structlog.get_logger("krypton.worker").bind(cluster=name)
         self.engaged = False
-        self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles,
-                                 on_gone=self._tenant_gone)
+        self.consumer = Consumer(name, shared.settings.max_concurrent_reconciles)
         self.queue = self.consumer.queue
         self.health = ClusterHealth(name, shared.report, shared.settings.api_timeout)
-        self.kube: Kube | None = None
-        self.runtime: ClusterRuntime | None = None
-        self._watches: tuple[Informer, Informer]  # the engagement's Tenants, release records
-        self.guard: recordguard.Keeper | None = None  # its release records' guard, kept
+        self.engagement: Engagement | None = None  # while it is engaged, or engaging
         self._dir = shared.workdir / name
         self.last_error = ""  # why engagement failed last, "" once engaged
         self.draining = False  # set by stop(): no key handed out, no helm started
         self._identity: str | None = None
         self._config: ClientConfig | None = None
+
+    @property
+    def runtime(self) -> ClusterRuntime | None:
+        return None if self.engagement is None else self.engagement.runtime
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -240,66 +178,54 @@ class Worker:
         self.log.warning("cluster engagement failed", reason=exc.reason, error=str(exc),
                          retry_in=delay)
         await self.shared.report(self.name, "Warning", exc.reason, str(exc))
-        await self._close_kube()
 
     async def _engage(self) -> None:
         settings = self.shared.settings
-        await self._close_kube()
+        await self._disengage()
         if self._config is None:  # one per worker: an exec plugin's token and backoff last
             self._config = configuration_in_cluster() if self.kc.in_cluster else None
         if self._config is None:
             self._config = await configuration_for(self.kc, self._dir / "tls",
                                                    trust=settings.trust_kubeconfig_secrets)
-        self.kube = Kube(self._config, name=self.name, timeout=settings.api_timeout)
+        kube = Kube(self._config, name=self.name, timeout=settings.api_timeout)
         try:
-            version = await self.kube.server_version()
-        except CredentialPluginFailed:
-            raise  # its own reason: the plugin, not the server
-        except TemporaryError as exc:
-            raise TemporaryError(f"cluster {self.name} unreachable: {exc}",
-                                 reason="ClusterUnreachable") from exc
-        if not settings.allow_duplicate_clusters:
-            self._identity = await self.kube.cluster_identity(
-                by_uid=settings.shared_release_namespace is None)
-            claim(self.shared.claims, self._identity, self.name)
-        result, phases = "not checked (--crd-policy=skip)", None
-        if settings.crd_policy != "skip":
-            result, served = await self.kube.ensure_crd(
-                crd_manifest(), replace=lambda live: crd.replaces(live, settings.crd_policy))
-            phases = crd.served_phases(served)
-            await self.health.judge_crd(served)
+            version, result, served, self._identity = await checked(
+                kube, self.name, settings, self.health, self.shared.claims)
+            self.engagement = self._made(kube, served)
+        except BaseException:
+            await kube.close()
+            raise
+        self.last_error = ""
+        self.log.info("cluster engaged", server_version=version, crd=result)
+
+    def _made(self, kube: Kube, served: dict[str, Any] | None) -> Engagement:
+        """The engagement of the cluster that `kube` reaches: the one place its runtime is
+        made."""
+        shared, settings = self.shared, self.shared.settings
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         kubeconfig = self._dir / "kubeconfig"
         kubeconfig.touch(mode=0o600)
         kubeconfig.write_text(self.kc.to_yaml())
-        helm = cluster_helm(self.shared, self.name, kubeconfig, self._dir / "kube-cache",
+        helm = cluster_helm(shared, self.name, kubeconfig, self._dir / "kube-cache",
                             self.health.answer_refused)
-        self.guard = recordguard.Keeper(self.kube, settings, self.health)
-        self._watches = self._informers(self.kube)
-        self.runtime = ClusterRuntime(
-            name=self.name, kube=self.kube, helm=helm, recorder=EventRecorder(self.kube),
-            chart=self.shared.chart, settings=settings, slots=self.shared.slots,
-            releases=ReleaseIndex(), tenants=self._watches[0].store, values=self.values,
-            window=self.window,
+        guard = recordguard.Keeper(kube, settings, self.health)
+        tenants, releases = self._informers(kube)
+        runtime = ClusterRuntime(
+            name=self.name, kube=kube, helm=helm, recorder=EventRecorder(kube),
+            chart=shared.chart, settings=settings, slots=shared.slots,
+            releases=ReleaseIndex(), tenants=tenants.store, values=self.values,
+            window=self.window, state=ClusterState(),
             memory=self.consumer.memory, own_writes=self.consumer.own_writes,
-            gate=self.shared.gate,
-            known_clusters=self.shared.discovered,
-            fence=lambda: not self.draining and self.shared.fence() and
-            self.shared.owns(self.name), phases=phases,
+            gate=shared.gate, known_clusters=shared.discovered,
+            fence=lambda: not self.draining and shared.fence() and shared.owns(self.name),
             readiness=None if settings.helm_wait else Readiness(
-                self.kube, self.consumer.workload_turned, settings.health_rules,
+                kube, self.consumer.workload_turned, self.consumer.memory, settings.health_rules,
                 self.health.budget, self.health.answer_refused),
-            record_keys=self.shared.record_keys,
-            guarded_since=self.guard.since_now,
-            health=self.health, writer=self.shared.writer,
-            writer_active=self.shared.writer_active, told=self.shared.changes.tell)
-        self.last_error = ""
-        self.log.info("cluster engaged", server_version=version, crd=result)
-
-    def _tenant_gone(self, key: TenantKey) -> None:
-        """A Tenant went: the workloads followed for it are no longer followed."""
-        if self.runtime is not None and self.runtime.readiness is not None:
-            self.runtime.readiness.unfollow(key)
+            record_keys=shared.record_keys, guarded_since=guard.since_now,
+            health=self.health, writer=shared.writer,
+            writer_active=shared.writer_active, told=shared.changes.tell)
+        runtime.state.crd_served(served)
+        return Engagement(kube, runtime, guard, tenants, releases)
 
     def _informers(self, kube: Kube) -> tuple[Informer, Informer]:
         """The engagement's two watches: its Tenants and its release records."""
@@ -320,19 +246,17 @@ class Worker:
     async def _serve(self) -> None:
         """The engaged cluster's tasks (two informers, the consumers, the resync) run in one
         task group: they start and end together, and cancelling the worker ends them all."""
-        assert self.kube is not None and self.runtime is not None
+        assert self.engagement is not None
         settings = self.shared.settings
-        rt = self.runtime
-
-        tenants, releases = self._watches
+        rt, tenants, releases = self.engagement.runtime, self.engagement.tenants, \
+            self.engagement.releases
         async with asyncio.TaskGroup() as group:
             # The guard looked at before the first pass (SPEC S4): what krypton makes under
             # it needs no seal; a cluster that does not answer in time is served without.
             # Its requests take the pool's connection that engaging left idle (the watches
             # have connections of their own).
             looked = asyncio.Event()
-            assert self.guard is not None
-            group.create_task(self.guard.run(looked), name=f"{self.name}-record-guard")
+            group.create_task(self.engagement.guard.run(looked), name=f"{self.name}-record-guard")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2 * settings.api_timeout):
                     await looked.wait()
@@ -358,8 +282,8 @@ class Worker:
         seconds, every Tenant queued again each --resync-period, a look for orphaned
         releases at most every ORPHAN_CHECK seconds, the client certificate's expiry
         every CREDENTIALS_CHECK seconds and an outdated Tenant CRD every CRD_CHECK."""
-        assert self.runtime is not None
-        settings = self.shared.settings
+        assert self.engagement is not None
+        rt, settings = self.engagement.runtime, self.shared.settings
         store = tenants.store
         now = time.monotonic()
         next_resync, next_orphans = now + settings.resync_period, now
@@ -376,19 +300,20 @@ class Worker:
                 tenants.relist()
             if self.health.crd_outdated and now >= next_crd:
                 next_crd = now + CRD_CHECK
-                assert self.kube is not None
-                relist = await crd_applied(self.kube, self.health, self.runtime)
+                relist = await crd_applied(self.engagement.kube, self.health, rt)
             if now >= next_orphans:
                 next_orphans = now + ORPHAN_CHECK
                 await self.health.look_for_orphans(
-                    self.runtime.releases, self.shared.discovered(), self.consumer.release_changes,
+                    rt.releases, self.shared.discovered(), self.consumer.release_changes,
                     own_namespace=settings.shared_release_namespace is None)
             if now >= next_credentials:
                 next_credentials = now + CREDENTIALS_CHECK
                 warned = await self.health.judge_credentials(self.kc, warned)
             await asyncio.sleep(min(5.0, settings.resync_period))
             self.health.settle()
-            self.health.count_phases(self.runtime, len(self.queue))
+            if rt.readiness is not None:
+                rt.readiness.sweep()  # what went with Tenants that went
+            self.health.count_phases(rt, len(self.queue))
             if time.monotonic() >= next_resync:
                 next_resync = time.monotonic() + settings.resync_period
                 self.consumer.requeue(list(store))
@@ -459,14 +384,11 @@ class Worker:
         assert self.runtime is not None
         self.consumer.release_moved(self.runtime, namespace, release, gone=gone)
 
-    async def _close_kube(self) -> None:
-        if self.runtime is not None:
-            await self.runtime.helm.close()
-        if self.runtime is not None and self.runtime.readiness is not None:
-            await self.runtime.readiness.close()
-        if self.kube is not None:
-            kube, self.kube = self.kube, None
-            await kube.close()
+    async def _disengage(self) -> None:
+        """Its engagement, if any, closed and dropped."""
+        if self.engagement is not None:
+            engagement, self.engagement = self.engagement, None
+            await engagement.close()
 
     async def _teardown(self) -> None:
         if self._identity is not None and self.shared.claims.get(self._identity) == self.name:
@@ -475,6 +397,6 @@ class Worker:
             metrics.ENGAGED.dec()
         self.engaged = False
         metrics.CLUSTER_ENGAGED.labels(self.name).set(0)
-        await self._close_kube()
+        await self._disengage()
         shutil.rmtree(self._dir, ignore_errors=True)
         self.log.info("cluster disengaged")

@@ -171,7 +171,7 @@ def test_takeover_from_the_prototype(fleet: Fleet, proto: Cluster) -> None:
     assert "by an administrator" in adopted.message
     # the operator's commit keeps the adopted seal and the upgrade's in the status
     status = proto.tenant(fleet.tenant_ns, older).get("status") or {}
-    assert len(status["clusters"]["proto"]["records"]) == 2, status
+    assert len(status["clusters"]["proto"]["seals"]) == 2, status
     assert op.metric("krypton_cluster_crd_outdated", cluster="proto") == 0
     assert "CRDOutdated" not in op.readyz()
 
@@ -182,6 +182,18 @@ def _apply_crd(fleet: Fleet, proto: Cluster, crd: dict[str, Any]) -> None:
                    capture_output=True, text=True)
     _run(*kubectl, "wait", "--for=condition=Established", "crd/tenants.mesh.openkcm.io",
          "--timeout=60s")
+
+
+def _bumped(fleet: Fleet, proto: Cluster, name: str) -> Any:
+    """krypton started again with chart 0.3.0, unguarded: Tenant `name`'s release upgraded
+    from its one record (the seals alone judge it). Returns the operator."""
+    op = fleet.start("--record-guard=off", version="0.3.0")
+    release = f"tenant-{name}-proto"
+    wait_for(lambda: proto.release_records(name, release) == [(1, "superseded"),
+                                                               (2, "deployed")] or
+             proto.phase(fleet.tenant_ns, name) == "Error", 120, what="the bump upgraded")
+    assert proto.release_records(name, release) == [(1, "superseded"), (2, "deployed")]
+    return op
 
 
 def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
@@ -195,7 +207,7 @@ def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
     older["metadata"]["annotations"][REVISION_ANNOTATION] = "7"
     clusters = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
         "status"]["properties"]["clusters"]["additionalProperties"]["properties"]
-    del clusters["records"], clusters["newerVersion"]
+    del clusters["seals"], clusters["records"], clusters["newerVersion"]
     _apply_crd(fleet, proto, older)
     proto.ensure_namespace(fleet.tenant_ns)
     fleet.register("proto", proto)
@@ -205,17 +217,45 @@ def test_krypton_upgrades_its_own_older_crd_so_its_seals_stick(fleet: Fleet,
     assert _served_revision(proto) == crd_manifest()["metadata"]["annotations"][
         REVISION_ANNOTATION]
     wait_for(lambda: proto.tenant(fleet.tenant_ns, name)["status"]["clusters"]["proto"].get(
-        "records"), 30, what="the install's seal kept in the status")
+        "seals"), 30, what="the install's seal kept in the status")
     op.stop()
-    op = fleet.start("--record-guard=off", version="0.3.0")
-    release = f"tenant-{name}-proto"
-    wait_for(lambda: proto.release_records(name, release) == [(1, "superseded"),
-                                                               (2, "deployed")] or
-             proto.phase(fleet.tenant_ns, name) == "Error", 120, what="the bump upgraded")
-    assert proto.release_records(name, release) == [(1, "superseded"), (2, "deployed")]
+    op = _bumped(fleet, proto, name)
     proto.wait_phase(fleet.tenant_ns, name, "Ready")
     assert not [e for e in fleet.home.events(fleet.discovery_ns, "proto")
                 if e.reason == "CRDOutdated"]
+
+
+def test_seals_under_their_old_name_are_read_and_moved_to_their_own(fleet: Fleet,
+                                                                    proto: Cluster) -> None:
+    """SPEC S6: revision 8 of the CRD keeps the seals under `records`. Run with
+    --crd-policy=skip (the served CRD not known), krypton writes them under both names and
+    revision 8 keeps the old one; upgraded to revision 9 with nothing done by hand, krypton
+    reads them there, the chart bump upgrades from that seal on a cluster without the guard
+    (where only the seals judge), and its write moves them to `seals`."""
+    eight = copy.deepcopy(crd_manifest())
+    eight["metadata"]["annotations"][REVISION_ANNOTATION] = "8"
+    clusters = eight["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "status"]["properties"]["clusters"]["additionalProperties"]["properties"]
+    del clusters["seals"]
+    _apply_crd(fleet, proto, eight)
+    proto.ensure_namespace(fleet.tenant_ns)
+    fleet.register("proto", proto)
+    op = fleet.start("--record-guard=off", "--crd-policy=skip")
+    name = fleet.tenant(proto, unique("renamed"))
+    proto.wait_phase(fleet.tenant_ns, name, "Ready")
+
+    def entry() -> dict[str, Any]:
+        return proto.tenant(fleet.tenant_ns, name)["status"]["clusters"]["proto"]
+    wait_for(lambda: entry().get("records"), 30, what="the install's seal under `records`")
+    assert "seals" not in entry()  # pruned by revision 8
+    op.stop()
+    op = _bumped(fleet, proto, name)
+    assert _served_revision(proto) == "9"
+    wait_for(lambda: len(entry().get("seals") or []) == 2 and "records" not in entry(), 30,
+             what="both seals under `seals`, `records` gone")
+    # trusted by its seal, not adopted by its content (what a release without one needs)
+    assert op.metric("krypton_records_adopted_total", cluster="proto") == 0
+    proto.wait_phase(fleet.tenant_ns, name, "Ready")
 
 
 # krypton 7803cdc: it sealed no record, and its Tenant CRD (revision 7) keeps no seal

@@ -1,8 +1,8 @@
 """What the operator remembers of a Tenant goes when the Tenant goes.
 
 Rounds of Tenants made and deleted on one cluster: installed ones, ones that target a cluster
-that is not this one, and paused ones. After each round the operator's count of Tenant records
-(``krypton_tenant_records``) is back where it was before any, and its memory does not grow
+that is not this one, and paused ones. After each round the operator's count of Tenants remembered
+(``krypton_tenants_remembered``) is back where it was before any, and its memory does not grow
 from one round to the next.
 """
 
@@ -18,14 +18,14 @@ INSTALLED, ELSEWHERE, PAUSED = 15, 60, 45  # Tenants of each kind per round
 TOTAL = INSTALLED + ELSEWHERE + PAUSED
 
 
-def test_tenant_records_return_to_baseline_after_churn(fleet: Fleet) -> None:
+def test_tenants_remembered_return_to_baseline_after_churn(fleet: Fleet) -> None:
     fleet.register("remote", fleet.remote)
     remote, ns = fleet.remote, fleet.tenant_ns
     remote.ensure_namespace(ns)
     op = fleet.start("--max-concurrent-helm", "4")
     wait_for(lambda: op.metric("krypton_cluster_engaged", cluster="remote") == 1, 60,
              what="remote engaged")
-    baseline = op.metric("krypton_tenant_records", cluster="remote")
+    baseline = op.metric("krypton_tenants_remembered", cluster="remote")
     assert baseline == 0  # this test's Tenant namespace is its own
     rss = []
     for _ in range(ROUNDS):
@@ -38,14 +38,14 @@ def test_tenant_records_return_to_baseline_after_churn(fleet: Fleet) -> None:
         for name in installed:
             remote.wait_phase(ns, name, "Ready", timeout=180)
         made = installed + others
-        wait_for(lambda: op.metric("krypton_tenant_records", cluster="remote") == TOTAL,
-                 60, what=f"{TOTAL} records")
+        wait_for(lambda: op.metric("krypton_tenants_remembered", cluster="remote") == TOTAL,
+                 60, what=f"{TOTAL} remembered")
         for name in made:
             remote.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         wait_for(lambda names=made: all(remote.tenant_gone(ns, n) for n in names), 180,
                  what="the Tenants deleted (their releases uninstalled)")
-        wait_for(lambda: op.metric("krypton_tenant_records", cluster="remote") == baseline,
-                 60, what="the records back to baseline")
+        wait_for(lambda: op.metric("krypton_tenants_remembered", cluster="remote") == baseline,
+                 60, what="the count back to baseline")
         assert op.metric("krypton_tenant_release_info", cluster="remote") == 0
         rss.append(status_field(op.pid, "VmRSS") / 1024)
     print(f"operator RSS after each round: {', '.join(f'{r:.1f}' for r in rss)} MiB")

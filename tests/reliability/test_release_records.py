@@ -326,7 +326,7 @@ def test_adopt_records_asks_the_operator_for_every_release_it_refused(fleet: Fle
         event = fleet.remote.wait_event(fleet.tenant_ns, name, "ReleaseRecordAdopted")
         assert f"{release}.v2 adopted as krypton's by an administrator" in event.message
         status = fleet.remote.tenant(fleet.tenant_ns, name)["status"]["clusters"]["remote"]
-        assert len(status["records"]) == 2, status  # the upgrade's seal and the adopted one
+        assert len(status["seals"]) == 2, status  # the upgrade's seal and the adopted one
         assert not _exists_configmap(fleet.remote, name, "extra")  # helm acted on revision 2
     assert _helm_runs(op) == runs + 2
     again = krypton(fleet, "adopt-records", "--all", "--dry-run", *run_flags(fleet))
@@ -355,7 +355,7 @@ def test_a_rotated_key_still_checks_the_seals_it_made(fleet: Fleet, installed: A
     assert not _refused(fleet, name)
     def both_seals() -> list[str] | None:
         status = fleet.remote.tenant(fleet.tenant_ns, name).get("status") or {}
-        seals = ((status.get("clusters") or {}).get("remote") or {}).get("records") or []
+        seals = ((status.get("clusters") or {}).get("remote") or {}).get("seals") or []
         return seals if len(seals) >= 2 else None
 
     # The seals reach the status after the record: wait for revision 2's, not only the first.
@@ -697,7 +697,7 @@ def test_a_status_write_lost_after_a_helm_run_leaves_nothing_untrusted(fleet: Fl
                           if "status writes refused" in str(e.get("error"))], 60,
                  what="the status write after the upgrade refused")
         kept = fleet.remote.tenant(fleet.tenant_ns, name)["status"]["clusters"]["remote"]
-        assert kept["revision"] == 1 and len(kept["records"]) == 1, kept  # v2 never sealed
+        assert kept["revision"] == 1 and len(kept["seals"]) == 1, kept  # v2 never sealed
     finally:
         adm.delete_validating_admission_policy_binding(binding["metadata"]["name"])
         adm.delete_validating_admission_policy(policy["metadata"]["name"])

@@ -187,7 +187,7 @@ def test_the_outdated_crds_second_look_strikes_on_an_answer_past_a_bound(
     is only looked at again."""
     from krypton.decisions.errors import TemporaryError
     from krypton.decisions.settings import Settings
-    from krypton.runtime.worker import crd_applied
+    from krypton.runtime.engagement import crd_applied
     from tests.unit.workers import workers
 
     class Kube:

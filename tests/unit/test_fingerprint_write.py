@@ -51,7 +51,8 @@ def _commit(failures: int, tenant: dict[str, Any] = TENANT) -> tuple[Any, _Kube,
     """The commit of a pass whose helm run asks for the fingerprint annotation."""
     kube, recorder = _Kube(failures), _Recorder()
     rt = SimpleNamespace(name="c1", kube=kube, recorder=recorder, wrote=lambda obj: obj,
-                         settings=Settings(), phases=None, memory=Memory("c1"))
+                         settings=Settings(), state=SimpleNamespace(phases=None),
+                         memory=Memory("c1"))
     p = SimpleNamespace(obj=tenant, changes=[], log=structlog.get_logger())
     report = Report(fingerprint=FP, ran=("Installed", "chart 0.2.0 installed"))
     return status.commit(rt, p, report), kube, recorder  # type: ignore[arg-type]

@@ -442,3 +442,23 @@ def test_a_lease_renewed_into_the_future_again_and_again_is_warned_about_once(
         asyncio.run(elector._report({"spec": spec}, "ghost",
                                     leases.doubts(spec, 15, 1_800_000_000.0)))
     assert len(warned) == 1
+
+
+def test_a_pass_that_fails_on_a_defect_still_commits_what_it_came_to() -> None:
+    """An exception no action reports (a defect of krypton's) does not skip the commit: the
+    status says ClusterError Internal with the exception, a Warning Event goes, and the
+    exception still reaches the consumer (its log line and the queue's backoff)."""
+
+    class BrokenHelm(_HelmPort):
+        async def install_or_upgrade(self, *_a: object, **_k: object) -> dict[str, Any]:
+            raise KeyError("version")
+
+    rt, reconciler, cluster = _runtime(BrokenHelm())
+    rt.tenants[("ns", "t")] = TENANT
+    with pytest.raises(KeyError):
+        asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    [written] = cluster.written
+    error = {c["type"]: c for c in written["conditions"]}["ClusterError/c1"]
+    assert (error["status"], error["reason"]) == ("True", "Internal")
+    assert "KeyError" in error["message"]
+    assert ("Warning", "Internal") in cluster.events

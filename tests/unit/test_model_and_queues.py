@@ -521,7 +521,7 @@ def test_the_echo_of_an_own_write_is_told_from_anyone_elses_change() -> None:
     event at any other resourceVersion (someone else's write) does, and so does one that
     comes after a relist skipped the echoes."""
     from krypton.decisions.model import TenantKey
-    from krypton.runtime.reconcile.view import OwnWrites
+    from krypton.runtime.reconcile.memory import OwnWrites
 
     key = TenantKey("ns", "t1")
 
@@ -589,17 +589,22 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
     event (at once, or when a pass of it that is running ends: the pass may still write),
     with its metric series and the workloads followed for it; the count is a metric."""
     from krypton.adapters import metrics
+    from krypton.decisions.charts.ownership import ObjectRef
     from krypton.decisions.model import TenantKey
+    from krypton.runtime.readiness import object_key
 
-    forgotten: list[TenantKey] = []
-    consumer = Consumer("churn", 1, on_gone=forgotten.append)
+    consumer = Consumer("churn", 1)
     memory = consumer.memory
+    web = ObjectRef("apps/v1", "Deployment", "web", "a")
 
     def tenant(name: str, rv: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}}
 
     def records() -> float:
-        return metrics.TENANT_RECORDS.labels("churn")._value.get()  # noqa: SLF001
+        new, old = (g.labels("churn")._value.get()  # noqa: SLF001
+                    for g in (metrics.TENANTS_REMEMBERED, metrics.TENANT_RECORDS))
+        assert new == old  # the old name, an alias
+        return new
 
     async def scenario() -> None:
         a, b = TenantKey("ns", "a"), TenantKey("ns", "b")
@@ -608,8 +613,12 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
         assert len(memory) == 2 and records() == 2 and memory.namespaces_with("a") == ("ns",)
         metrics.TENANT_RELEASE.labels("churn", "ns", "a", "tenant-a", "1.0.0", "f", "").set(1)
         memory.of(a).published = ("churn", "ns", "a", "tenant-a", "1.0.0", "f", "")
+        memory.follow(a, (web,))
+        memory.follow(b, (web,))
+        assert set(memory.followers(object_key(web))) == {a, b}
         consumer.tenant_changed("DELETED", tenant("a", "3"))  # no pass of it runs
-        assert a not in memory and forgotten == [a] and records() == 1
+        assert a not in memory and records() == 1
+        assert memory.followers(object_key(web)) == (b,) and memory.following() == 1
         assert memory.namespaces_with("a") == ()
         assert ("churn", "ns", "a", "tenant-a", "1.0.0", "f", "") not in {
             tuple(s.labels.values()) for f in metrics.TENANT_RELEASE.collect() for s in f.samples}
@@ -620,7 +629,8 @@ def test_a_tenant_record_is_made_on_first_sight_and_dropped_when_the_tenant_goes
         consumer.own_writes.wrote(tenant("b", "5"))  # the pass writes on
         assert b in memory  # kept while its pass runs
         consumer._reconciled(asyncio.Semaphore(0), b, None)
-        assert len(memory) == 0 and records() == 0 and forgotten == [a, b]
+        assert len(memory) == 0 and records() == 0
+        assert memory.followed_objects() == frozenset() and memory.following() == 0
         # engaged again: the first list has c but not d, deleted while no watch was there
         consumer.tenant_changed("ADDED", tenant("c", "6"))
         consumer.tenant_changed("ADDED", tenant("d", "7"))

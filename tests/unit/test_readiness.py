@@ -12,6 +12,7 @@ import pytest
 from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.model import TenantKey
 from krypton.runtime.readiness import Readiness, slim
+from krypton.runtime.reconcile.memory import Memory
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +43,7 @@ def scenario(body: Any) -> list[TenantKey]:
     woken: list[TenantKey] = []
 
     async def run() -> None:
-        readiness = Readiness(Unwatched(), woken.append)  # type: ignore[arg-type]
+        readiness = Readiness(Unwatched(), woken.append, Memory("c1"))  # type: ignore[arg-type]
         try:
             await body(readiness)
         finally:
@@ -119,3 +120,24 @@ def test_a_reread_crossed_by_a_watch_failure_does_not_make_the_kind_watched() ->
             await asyncio.sleep(0)
         assert watch.live and r.health(KEY) is not None and r.health(KEY).ready
     scenario(body)
+
+
+def test_a_tenant_that_goes_takes_what_it_followed_with_its_memory() -> None:
+    """Who follows what is kept in the Tenants' memories: dropping one is the one step
+    a Tenant's going takes; the next sweep lets the copy go and the kind's watch linger."""
+    memory = Memory("c1")
+
+    async def run() -> None:
+        r = Readiness(Unwatched(), lambda _key: None, memory)  # type: ignore[arg-type]
+        try:
+            r.follow(KEY, [(REF, deployment(0, 10))])
+            assert KEY in r and r.followed() == 1 and memory.peek(KEY).ready is False
+            memory.drop(KEY)
+            assert KEY not in r and r.followed() == 0
+            r.changed(("apps/v1", "Deployment", "acme", "web"), deployment(2, 11))  # wakes none
+            r.sweep()
+            assert r._objects == {}  # noqa: SLF001
+            assert r._watches[("apps/v1", "Deployment")].stop_at is not None  # noqa: SLF001
+        finally:
+            await r.close()
+    asyncio.run(run())

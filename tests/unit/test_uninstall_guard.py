@@ -45,7 +45,7 @@ def _runtime(*others: tuple[str, str, str, str | None], live: set[str]) -> Any:
     index = ReleaseIndex()
     for ns, name, status, uid in others:
         index.on_event("ADDED", _record(ns, name, status, uid))
-    return SimpleNamespace(kube=_Kube(), releases=index, manifest_objects={},
+    return SimpleNamespace(kube=_Kube(), releases=index, state=SimpleNamespace(manifest_objects={}),
                            settings=SimpleNamespace(helm_driver="secret"),
                            tenant_with_uid=lambda uid: "t/x" if uid in live else "")
 

@@ -85,7 +85,8 @@ def test_a_clusters_window_is_worked_out_again_only_when_it_changes() -> None:
         asked.append(now)
         return window.state(now)
 
-    view = SimpleNamespace(window=SimpleNamespace(state=state), _window_seen=None)
+    view = SimpleNamespace(window=SimpleNamespace(state=state),
+                           state=SimpleNamespace(window_seen=None))
     friday = at("2026-11-27T12:00:00+01:00")
     for minutes in range(0, 600, 10):  # 12:00 to 21:50: closed, opening at 22:00
         assert ClusterView.window_state(view, friday + 60 * minutes) == \

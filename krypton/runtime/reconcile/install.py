@@ -16,7 +16,7 @@ from typing import Any
 from krypton.adapters import metrics
 from krypton.adapters.charts import read_chart_crds
 from krypton.adapters.kube import now_rfc3339
-from krypton.decisions import verdicts
+from krypton.decisions import crd, verdicts
 from krypton.decisions.charts import chartcrds
 from krypton.decisions.charts import conflicts as fields
 from krypton.decisions.errors import (
@@ -72,7 +72,7 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
     await ensure_namespace(rt, key, p.obs.namespace,
                            first=p.obs.release.status is ReleaseStatus.ABSENT)
     # what the run does to the release's records is this pass's to tell, not a new pass's
-    rt.running.add((p.namespace, p.release))
+    rt.state.running.add((p.namespace, p.release))
     try:
         work = asyncio.ensure_future(run_helm(rt, p, verb))
         try:
@@ -89,7 +89,7 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
             return outcome
         return await succeeded(rt, p, verb, installing, *outcome)
     finally:
-        rt.running.discard((p.namespace, p.release))
+        rt.state.running.discard((p.namespace, p.release))
 
 
 async def announce(rt: ClusterRuntime, p: Pass, verb: str) -> None:
@@ -192,7 +192,7 @@ async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
                "fingerprint": chart.fingerprint, "revision": revision,
                "failedFingerprint": "", "revertedFingerprint": "", "failures": 0,
                "failedTarget": "", "lastAppliedTime": now_rfc3339(),
-               "records": history.sealed(rt, p, result, *seen)}
+               **crd.sealed(rt.state.seals_field, history.sealed(rt, p, result, *seen))}
     memory = rt.memory.of(key)
     memory.retry, memory.gone = None, ()
     memory.yielded_to = ""  # the release is this instance's again: a new yield is said again
@@ -262,10 +262,10 @@ async def apply_chart_crds(rt: ClusterRuntime, chart: ChartTarget, log: Any) -> 
     """The chart's crds/ under --chart-crds, once per cluster and chart version, before
     any release of that version (helm itself runs with --skip-crds)."""
     policy = rt.settings.chart_crds
-    if policy == "skip" or chart.version in rt.crds_applied:
+    if policy == "skip" or chart.version in rt.state.crds_applied:
         return
-    async with rt.crds_lock:
-        if chart.version in rt.crds_applied:
+    async with rt.state.crds_lock:
+        if chart.version in rt.state.crds_applied:
             return
         for crd in read_chart_crds(chart.path):
             name = crd["metadata"]["name"]
@@ -284,7 +284,7 @@ async def apply_chart_crds(rt: ClusterRuntime, chart: ChartTarget, log: Any) -> 
             metrics.API_WRITES.labels(rt.name, "crd").inc()
             log.info("chart CRD applied", crd=name, action=action,
                      chart_version=chart.version)
-        rt.crds_applied.add(chart.version)
+        rt.state.crds_applied.add(chart.version)
 
 
 

@@ -200,8 +200,8 @@ async def check_ownership(rt: ClusterRuntime, release: str, namespace: str,
 async def _cluster_objects_of(rt: ClusterRuntime, namespace: str, release: str,
                               revision: int) -> frozenset[ObjectRef]:
     """The objects without a namespace in a release revision's manifest, read from its record
-    once per revision (kept in `rt.manifest_objects`: a release's records do not change)."""
-    known = rt.manifest_objects.get((namespace, release))
+    once per revision (kept in `rt.state.manifest_objects`: a release's records do not change)."""
+    known = rt.state.manifest_objects.get((namespace, release))
     if known is not None and known[0] == revision:
         return known[1]
     driver = rt.settings.helm_driver
@@ -213,7 +213,7 @@ async def _cluster_objects_of(rt: ClusterRuntime, namespace: str, release: str,
     except (ValueError, safeyaml.YamlRejected):
         return frozenset()
     refs = frozenset(ref for ref in ownership.manifest_objects(docs) if ref.namespace is None)
-    rt.manifest_objects[(namespace, release)] = (revision, refs)
+    rt.state.manifest_objects[(namespace, release)] = (revision, refs)
     return refs
 
 

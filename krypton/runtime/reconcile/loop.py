@@ -11,6 +11,7 @@ fingerprint annotation is patched only after a successful helm run (SPEC R13).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -83,10 +84,19 @@ class Reconciler:
             raise  # nothing may be written (fenced), or the Tenant moved on: a new pass
         except KryptonError as exc:
             report = reports.raised(rt, p, exc)
-        guard = rt.record_guard()
-        if action in HELM_ON_HISTORY and guard is not None:  # said by the run's own commit
-            p.changes.append(verdicts.guarded(rt.name, guard))
-        return await status.commit(rt, p, report)
+        except Exception as exc:
+            await status.commit(rt, p, reports.defect(rt, p, exc))
+            raise  # logged by the consumer, retried on the queue's growing schedule
+        return await status.commit(rt, p, self._guarded(action, report))
+
+    def _guarded(self, action: Action, report: Report) -> Report:
+        """A helm run on the release's history says in its own commit whether the release
+        records are guarded, and how (SPEC S4)."""
+        guard = self.rt.record_guard()
+        if action not in HELM_ON_HISTORY or guard is None:
+            return report
+        return dataclasses.replace(report, changes=[*report.changes,
+                                                    verdicts.guarded(self.rt.name, guard)])
 
     async def decide(self, obj: dict[str, Any]) -> Pass:
         rt = self.rt

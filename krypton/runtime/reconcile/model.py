@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krypton.decisions import conditions as cond
+from krypton.decisions import crd
 from krypton.decisions.charts.ownership import ObjectRef
 from krypton.decisions.conditions import Change
 from krypton.decisions.errors import PermanentError
@@ -79,7 +80,7 @@ def tenant_view(obj: dict[str, Any], cluster: str) -> TenantView:
         failures=failures if isinstance(failures, int) else 0,
         failed_target=str(applied.get("failedTarget") or ""),
         retry_token=str(annotations.get(RETRY_ANNOTATION, "")),
-        record_seals=_seals(applied.get("records")),
+        record_seals=_seals(crd.seals_of(applied)),
         adopted_seals=records.asked(annotations.get(ADOPT_ANNOTATION)),
         writer=str(annotations.get(WRITER_ANNOTATION) or "")[:writers.LABEL_MAX],
     )

@@ -3,7 +3,8 @@
 :class:`~krypton.decisions.verdicts.Verdict`, told as conditions, Event and next step by
 :func:`~krypton.decisions.verdicts.tell`). Also the two reports of a failure: a helm run
 that failed (:func:`failed`, counted against its target in the Tenant's status, SPEC R18)
-and an action that raised (:func:`raised`).
+an action that raised (:func:`raised`) and one that failed on a defect of krypton's own
+(:func:`defect`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,15 @@ def raised(rt: ClusterRuntime, p: Pass, exc: KryptonError) -> Report:
     return Report.of(verdicts.tell(rt.name, Verdict.FAILED if untrue else Verdict.BLOCKED,
                                    reason, message, permanent=isinstance(exc, PermanentError)))
 
+
+
+def defect(rt: ClusterRuntime, p: Pass, exc: Exception) -> Report:
+    """An action that failed on a defect of krypton's own (an exception no action
+    reports): the commit says so all the same (reason Internal), as it would any error,
+    before the pass raises it for the log and the queue's growing schedule."""
+    return Report.of(verdicts.tell(rt.name, Verdict.BLOCKED, "Internal",
+                                   f"krypton failed on a defect of its own: "
+                                   f"{type(exc).__name__}: {exc}"))
 
 
 def failed(rt: ClusterRuntime, p: Pass, verb: str, exc: KryptonError) -> Report:

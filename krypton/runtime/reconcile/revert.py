@@ -9,7 +9,7 @@ from typing import Any
 
 from krypton.adapters import metrics
 from krypton.adapters.kube import now_rfc3339
-from krypton.decisions import verdicts
+from krypton.decisions import crd, verdicts
 from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.errors import (
     HelmFailed,
@@ -64,7 +64,7 @@ async def revert(rt: ClusterRuntime, p: Pass) -> Report:
     message = f"chart {chart.version} {why}: {how} (revision {revision}, chart {version})"
     p.log.info("rollout reverted", revision=revision, detail=how)
     applied = {"revision": revision, "fingerprint": fp, "revertedFingerprint": chart.fingerprint,
-               "lastAppliedTime": now_rfc3339(), "records": seals}
+               "lastAppliedTime": now_rfc3339(), **crd.sealed(rt.state.seals_field, seals)}
     if healthy:
         applied |= {"chartVersion": version, "failedFingerprint": chart.fingerprint}
     return Report.of(verdicts.tell(rt.name, Verdict.APPLIED, "RolledBack", message,

@@ -66,7 +66,8 @@ async def commit(rt: ClusterRuntime, p: Pass, report: Report) -> Outcome:
         told = verdicts.tell(rt.name, Verdict.UNRECORDED, "FingerprintUpdateFailed",
                              f"{message}; writing the fingerprint annotation failed: {exc}",
                              event="", ended=done)  # said by its Event, every time
-        changes, outcome = p.changes + told.changes, told.outcome
+        guard = [c for c in report.changes if c.type == cond.cluster_type(cond.GUARD, rt.name)]
+        changes, outcome = p.changes + told.changes + guard, told.outcome  # the run's guard kept
         events.append(("Warning", "FingerprintUpdateFailed", f"{annotation}: {exc}"))
     if changes or report.applied is not None:
         p.obj, _ = await write_status(rt, p.obj, changes, p.log, event=report.event,
@@ -103,9 +104,11 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
                        log: Any, *, event: tuple[str, str, str] | None = None,
                        applied: dict[str, Any] | None = None,
                        last_chart: str | None = None,
-                       chart_version: str | None = None) -> tuple[dict[str, Any], bool]:
-    """Patch the status if it changed (retrying on conflicts), then emit `event` if so.
-    Returns the Tenant as the server now has it and whether it was written."""
+                       chart_version: str | None = None,
+                       withdrawn: bool = False) -> tuple[dict[str, Any], bool]:
+    """Patch the status if it changed (retrying on conflicts), then emit `event` if so;
+    `withdrawn`: the cluster's record in ``status.clusters`` removed. Returns the Tenant as
+    the server now has it and whether it was written."""
     key = TenantKey(obj["metadata"]["namespace"], obj["metadata"]["name"])
     settings = rt.settings
     changes = [dataclasses.replace(c, message=redact.scrub(c.message)) for c in changes]
@@ -117,12 +120,12 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
                                 generation=generation, now=now)
         phase, conditions = cond.summarize(conditions, allow_chart_skip=settings.allow_chart_skip,
                                            generation=generation, now=now)
-        phase = cond.servable(phase, rt.phases)
+        phase = cond.servable(phase, rt.state.phases)
         new = dict(status, phase=phase, conditions=conditions, observedGeneration=generation)
-        if applied is not None:
-            previous = (status.get("clusters") or {}).get(rt.name) or {}
-            new["clusters"] = dict(status.get("clusters") or {},
-                                   **{rt.name: dict(previous, **applied)})
+        clusters_sent = None
+        if applied is not None or withdrawn:
+            new["clusters"], clusters_sent = _clusters(rt.name, status.get("clusters") or {},
+                                                       applied)
         if last_chart is not None:
             new["lastAppliedChart"] = last_chart
             new["chartVersion"] = last_chart.rsplit("|", 1)[-1]
@@ -131,7 +134,7 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
         if _same_status(status, new) or stored_as_before(rt, key, status, new):
             return obj, False
         patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                 "status": new}
+                 "status": new if clusters_sent is None else dict(new, clusters=clusters_sent)}
         try:
             metrics.API_WRITES.labels(rt.name, "status").inc()
             updated = rt.wrote(await rt.kube.patch_tenant_status(key, patch))
@@ -157,6 +160,19 @@ async def write_status(rt: ClusterRuntime, obj: dict[str, Any], changes: list[Ch
     raise Conflict(f"status of {key} kept conflicting")
 
 
+
+
+def _clusters(cluster: str, clusters: dict[str, Any], applied: dict[str, Any] | None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``status.clusters`` with `cluster`'s record updated by `applied` (a field given as
+    None removed), or the record removed (`applied` None); and the same as the merge patch
+    sends it, where what goes is null."""
+    if applied is None:
+        kept = {c: v for c, v in clusters.items() if c != cluster}
+        return kept, {**kept, cluster: None}
+    record = dict(clusters.get(cluster) or {}, **applied)
+    return (dict(clusters, **{cluster: {k: v for k, v in record.items() if v is not None}}),
+            dict(clusters, **{cluster: record}))
 
 
 def stored_as_before(rt: ClusterRuntime, key: TenantKey, live: dict[str, Any],
@@ -213,27 +229,17 @@ async def _write_fingerprint(rt: ClusterRuntime, key: TenantKey, patch: dict[str
 async def withdraw(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
     """Remove this cluster's traces from a Tenant when the cluster leaves the fleet.
 
-    Its conditions, its ``status.clusters`` record, its fingerprint annotation and the
-    release-cleanup finalizer go (no worker is left to honour the finalizer); the phase
-    is recomputed from what remains. The release itself is kept.
+    Its conditions and its ``status.clusters`` record go in one status write, as a commit
+    writes (the verdict :func:`~krypton.decisions.verdicts.withdrawn`, the phase worked out
+    anew from what remains, conflicts retried); then its fingerprint annotation and the
+    release-cleanup finalizer (no worker is left to honour the finalizer). The release
+    itself is kept.
     """
-    c = rt.name
     meta = obj["metadata"]
     key = TenantKey(meta["namespace"], meta["name"])
-    status = dict(obj.get("status") or {})
-    mine = [cond.cluster_type(t, c) for t in (cond.READY, cond.ERROR, cond.PROGRESS,
-                                                cond.GUARD)]
-    remaining = cond.remove(status.get("conditions") or [], mine)
-    generation = int(meta.get("generation") or 1)
-    phase, conditions = cond.summarize(remaining, allow_chart_skip=rt.settings.allow_chart_skip,
-                                       generation=generation, now=now_rfc3339())
-    phase = cond.servable(phase, rt.phases)
-    if c in (status.get("clusters") or {}) or len(remaining) != len(status.get("conditions") or []):
-        metrics.API_WRITES.labels(c, "status").inc()
-        obj = rt.wrote(await rt.kube.patch_tenant_status(key, {
-            "metadata": {"resourceVersion": meta["resourceVersion"]},
-            "status": {"phase": phase, "conditions": conditions, "clusters": {c: None}}}))
-    annotation = fingerprint_annotation(c)
+    obj, _ = await write_status(rt, obj, verdicts.withdrawn(rt.name),
+                                rt.log.bind(tenant=str(key)), withdrawn=True)
+    annotation = fingerprint_annotation(rt.name)
     finalizers = list(obj["metadata"].get("finalizers") or [])
     if annotation in (obj["metadata"].get("annotations") or {}) or FINALIZER in finalizers:
         await patch_meta(rt, key, {"metadata": {
@@ -241,6 +247,7 @@ async def withdraw(rt: ClusterRuntime, obj: dict[str, Any]) -> None:
             "finalizers": [f for f in finalizers if f != FINALIZER],
             "resourceVersion": obj["metadata"]["resourceVersion"]}})
     rt.unpublish(key)
+
 
 # -- metrics ---------------------------------------------------------------------------
 

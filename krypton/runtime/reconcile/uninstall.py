@@ -61,7 +61,7 @@ async def uninstall(rt: ClusterRuntime, p: Pass) -> Report:
         return Report(told.changes, events=[told.event] if told.event else [],
                       outcome=told.outcome)
     rt.releases.drop(namespace, release)
-    rt.manifest_objects.pop((namespace, release), None)
+    rt.state.manifest_objects.pop((namespace, release), None)
     rt.unpublish(key)
     log.info("helm uninstall success")
     return Report(events=[("Normal", "HelmUninstalled", f"release {release} uninstalled")],

@@ -22,7 +22,7 @@ from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import HelmEngine
 from krypton.adapters.kube import Kube
 from krypton.decisions import conditions as cond
-from krypton.decisions import retry
+from krypton.decisions import crd, retry
 from krypton.decisions.charts import ownership
 from krypton.decisions.charts.fingerprint import fingerprint
 from krypton.decisions.charts.ownership import ObjectRef
@@ -46,7 +46,7 @@ from krypton.decisions.trust import writers
 from krypton.decisions.trust.records import Keys
 from krypton.decisions.windows import Window
 from krypton.runtime.readiness import Readiness
-from krypton.runtime.reconcile.memory import Memory
+from krypton.runtime.reconcile.memory import Memory, OwnWrites
 from krypton.runtime.reconcile.model import _since, _until, namespace_state, tenant_view
 from krypton.runtime.slots import FairSlots
 
@@ -82,10 +82,33 @@ class _Unjudged:
 _NOT_JUDGED = _Unjudged()
 
 
-@dataclass(kw_only=True)
+@dataclass
+class ClusterState:
+    """What changes of a cluster while it is engaged, changed only by its own view or
+    runtime: made with it, dropped with it."""
+
+    # the maintenance window's state as last worked out: (at, open, when that changes)
+    window_seen: tuple[float, bool, float] | None = None
+    # of the served Tenant CRD: its phase enum (None: any phase), the field of the seals
+    phases: frozenset[str] | None = None
+    seals_field: str = ""  # "": not known, both written
+    crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
+    crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # per release: a revision's objects without a namespace, read once (SPEC F5b)
+    manifest_objects: dict[tuple[str, str], tuple[int, frozenset[ObjectRef]]] = \
+        field(default_factory=dict)
+    running: set[tuple[str, str]] = field(default_factory=set)  # releases a helm run works on
+
+    def crd_served(self, served: dict[str, Any] | None) -> None:
+        """The cluster serves Tenant CRD `served` (None: not known): what is taken of it."""
+        self.phases, self.seals_field = crd.served_phases(served), crd.seals_field(served)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterView:
     """What is needed to observe a Tenant on a cluster and decide about it, with nothing
-    that writes: shared by the operator and ``krypton plan``."""
+    that writes: shared by the operator and ``krypton plan``. Its fields are set once;
+    what changes is in `state`."""
 
     name: str
     kube: Kube
@@ -96,8 +119,6 @@ class ClusterView:
     tenants: dict[tuple[str, str], dict[str, Any]]
     values: dict[str, Any] = field(default_factory=dict)
     window: Window | None = None  # the cluster's maintenance window (None: always open)
-    # its state as last worked out: (at, open, when that changes); valid until it changes
-    _window_seen: tuple[float, bool, float] | None = field(default=None, init=False, repr=False)
     # what is remembered of each Tenant between passes (a TenantMemory each)
     memory: Memory = field(default_factory=lambda: Memory(""))
     # every discovered cluster's name; None until known
@@ -106,6 +127,7 @@ class ClusterView:
     # (its name, when it wrote) is at work (SPEC S6); "": no such check
     writer: str = ""
     writer_active: Callable[[str, float], Awaitable[float]] = _inactive
+    state: ClusterState = field(default_factory=ClusterState)
 
     async def desired_chart(self) -> ChartTarget | ChartProblem:
         try:
@@ -252,9 +274,9 @@ class ClusterView:
         open without one), worked out again only once it has changed: every pass asks."""
         if self.window is None:
             return True, now
-        seen = self._window_seen
+        seen = self.state.window_seen
         if seen is None or not seen[0] <= now < seen[2]:
-            seen = self._window_seen = (now, *self.window.state(now))
+            seen = self.state.window_seen = (now, *self.window.state(now))
         return seen[1], seen[2]
 
     def _since_applied(self, key: TenantKey, text: Any) -> float | None:
@@ -353,73 +375,20 @@ def _behind(applied: dict[str, Any], remembered: dict[str, Any]) -> bool:
         (failures if isinstance(failures, int) else 0) < remembered["failures"]
 
 
-class OwnWrites:
-    """The resourceVersions this cluster's writes gave each Tenant, until their watch
-    events come back: such an event is the write's echo, and the pass that wrote knew what
-    it says. Events that come while a pass of their Tenant runs are held until it ends: the
-    answer to a write may come after the write's event. Kept in the Tenants' records."""
-
-    KEPT = 8  # per Tenant (a pass makes at most 4 writes)
-
-    def __init__(self, memory: Memory | None = None) -> None:
-        self.memory = memory if memory is not None else Memory("")
-
-    def wrote(self, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        if meta.get("resourceVersion") and meta.get("name"):
-            key = TenantKey(str(meta.get("namespace") or ""), str(meta["name"]))
-            versions = self.memory.of(key).own_versions
-            versions.append(str(meta["resourceVersion"]))
-            del versions[:-self.KEPT]
-
-    def echo(self, key: TenantKey, resource_version: str) -> bool:
-        """Whether an event of `key` at `resource_version` is the echo of an own write. A
-        Tenant's events come in the order of its versions, so the versions written before
-        it go too (a relist skips events)."""
-        kept = self.memory.peek(key)
-        versions = kept.own_versions if kept is not None else []
-        if resource_version not in versions:
-            return False
-        del versions[:versions.index(resource_version) + 1]
-        return True
-
-    def hold(self, key: TenantKey, resource_version: str, *, urgent: bool) -> None:
-        """An event of `key` came while a pass of it runs: judged when it ends (`settle`)."""
-        kept = self.memory.of(key)
-        versions, was_urgent = kept.held
-        kept.held = ((*versions, resource_version), was_urgent or urgent)
-
-    def settle(self, key: TenantKey) -> bool | None:
-        """The pass of `key` ended: None when every event held meanwhile was the echo of an
-        own write (or none came), else whether one of them was urgent."""
-        kept = self.memory.peek(key)
-        if kept is None:
-            return None
-        (versions, urgent), kept.held = kept.held, ((), False)
-        echoes = [self.echo(key, version) for version in versions]  # each one consumed
-        return None if all(echoes) else urgent
-
-
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterRuntime(ClusterView):
-    """A cluster view plus what a reconcile acts with."""
+    """A cluster view plus what a reconcile acts with, made once when the cluster engages
+    (:func:`krypton.runtime.engagement.engage`)."""
 
     recorder: EventRecorder
     slots: FairSlots
     gate: Callable[[str], RolloutGate] = lambda _cluster: RolloutGate()
     readiness: Readiness | None = None  # follows workloads helm did not wait for
     fence: Callable[[], bool] = lambda: True  # not draining, leadership held and fresh
-    crds_applied: set[str] = field(default_factory=set)  # chart versions whose crds/ are applied
-    # per release: a revision's objects without a namespace, read once (SPEC F5b)
-    manifest_objects: dict[tuple[str, str], tuple[int, frozenset[ObjectRef]]] = \
-        field(default_factory=dict)
-    crds_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    phases: frozenset[str] | None = None  # the served CRD's phase enum; None: any phase
     # Echoes of krypton's own writes start no pass (SPEC P2): per Tenant, the
     # resourceVersions its writes were given, until their watch events come back (in the
-    # Tenants' records); and the releases a helm run of this cluster is working on now
+    # Tenants' memories)
     own_writes: OwnWrites = field(default_factory=OwnWrites)
-    running: set[tuple[str, str]] = field(default_factory=set)
     # the operator's keys that seal and check release records (SPEC S3)
     record_keys: Keys = field(default_factory=lambda: Keys(b""))
     # since when the cluster's records have been guarded at admission without a break,
@@ -431,8 +400,8 @@ class ClusterRuntime(ClusterView):
     told: Callable[[str, dict[str, Any]], None] = lambda _cluster, _obj: None
 
     def __post_init__(self) -> None:
-        if self.own_writes.memory is not self.memory:  # the echoes are kept in the records
-            self.own_writes = OwnWrites(self.memory)
+        if self.own_writes.memory is not self.memory:  # the echoes are kept in the memories
+            object.__setattr__(self, "own_writes", OwnWrites(self.memory))
 
     @functools.cached_property
     def log(self) -> Any:
@@ -470,7 +439,8 @@ class ClusterRuntime(ClusterView):
     def own_release_change(self, namespace: str, release: str) -> bool:
         """Whether a change of the release's records is this cluster's own doing: a helm run
         of it is under way, or the records say what its last run left."""
-        return (namespace, release) in self.running or self.releases.settled(namespace, release)
+        return (namespace, release) in self.state.running or \
+            self.releases.settled(namespace, release)
 
     def unpublish(self, key: TenantKey) -> None:
         """The release is gone from this cluster: its info metric series goes (what else

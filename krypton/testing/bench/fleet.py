@@ -18,8 +18,8 @@ from ..operator import (
 )
 from .bed import Bed, PlaneLoad, per_release, ready, requests_by_kind
 from .config import FLEET_RESYNC, ROOT, SHAPE_TENANTS, SIZES
-from .page import Streams, commit_to_stream
 from .process import TreeMemory, cpu_per_release, cpu_seconds, log, peak_rss_mib, profiled, tree_cpu_seconds
+from .streams import Streams, commit_to_stream
 
 
 def fleet_run(bed: Bed, n: int, *extra: str, prefix: str = "t", bump: bool = False,

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import selectors
 import socket
 import statistics
 import threading
@@ -24,11 +22,12 @@ from krypton.web.server import WebServer
 
 from ..host import free_port
 from .bed import Bed
+from .fleet import fleet_run
 from .process import log
+from .streams import STREAMS, Streams
 
 MATRIX = (500, 4)  # clusters x Tenants the render is timed at
 RENDERS = 20  # GETs of the matrix timed
-STREAMS = 50  # event streams open at once
 IDLE = 20.0  # seconds the open streams are watched idle
 TURNS = 3  # runs with and without open streams, taking turns
 AB_N = 200  # Tenants per cluster in the A/B
@@ -109,65 +108,6 @@ def _get(port: int, path: str) -> tuple[float, bytes]:
         return time.perf_counter() - started, b"".join(chunks).partition(b"\r\n\r\n")[2]
 
 
-class Streams:
-    """`count` event streams open on a page at `port`, read by one thread as a browser
-    would; each row event's arrival time kept (by cluster, namespace/name, state)."""
-
-    def __init__(self, port: int, count: int) -> None:
-        self.port, self.count = port, count
-        # (cluster, namespace/name, state) -> (when told by the operator, when it arrived)
-        self.arrived: dict[tuple[str, str, str], tuple[float, float]] = {}
-        self._socks: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-
-    def __enter__(self) -> Streams:
-        deadline = time.monotonic() + 30  # an operator just started may not listen yet
-        while len(self._socks) < self.count:
-            try:
-                s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-            except ConnectionRefusedError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-                continue
-            s.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
-            self._socks.append(s)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for s in self._socks:
-            s.close()
-
-    def _read(self) -> None:
-        sel = selectors.DefaultSelector()
-        pending = {s: b"" for s in self._socks}
-        for s in self._socks:
-            s.setblocking(False)
-            sel.register(s, selectors.EVENT_READ)
-        while not self._stop.is_set():
-            for key, _ in sel.select(0.2):
-                sock: socket.socket = key.fileobj  # type: ignore[assignment]
-                try:
-                    data = sock.recv(1 << 16)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(sock)
-                    continue
-                now = time.time()
-                *lines, pending[sock] = (pending[sock] + data).split(b"\n")
-                for line in lines:
-                    if line.startswith(b"data: {\"cluster\""):
-                        row = json.loads(line[6:])
-                        self.arrived.setdefault((row["cluster"], f"{row['namespace']}/"
-                                                 f"{row['tenant']}", row["state"]),
-                                                (row["at"], now))
-
-
 def render_and_streams() -> dict[str, Any]:
     """The matrix rendered (GET /, loopback) and the streams' cost, in this process."""
     source = _Fleet(*MATRIX)
@@ -200,24 +140,10 @@ def render_and_streams() -> dict[str, Any]:
             "idle_seconds": IDLE, "idle_cpu_seconds_all_streams": round(idle_cpu, 3)}
 
 
-def commit_to_stream(streams: Streams) -> dict[str, Any]:
-    """Seconds from each Tenant's Ready commit (when the status patch was answered and the
-    change told, the row's `at`) to the row's arrival on an open stream (one of them)."""
-    delays = [arrived - told for (_c, _t, state), (told, arrived) in streams.arrived.items()
-              if state == "Ready"]
-    if not delays:
-        return {"releases": 0}
-    delays.sort()
-    return {"releases": len(delays), "median_ms": round(statistics.median(delays) * 1000, 1),
-            "p95_ms": round(delays[int(0.95 * (len(delays) - 1))] * 1000, 1),
-            "max_ms": round(delays[-1] * 1000, 1)}
-
-
 def streams_ab(bed: Bed) -> dict[str, Any]:
     """(v) with the operator: install and bump of AB_N x 2 releases, TURNS times with
     STREAMS open event streams and TURNS times without, taking turns (each side going first
     in every other turn, as every run leaves the control planes fuller)."""
-    from .fleet import fleet_run  # (a)'s run, which opens the streams (fleet imports this)
     runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
     sides = (("without", 0), ("with", STREAMS))
     for turn in range(TURNS):  # each side first in turn: the bed fills as the runs go
