@@ -127,7 +127,7 @@ main() {
   # what the operator and the CLI import at start must be there, and CEL's native library
   # load (--health-check-expr)
   chroot "${rootfs}" /usr/bin/python3 -c 'import sys; sys.path.insert(0, "/opt/krypton/lib")
-import krypton.cli.main, krypton.app.operator, krypton.runtime.worker, krypton.cli.status, krypton.cli.records
+import krypton.cli.main, krypton.app.operator, krypton.runtime.clusterworker, krypton.cli.status, krypton.cli.records
 from krypton.decisions.readiness.celhealth import compile_rules
 rule = {"apiVersion": "v1", "kind": "K", "current": "status.ok"}
 assert compile_rules([rule], "image", frozenset()).find("v1", "K").judge({"status": {"ok": True}}) is None'

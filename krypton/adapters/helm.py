@@ -266,7 +266,7 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
 class HelmEngine(Protocol):
     """helm against one cluster, as the runtime, ``krypton plan`` and ``krypton diff`` use it
     (SPEC P5, S7): the helm binary (:class:`Helm`) or krypton's helm worker
-    (:class:`~krypton.adapters.helmworker.WorkerHelm`), two implementations of one port with
+    (:class:`~krypton.adapters.helmworker.HelmWorkerEngine`), two implementations of one port with
     the same answers and errors. Each call that reads the release's history takes `records`:
     that history as krypton judged it right before."""
 

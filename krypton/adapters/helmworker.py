@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from krypton.adapters.helm import documents, failure, helm_environment, timed
-from krypton.adapters.workerprocess import IDLE, WorkerPool, WorkerProcess
+from krypton.adapters.helmworkerprocess import IDLE, HelmWorkerPool, HelmWorkerProcess
 from krypton.decisions.errors import (
     HelmFailed,
     ReleaseLocked,
@@ -48,7 +48,7 @@ _KINDS: dict[str, Callable[[str], HelmFailed]] = {
 }
 
 
-class WorkerHelm:
+class HelmWorkerEngine:
     """helm against one cluster through its worker: the :class:`~krypton.adapters.helm.
     HelmEngine` of ``--helm-engine=worker``, with the same calls, answers and errors as the
     helm binary's. Without a kubeconfig it only renders (``krypton plan``, ``diff``)."""
@@ -57,14 +57,14 @@ class WorkerHelm:
                  timeout: float = 180, wait: bool = True, driver: str = "",
                  history_max: int = 10, cache_dir: Path | None = None, cluster: str = "",
                  on_exit: Callable[[str, str], Awaitable[None]] | None = None,
-                 idle: float = IDLE, pool: WorkerPool | None = None,
+                 idle: float = IDLE, pool: HelmWorkerPool | None = None,
                  memory: HelmMemory | None = None,
                  on_refused: Callable[[HelmFailed], None] | None = None,
                  **bounds: int) -> None:
         env = helm_environment(os.environ, driver, cache_dir, memory)
         self.timeout, self.wait, self.history_max = timeout, wait, history_max
         self.on_refused = on_refused  # an answer of the cluster past its bound: a strike
-        self.process = WorkerProcess(worker, kubeconfig, env, cluster=cluster, idle=idle,
+        self.process = HelmWorkerProcess(worker, kubeconfig, env, cluster=cluster, idle=idle,
                                      on_exit=on_exit, pool=pool, memory=memory, **bounds)
 
     async def _run(self, operation: str, coro: Any) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from krypton.adapters.events import EventRecorder
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import HelmWorkerEngine
 from krypton.adapters.kube import Kube
 from krypton.decisions import fleetview
 from krypton.decisions.errors import KryptonError
@@ -112,7 +112,7 @@ class OperatorFleet:
                 if health.budget.over:
                     about["budget"] = f"over, {health.budget.strikes} answers past a bound"
                 helm = worker.runtime.helm if worker.runtime is not None else None
-                if isinstance(helm, WorkerHelm):
+                if isinstance(helm, HelmWorkerEngine):
                     pid = helm.process.pid
                     about["helm worker"] = f"running (pid {pid})" if pid else "not running"
                     about["helm worker starts"] = str(helm.process.starts)

@@ -23,8 +23,8 @@ from krypton.adapters import metrics
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.events import EventRecorder, reporting_instance
 from krypton.adapters.helm import Helm, watch_children_with_pidfds
+from krypton.adapters.helmworkerprocess import HelmWorkerPool
 from krypton.adapters.kube import Kube
-from krypton.adapters.workerprocess import WorkerPool
 from krypton.app.config import cgroup_memory_limit
 from krypton.app.discovery import Discovery
 from krypton.app.fleetpage import fleet_page
@@ -42,6 +42,7 @@ from krypton.decisions.model import RolloutGate
 from krypton.decisions.rollouts.rollout import Policy, read_publication
 from krypton.decisions.settings import Settings
 from krypton.runtime.changes import Changes
+from krypton.runtime.clusterworker import ClusterWorker, Shared
 from krypton.runtime.fleet import Fleet
 from krypton.runtime.leader import LeaderElector
 from krypton.runtime.pause import pause
@@ -53,7 +54,6 @@ from krypton.runtime.rollout_controller import (
 )
 from krypton.runtime.shards import Shards
 from krypton.runtime.slots import FairSlots
-from krypton.runtime.worker import Shared, Worker
 
 log = structlog.get_logger("krypton")
 
@@ -210,7 +210,7 @@ class Operator:
                         gate=gate, fence=fence, owns=owns, discovered=self._discovered,
                         record_keys=record_keys, writer=writer.name,
                         writer_active=writer.active,
-                        helm_workers=WorkerPool(memory.concurrency), helm_memory=memory,
+                        helm_workers=HelmWorkerPool(memory.concurrency), helm_memory=memory,
                         changes=self.changes)
         fleet = self.fleet = Fleet(
             s, shared, home_events, resync=dirty.set,
@@ -245,7 +245,7 @@ class Operator:
                 asyncio.get_running_loop().call_later(self.settings.retry_period, dirty.set)
 
     def _start_rollout(self, policy: Policy, chart: ChartSource,
-                       workers: Callable[[], dict[str, Worker]], home_events: EventRecorder,
+                       workers: Callable[[], dict[str, ClusterWorker]], home_events: EventRecorder,
                        fence: Callable[[], bool]) -> Callable[[str], RolloutGate]:
         """The fleet-wide rollout (F1), when configured: its controller here, or shared out
         among the replicas when the fleet is sharded. Its gate on each cluster's releases."""
@@ -263,7 +263,7 @@ class Operator:
         return controller.gate
 
     def _share_rollout(self, policy: Policy, chart: ChartSource,
-                       workers: Callable[[], dict[str, Worker]], events: EventRecorder
+                       workers: Callable[[], dict[str, ClusterWorker]], events: EventRecorder
                        ) -> Callable[[str], RolloutGate]:
         """--sharding with a progressive rollout: every replica follows the rollout state and
         publishes what its clusters observe; the replica holding the leader Lease runs the

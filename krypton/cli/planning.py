@@ -12,7 +12,7 @@ from pathlib import Path
 
 from krypton.adapters.charts import ChartSource, chart_access
 from krypton.adapters.helm import Helm, HelmEngine
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import HelmWorkerEngine
 from krypton.adapters.kube import Kube
 from krypton.cli.fleet import ClusterHandle, fleet_view, tenants_of
 from krypton.cli.status import rollout_state
@@ -59,7 +59,7 @@ async def _rendering(settings: Settings, chart: ChartSource) -> AsyncIterator[He
     if settings.helm_engine != "worker":
         yield chart.helm
         return
-    worker = WorkerHelm(settings.helm_worker_path or settings.helm_worker,
+    worker = HelmWorkerEngine(settings.helm_worker_path or settings.helm_worker,
                         timeout=settings.helm_timeout)
     try:
         yield worker

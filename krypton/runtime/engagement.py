@@ -1,7 +1,8 @@
 """An engaged cluster's engagement: what it is served with while engaged (SPEC R2, R3), made
-whole by :meth:`krypton.runtime.worker.Worker._engage` and dropped in one step, and what is
-done with it as a whole: the engagement's checks (D9, the Tenant CRD), a look at the
-rollout's target (F1), the withdrawal from its Tenants when the cluster leaves the fleet.
+whole by :meth:`krypton.runtime.clusterworker.ClusterWorker._engage` and dropped in one
+step, and what is done with it as a whole: the engagement's checks (D9, the Tenant CRD), a
+look at the rollout's target (F1), the withdrawal from its Tenants when the cluster leaves
+the fleet.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def claim(claims: dict[str, str], identity: str, name: str) -> None:
 @dataclass(frozen=True)
 class Engagement:
     """What an engaged cluster is served with: made whole when it engages
-    (:meth:`Worker._engage`), closed and dropped in one step when it stops being engaged."""
+    (:meth:`ClusterWorker._engage`), closed and dropped in one step when it stops being engaged."""
 
     kube: Kube
     runtime: ClusterRuntime  # what its passes use: frozen ports, and state of their own

@@ -35,7 +35,7 @@ from krypton.decisions.model import cluster_name_problem
 from krypton.decisions.settings import Settings
 from krypton.decisions.trust import redact
 from krypton.decisions.windows import Window
-from krypton.runtime.worker import Shared, Worker
+from krypton.runtime.clusterworker import ClusterWorker, Shared
 
 log = structlog.get_logger("krypton.fleet")
 HEALTHY_RUN = 60.0  # a worker that ran this long before failing restarts from the minimum delay
@@ -45,7 +45,7 @@ CANCEL_AGAIN = 60.0  # seconds a cancelled worker has to end before it is cancel
 @dataclass
 class Engaged:
     spec: ClusterSpec
-    worker: Worker | None
+    worker: ClusterWorker | None
     task: asyncio.Task[None] | None
     problem: str = ""  # why the cluster is not serving: rejected, failing, ... ("" = fine)
 
@@ -85,7 +85,7 @@ class Fleet:
         self.handed_over = handed_over
 
     @property
-    def workers(self) -> dict[str, Worker]:
+    def workers(self) -> dict[str, ClusterWorker]:
         return {n: e.worker for n, e in self.clusters.items() if e.worker is not None}
 
     def health(self) -> dict[str, str]:
@@ -207,7 +207,7 @@ class Fleet:
         name = engaged.spec.name
         failures = 0
         while True:
-            worker = Worker(name, kc, values, self.shared, window)
+            worker = ClusterWorker(name, kc, values, self.shared, window)
             engaged.worker = worker
             started = time.monotonic()
             try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from krypton.adapters.helm import Helm
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import HelmWorkerEngine
 from krypton.app.config import resolve_helm
 from krypton.decisions.errors import HelmFailed
 
@@ -39,7 +39,7 @@ def test_unknown_fields_are_judged_as_helm_judges_them(remote: object, helm_bin:
                           "--kubeconfig", str(cluster.cp.kubeconfig)],
                          capture_output=True, text=True)
     helm = Helm(helm_bin, kubeconfig=cluster.cp.kubeconfig, timeout=60, wait=False) \
-        if engine == "cli" else WorkerHelm(resolve_helm("krypton-helmworker"),
+        if engine == "cli" else HelmWorkerEngine(resolve_helm("krypton-helmworker"),
                                           kubeconfig=cluster.cp.kubeconfig, timeout=60,
                                           wait=False)
     async def install() -> None:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_fixed
 
-from krypton.adapters import workerprocess
+from krypton.adapters import helmworkerprocess
 from krypton.adapters.helm import Helm
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import HelmWorkerEngine
 from krypton.app.config import resolve_helm
 from krypton.decisions.errors import HelmFailed, HelmWorkerFailed
 from krypton.decisions.memory import HelmMemory
@@ -32,9 +32,9 @@ CHARTS = Path(__file__).resolve().parents[1] / "charts"
 SAMPLE, HANG = str(CHARTS / "sample"), str(CHARTS / "hang")
 
 
-def worker_helm(cluster: Cluster, tmp: Path, **kw: Any) -> WorkerHelm:
+def worker_helm(cluster: Cluster, tmp: Path, **kw: Any) -> HelmWorkerEngine:
     options: dict[str, Any] = {"timeout": 60, "wait": False, **kw}
-    return WorkerHelm(resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
+    return HelmWorkerEngine(resolve_helm("krypton-helmworker"), kubeconfig=cluster.cp.kubeconfig,
                       cache_dir=tmp / "kube-cache", cluster="remote", **options)
 
 
@@ -255,7 +255,7 @@ def test_a_worker_that_does_not_speak_the_protocol_is_refused(helm_bin: str) -> 
     said, ended = reporter()
 
     async def main() -> str:
-        process = workerprocess.WorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
+        process = helmworkerprocess.HelmWorkerProcess(helm_bin, None, dict(os.environ), cluster="c",
                                            on_exit=ended)
         with pytest.raises(HelmWorkerFailed) as first:
             await process.ask({"op": "status"})
@@ -274,7 +274,7 @@ def test_the_fleet_keeps_few_workers_and_never_stops_one_at_work(
     cluster = Cluster("remote", remote)  # type: ignore[arg-type]
     ns = unique("hw")
     cluster.ensure_namespace(ns)
-    pool = workerprocess.WorkerPool(1)
+    pool = helmworkerprocess.HelmWorkerPool(1)
 
     async def main() -> None:
         a = worker_helm(cluster, tmp_path / "a", pool=pool, wait=True)
@@ -377,7 +377,7 @@ def test_a_worker_reads_within_its_bound_and_is_held_to_its_share(
     said, ended = reporter()
 
     async def main() -> tuple[BaseException, int]:
-        helm = WorkerHelm(resolve_helm("krypton-helmworker"), kubeconfig=kubeconfig,
+        helm = HelmWorkerEngine(resolve_helm("krypton-helmworker"), kubeconfig=kubeconfig,
                           timeout=60, wait=False, cluster="bomb", on_exit=ended, memory=memory)
         with pytest.raises(HelmFailed) as failed:
             await helm.install_or_upgrade("r", SAMPLE, "n", {}, operation="upgrade")

@@ -19,8 +19,8 @@ import pytest
 
 from krypton.decisions.settings import Settings
 from krypton.runtime import fleet
+from krypton.runtime.clusterworker import ClusterWorker
 from krypton.runtime.pause import pause
-from krypton.runtime.worker import Worker
 from tests.unit.workers import Group, workers
 
 
@@ -36,7 +36,7 @@ class _Informer:
         await asyncio.Event().wait()  # the watch that follows the list
 
 
-def _worker(tmp_path: Path) -> Worker:
+def _worker(tmp_path: Path) -> ClusterWorker:
     return workers(tmp_path, dataclasses.replace(Settings(), api_timeout=30.0), 1)[0]  # type: ignore[no-any-return]
 
 

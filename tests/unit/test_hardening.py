@@ -113,8 +113,8 @@ def test_safe_path_component(text: str, safe: str) -> None:
 
 
 def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """D8 with a fake of our own Worker port: an unexpected exception is reported once per
-    failure (credential-free), counted, shown as failing, and the worker runs again."""
+    """D8 with a fake of our own ClusterWorker port: an unexpected exception is reported once
+    per failure (credential-free), counted, shown as failing, and the worker runs again."""
     from krypton.adapters import metrics
     from krypton.decisions.clusters.discovery import ClusterSpec
     from krypton.decisions.clusters.kubeconfig import parse
@@ -140,7 +140,7 @@ def test_failing_worker_is_reported_and_restarted(monkeypatch: pytest.MonkeyPatc
         async def stop(self, grace: float = 0.0) -> None:
             pass
 
-    monkeypatch.setattr(fleet_mod, "Worker", FailingWorker)
+    monkeypatch.setattr(fleet_mod, "ClusterWorker", FailingWorker)
     monkeypatch.setattr(retry, "WORKER_RESTART", retry.Policy(first=0.05, cap=300.0))
     reports: list[tuple[str, str, str]] = []
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from krypton.adapters import workerprocess
-from krypton.adapters.workerprocess import WorkerPool, WorkerProcess
+from krypton.adapters import helmworkerprocess
+from krypton.adapters.helmworkerprocess import HelmWorkerPool, HelmWorkerProcess
 from krypton.decisions.errors import HelmWorkerFailed
 
 pytestmark = pytest.mark.unit
@@ -33,14 +33,14 @@ def test_a_worker_that_ends_at_every_start_is_started_on_the_growing_schedule_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its exit status 0 is no stop krypton asked for: a failure, said, and the next start
     waits. Requests asked meanwhile fail at once with why; none waits for an answer."""
-    monkeypatch.setattr(workerprocess, "BACKOFF_FIRST", 0.1)
+    monkeypatch.setattr(helmworkerprocess, "BACKOFF_FIRST", 0.1)
     said: list[str] = []
 
     async def ended(reason: str, _message: str) -> None:
         said.append(reason)
 
     async def hammer(seconds: float) -> tuple[int, int, int]:
-        process = WorkerProcess(_stand_in(tmp_path, "sys.exit(0)"), None, {}, on_exit=ended)
+        process = HelmWorkerProcess(_stand_in(tmp_path, "sys.exit(0)"), None, {}, on_exit=ended)
         asked = failed = 0
         until = time.monotonic() + seconds
         try:
@@ -67,14 +67,14 @@ def test_a_worker_that_does_not_end_a_cancelled_request_is_killed(
     """It reads its requests and answers none, its cancel neither: within the grace it is
     killed and said as HelmWorkerStuck; the next request starts a new process (after the
     delay) and the stuck one is gone."""
-    monkeypatch.setattr(workerprocess, "STOP_GRACE", 0.5)
+    monkeypatch.setattr(helmworkerprocess, "STOP_GRACE", 0.5)
     said: list[str] = []
 
     async def ended(reason: str, _message: str) -> None:
         said.append(reason)
 
     async def cancel_one() -> tuple[int | None, int | None]:
-        process = WorkerProcess(_stand_in(tmp_path, "for line in sys.stdin: pass"), None, {},
+        process = HelmWorkerProcess(_stand_in(tmp_path, "for line in sys.stdin: pass"), None, {},
                                 on_exit=ended)
         try:
             asking = asyncio.ensure_future(process.ask({"op": "status"}))
@@ -112,8 +112,8 @@ def test_a_worker_just_started_for_a_request_is_not_stopped_to_make_room(
         said.append(reason)
 
     async def ask_while_room_is_made() -> dict[str, object]:
-        pool = WorkerPool(1)
-        process = WorkerProcess(_stand_in(tmp_path, ANSWERS), None, {}, on_exit=ended,
+        pool = HelmWorkerPool(1)
+        process = HelmWorkerProcess(_stand_in(tmp_path, ANSWERS), None, {}, on_exit=ended,
                                 pool=pool)
         try:
             asking = asyncio.ensure_future(process.ask({"op": "manifest"}))
@@ -141,5 +141,5 @@ def test_the_go_runtimes_fatal_line_is_found_however_it_was_written(pieces: list
     seen, line = b"", ""
     for piece in pieces:
         if not line:
-            seen, line = workerprocess._fatal_line(seen + piece)
+            seen, line = helmworkerprocess._fatal_line(seen + piece)
     assert line == "fatal error: runtime: out of memory"

@@ -11,11 +11,11 @@ from typing import Any
 def workers(tmp_path: Path, settings: Any, n: int, **shared: Any) -> list[Any]:
     """`n` cluster workers sharing `settings` and nothing else of the operator's (no chart,
     helm slots or reporter)."""
-    from krypton.runtime.worker import Shared, Worker
+    from krypton.runtime.clusterworker import ClusterWorker, Shared
 
     common = Shared(settings=settings, chart=None, slots=None, report=None,  # type: ignore[arg-type]
                     workdir=tmp_path, **shared)
-    return [Worker(f"c{i}", None, {}, common) for i in range(n)]  # type: ignore[arg-type]
+    return [ClusterWorker(f"c{i}", None, {}, common) for i in range(n)]  # type: ignore[arg-type]
 
 
 class Group:

@@ -28,11 +28,11 @@ from krypton.adapters.charts import ChartSource
 from krypton.adapters.clientconfig import ClientConfig, configuration_for, configuration_in_cluster
 from krypton.adapters.events import EventRecorder
 from krypton.adapters.helm import Helm, HelmEngine
-from krypton.adapters.helmworker import WorkerHelm
+from krypton.adapters.helmworker import HelmWorkerEngine
+from krypton.adapters.helmworkerprocess import HelmWorkerPool
 from krypton.adapters.informer import Informer, release_record_metadata, shared_strings
 from krypton.adapters.kube import Kube
 from krypton.adapters.kubeapi import HELM_RELEASE_SELECTOR, release_records_path, tenants_path
-from krypton.adapters.workerprocess import WorkerPool
 from krypton.decisions import retry
 from krypton.decisions.clusters.kubeconfig import Kubeconfig
 from krypton.decisions.errors import KryptonError
@@ -84,7 +84,7 @@ class Shared:
     owns: Callable[[str], bool] = lambda _cluster: True  # still this cluster's owner? (F4)
     discovered: Callable[[], frozenset[str] | None] = lambda: None  # every discovered cluster's name
     claims: dict[str, str] = field(default_factory=dict)  # cluster identity -> engaged name (D9)
-    # turns for a cluster's first lists (see Worker._first_list)
+    # turns for a cluster's first lists (see ClusterWorker._first_list)
     first_lists: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(FIRST_LISTS))
     # seal and check the release records krypton's helm runs make (SPEC S3)
     record_keys: Keys = field(default_factory=lambda: Keys(b""))
@@ -93,7 +93,7 @@ class Shared:
     writer: str = ""
     writer_active: Callable[[str, float], Awaitable[float]] = lambda _w, _at: _inactive()
     # the fleet's helm workers, at most --max-concurrent-helm running (SPEC P5)
-    helm_workers: WorkerPool = field(default_factory=lambda: WorkerPool(4))
+    helm_workers: HelmWorkerPool = field(default_factory=lambda: HelmWorkerPool(4))
     # every write of a Tenant, to whoever listens (the fleet page, SPEC O16)
     changes: Changes = field(default_factory=Changes)
     # what each helm process may use of the pod's memory (SPEC S7)
@@ -117,11 +117,11 @@ def cluster_helm(shared: Shared, name: str, kubeconfig: Path, cache_dir: Path,
     async def ended(reason: str, message: str) -> None:
         await shared.report(name, "Warning", reason, message)
 
-    return WorkerHelm(s.helm_worker_path or s.helm_worker, cluster=name,
+    return HelmWorkerEngine(s.helm_worker_path or s.helm_worker, cluster=name,
                       on_exit=ended, on_refused=refused, pool=shared.helm_workers, **common)
 
 
-class Worker:
+class ClusterWorker:
     """One engaged cluster: its engagement (retried), its watches, its :class:`Consumer` of
     Tenant keys, its periodic work and its :class:`ClusterHealth`."""
 

@@ -110,7 +110,7 @@ def _fatal_line(seen: bytes) -> tuple[bytes, str]:
     return line, line[:end if end >= 0 else 200].decode(errors="replace")
 
 
-class WorkerPool:
+class HelmWorkerPool:
     """The fleet's helm workers: at most `limit` running at once. A worker about to start
     when `limit` run first stops the one idle longest (it would have stopped after `IDLE`):
     a fleet whose clusters each have a little helm work keeps a few workers, not one per
@@ -118,7 +118,7 @@ class WorkerPool:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.members: set[WorkerProcess] = set()
+        self.members: set[HelmWorkerProcess] = set()
 
     def make_room(self) -> None:
         running = [p for p in self.members if p.running]
@@ -130,7 +130,7 @@ class WorkerPool:
             process.stop_idle()
 
 
-class WorkerProcess:
+class HelmWorkerProcess:
     """One cluster's worker: started on the first request, stopped when idle or closed.
 
     A cancelled request is cancelled inside the worker, which answers at once; Helm's
@@ -142,7 +142,7 @@ class WorkerProcess:
     def __init__(self, executable: str, kubeconfig: Path | None, env: Mapping[str, str], *,
                  cluster: str = "", idle: float = IDLE, memory: HelmMemory | None = None,
                  memory_limit: int = MEMORY_LIMIT, answer_limit: int = ANSWER_LIMIT,
-                 pool: WorkerPool | None = None,
+                 pool: HelmWorkerPool | None = None,
                  on_exit: Callable[[str, str], Awaitable[None]] | None = None) -> None:
         self.executable, self.kubeconfig, self.env = executable, kubeconfig, dict(env)
         self.cluster, self.idle, self.on_exit = cluster, idle, on_exit
