@@ -378,7 +378,7 @@ def _behind(applied: dict[str, Any], remembered: dict[str, Any]) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class ClusterRuntime(ClusterView):
     """A cluster view plus what a reconcile acts with, made once when the cluster engages
-    (:func:`krypton.runtime.engagement.engage`)."""
+    (:meth:`krypton.runtime.clusterworker.ClusterWorker._made`)."""
 
     recorder: EventRecorder
     slots: FairSlots
