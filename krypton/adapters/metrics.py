@@ -45,6 +45,7 @@ TENANTS_REMEMBERED = Gauge("krypton_tenants_remembered",
 TENANT_RECORDS = Gauge("krypton_tenant_records",
                        "Deprecated: the same as krypton_tenants_remembered, under the name it "
                        "had before (a release record is helm's)", ["cluster"])
+DEPRECATED = frozenset({"krypton_tenant_records"})  # exported for old dashboards, not shown
 TENANT_RELEASE = Gauge(
     "krypton_tenant_release_info",
     "1 per Tenant \u00d7 cluster; newer_version: a newer chart in the repository, which the "
