@@ -462,3 +462,9 @@ def test_a_pass_that_fails_on_a_defect_still_commits_what_it_came_to() -> None:
     assert (error["status"], error["reason"]) == ("True", "Internal")
     assert "KeyError" in error["message"]
     assert ("Warning", "Internal") in cluster.events
+    # the next attempt (the queue's growing schedule) fails alike and writes nothing more
+    rt.tenants[("ns", "t")] = {**TENANT, "status": written}
+    events = len(cluster.events)
+    with pytest.raises(KeyError):
+        asyncio.run(reconciler.reconcile(TenantKey("ns", "t")))
+    assert len(cluster.written) == 1 and len(cluster.events) == events
