@@ -87,7 +87,12 @@ async def helm(rt: ClusterRuntime, p: Pass) -> Report:
             raise
         if isinstance(outcome, Report):
             return outcome
-        return await succeeded(rt, p, verb, installing, *outcome)
+        result, taken, seen = outcome
+        # the outcome of krypton's own run, in the index before the watch brings its record
+        rt.releases.note(p.namespace, p.release, int(result.get("version") or 0),
+                         ReleaseStatus.parse((result.get("info") or {}).get("status")),
+                         p.chart.fingerprint, p.obs.tenant.uid)
+        return await succeeded(rt, p, verb, installing, result, taken, seen)
     finally:
         rt.state.running.discard((p.namespace, p.release))
 
@@ -174,17 +179,14 @@ async def unlock(rt: ClusterRuntime, p: Pass, namespace: str) -> None:
 
 async def succeeded(rt: ClusterRuntime, p: Pass, verb: str, installing: bool,
                     result: dict[str, Any], taken: str | None, seen: list[str]) -> Report:
-    """A successful helm run: the release noted and sealed, its fingerprint annotation to
-    write, the workload followed (F6) or the release Ready."""
+    """A successful helm run (its outcome noted in the release index): the release sealed,
+    its fingerprint annotation to write, the workload followed (F6) or the release Ready."""
     chart, key, c, namespace = p.chart, p.key, rt.name, p.namespace
     events = [*p.events, *([] if taken is None else [("Normal", "FieldsTakenOver", taken)])]
     if p.obs.adopt:  # SPEC F5b: said once, by the run that took them
         events.append(("Normal", "SharedObjectsAdopted",
                        f"release {p.release} took over {'; '.join(p.obs.adopt)}"))
     revision = int(result.get("version") or 0)
-    rt.releases.note(namespace, p.release, revision,
-                     ReleaseStatus.parse((result.get("info") or {}).get("status")),
-                     chart.fingerprint, p.obs.tenant.uid)
     done = "Installed" if installing else "Upgraded"
     message = f"chart {chart.name} {chart.version} {done.lower()} as {p.release} revision {revision}"
     p.log.info(f"helm {verb.lower()} success", chart_version=chart.version, revision=revision)
