@@ -89,14 +89,15 @@ def main() -> int:
                                             "max_concurrent_reconciles": 4, "helm_wait": False,
                                             "operator_args": OPERATOR_ARGS,
                                             "operator_env": OPERATOR_ENV}}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
     try:
         for part, run in RUNS:
             if part in PARTS:
                 results.update(run(bed))
+                # written after each part: one that fails keeps what the others measured
+                OUT.write_text(json.dumps(results, indent=2) + "\n")
     finally:
         bed.stop()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
     print(f"\nwritten to {OUT}")
     return 0
