@@ -10,7 +10,7 @@ from typing import Any
 
 from krypton.decisions.settings import Settings
 
-from .bed import Bed
+from .bed import Bed, helm_room
 from .config import (
     CLUSTER_COUNTS,
     CURVE_N,
@@ -66,7 +66,8 @@ RUNS: list[tuple[str, Callable[[Bed], dict[str, Any]]]] = [
     ("s", lambda bed: {"fleet_shape": fleet_shape(bed, SHAPE_M)}),
     ("k", lambda bed: {"helm_concurrency": [
         {"max_concurrent_helm": c, **fleet_run(bed, CURVE_N, "--max-concurrent-helm", str(c),
-                                               prefix=f"k{c}-")} for c in HELM_CURVE]}),
+                                               *helm_room(c), prefix=f"k{c}-")}
+        for c in HELM_CURVE]}),
     ("x", _flux_turns),
     ("p", lambda bed: {"proxied": proxied(bed, PROXIED_N)}),
     ("e", lambda bed: {"latency": latencies(bed)}),

@@ -158,6 +158,12 @@ class PlaneLoad:
                     1000 * (control_plane_cpu(self.bed) - self.cpu) / releases, 1)}
 
 
+def helm_room(runs: int) -> tuple[str, str]:
+    """--memory-limit with room for `runs` helm runs at once, each with its share (SPEC S7),
+    so that --max-concurrent-helm is not lowered to what the default limit holds."""
+    return "--memory-limit", f"{(runs + 2) * 256}Mi"
+
+
 def per_release(op: OperatorProcess, releases: int) -> dict[str, Any]:
     """The operator's passes, API requests (by verb) and writes so far, per release."""
     return {"passes_per_release": round(op.metric("krypton_reconciles_total") / releases, 2),

@@ -23,7 +23,7 @@ from ..operator import (
     logged_at,
     wait_for,
 )
-from .bed import Bed, metric_total, per_release, ready, stopped_after
+from .bed import Bed, helm_room, metric_total, per_release, ready, stopped_after
 from .config import (
     FAILOVERS,
     POD_READY_DELAY,
@@ -45,10 +45,9 @@ def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
     ns = bed.namespace("bench-term")
     bed.register(discovery, "remote", "remote")
     shutdown = 10.0
-    # --memory-limit: room for `installs` helm runs at once, each with its share (SPEC S7)
     args = ("--helm-wait=true", "--max-concurrent-helm", str(installs), "--max-concurrent-reconciles",
             str(installs), "--helm-timeout", "300s", "--shutdown-timeout", f"{shutdown:.0f}s",
-            "--memory-limit", f"{(installs + 2) * 256}Mi")
+            *helm_room(installs))
     op = bed.operator(discovery, ns, "0.1.0", *args, chart="hang")
     names = [f"term-{i:02d}" for i in range(installs)]
     for name in names:
