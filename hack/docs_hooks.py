@@ -201,37 +201,38 @@ def _plt() -> Any:
     return plt
 
 
+def _label(run: dict[str, Any]) -> str:
+    return f"{run['commit']}, {run['date']}"
+
+
 def bench_clusters_figure() -> str:
     plt = _plt()
-    idle = _results()["operator_cost"]["idle_memory"]
-    now = idle["current"]
-    runs, old = now["clusters"], idle["first_lists_in_turns"]["clusters"]
-    n = [r["clusters"] for r in runs]
+    now = _results()["current"]
+    idle, held = now["clusters"], now["clusters_holding_release_records"]["runs"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    label = f"{now['commit']}, {now['date']}"
-    left.plot(n, [r["peak_rss_mib"] for r in runs], marker="o", label=label)
-    left.plot([r["clusters"] for r in old], [r["peak_rss_mib"] for r in old], marker="^",
-              linestyle="none", color="tab:gray",
-              label="1bc78d2, 2026-11-24: before krypton's own client and the guard (S4)")
+    for runs, marker, what in ((idle, "o", "idle (d)"), (held, "^", "watching release records (D)")):
+        n = [r["clusters"] for r in runs]
+        left.plot(n, [r["peak_rss_mib"] for r in runs], marker=marker, label=what)
+        right.plot(n, [r["seconds_to_engage"] for r in runs], marker=marker, label=what)
     left.axhline(250, color="tab:red", linewidth=0.8, linestyle="--", label="goal at 1000")
     left.legend(fontsize="small")
-    left.set(xscale="log", xlabel="clusters (idle)", ylabel="peak RSS (MiB)",
-             title="operator memory")
-    right.plot(n, [r["seconds_to_engage"] for r in runs], marker="o", color="tab:orange",
-               label=label)
+    left.set(xscale="log", xlabel="clusters", ylabel="peak RSS (MiB)", title="operator memory")
     right.legend(fontsize="small")
     right.set(xscale="log", xlabel="clusters", ylabel="seconds", title="time to engage all")
+    fig.suptitle(f"bench d and D, on {_label(now)}", fontsize="small")
+    fig.tight_layout()
     return _svg(fig)
 
 
 def bench_cost_figure() -> str:
     plt = _plt()
-    cost = _results()["operator_cost"]
-    now = cost["current"]
+    results = _results()
+    cost, now = results["history"]["operator_cost"], results["current"]
+    fleet = next(r for r in now["fleet"] if r["tenants_per_cluster"] == 200)
     values = [cost["before"]["fleet"][0]["operator_cpu_ms_per_release"],
               cost["after_default"]["fleet"][0]["operator_cpu_ms_per_release"],
               cost["after_8_helm"]["fleet"][0]["operator_cpu_ms_per_release"],
-              now["fleet_200x2"]["operator_cpu_ms_per_release"]]
+              fleet["operator_cpu_ms_per_release"]]
     names = ["before", "after, 4 helm", "after, 8 helm", f"{now['commit']}, 4 helm"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     ax.bar(names, values, color=["tab:gray", "tab:blue", "tab:green", "tab:orange"])
@@ -245,13 +246,13 @@ def bench_cost_figure() -> str:
 
 def bench_concurrency_figure() -> str:
     plt = _plt()
-    cost = _results()["operator_cost"]
-    now = cost["current"]
-    curve = now["helm_concurrency_curve_100x2"]
-    processes = cost["helm_processes"]  # the same bench with a helm process per release
+    results = _results()
+    now = results["current"]
+    curve = now["helm_concurrency"]
+    processes = results["history"]["operator_cost"]["helm_processes"]  # a helm process a run
     old = processes["helm_concurrency_curve_100x2"]
-    label = f"{now['commit']}, {now['date']}, helm workers"
-    before = f"{processes['commit']}, {processes['date']}, helm processes"
+    label = f"{_label(now)}, helm workers"
+    before = f"{_label(processes)}, helm processes"
     k = [r["max_concurrent_helm"] for r in curve]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
     left.plot(k, [r["releases_per_second"] for r in curve], marker="o", label=label)
