@@ -11,6 +11,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from krypton.decisions.memory import FLOOR, OPERATOR_SHARE
+
 from .. import ChartRepository, ControlPlane, testbin
 from ..operator import (
     OperatorProcess,
@@ -161,7 +163,7 @@ class PlaneLoad:
 def helm_room(runs: int) -> tuple[str, str]:
     """--memory-limit with room for `runs` helm runs at once, each with its share (SPEC S7),
     so that --max-concurrent-helm is not lowered to what the default limit holds."""
-    return "--memory-limit", f"{(runs + 2) * 256}Mi"
+    return "--memory-limit", str(OPERATOR_SHARE + (runs + 1) * FLOOR)
 
 
 def per_release(op: OperatorProcess, releases: int) -> dict[str, Any]:
