@@ -53,10 +53,10 @@ def sigterm_during_installs(bed: Bed, installs: int = 20) -> dict[str, Any]:
     for name in names:
         bed.create_tenant("remote", ns, name)
 
-    # each run waits for its Deployment (the helm timeout is far off), so every run started
-    # is a run under way, in a helm process or in the cluster's helm worker alike
-    wait_for(lambda: op.metric("krypton_helm_processes_total") >= installs, 300, interval=0.2,
-             what=f"{installs} helm installs running")
+    # each install waits for its Deployment (the helm timeout is far off), so every install
+    # started is one under way, in a helm process or in the cluster's helm worker alike
+    wait_for(lambda: op.metric("krypton_helm_processes_total", operation="install") >= installs,
+             300, interval=0.2, what=f"{installs} helm installs running")
     time.sleep(2)
     helm = [p for p in descendants(op.pid) if Path(cmdline(p)[0] or "x").name in HELM_NAMES]
     start = time.monotonic()
